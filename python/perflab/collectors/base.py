@@ -1,0 +1,138 @@
+"""The Collector interface: a sampler of telemetry during a run.
+
+A collector samples on its own thread at its own interval, on the run's
+monotonic clock, and pushes samples to the live series sink as it goes, so a
+crash keeps what was sampled. It never blocks the driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from perflab.model import Event, RunResult
+from perflab.settings_model import StrictModel
+from perflab.targets.base import Endpoint, Target
+from perflab.units import Duration
+from perflab.workloads.base import RunContext
+
+
+class CollectorSettings(StrictModel):
+    interval: Duration = Field(default=1.0, gt=0)
+
+
+@dataclass
+class CollectorContext:
+    run: RunContext
+    endpoint: Endpoint | None
+    target: Target | None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.run_dir
+
+
+class CollectorUnavailable(Exception):
+    """This collector cannot work here (no permission, file missing, a server
+    without the view): it is skipped with this reason, said once."""
+
+
+class Collector(abc.ABC):
+    Settings: ClassVar[type[CollectorSettings]] = CollectorSettings
+    description: ClassVar[str] = ""
+    # Collectors on by default when an experiment has no [collect] table;
+    # `default_for` limits it to target dialects (None: every target).
+    default_on: ClassVar[bool] = False
+    default_for: ClassVar[tuple[str, ...] | None] = None
+
+    def __init__(self, name: str, settings: Any) -> None:
+        self.name = name
+        self.settings = settings
+
+    @abc.abstractmethod
+    def start(self, ctx: CollectorContext) -> None:
+        """Begin sampling; raise CollectorUnavailable when it cannot work here."""
+
+    @abc.abstractmethod
+    def stop(self) -> RunResult:
+        """Stop sampling; return summary metrics (series went to the sink)."""
+
+
+class SamplingCollector(Collector):
+    """A collector that calls `sample()` every `interval` seconds on a thread.
+
+    Subclasses implement `open(ctx)` (raise CollectorUnavailable if they can't
+    work), `sample() -> dict[name, value]` and optionally `summary()`.
+    Samples are timestamped on the run's clock at the moment they are read.
+    """
+
+    def __init__(self, name: str, settings: Any) -> None:
+        super().__init__(name, settings)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._ctx: CollectorContext | None = None
+        self.samples = 0
+        self.errors: list[str] = []
+
+    def open(self, ctx: CollectorContext) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abc.abstractmethod
+    def sample(self) -> dict[str, float]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    def summary(self) -> RunResult:
+        return RunResult()
+
+    def start(self, ctx: CollectorContext) -> None:
+        self._ctx = ctx
+        self.open(ctx)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        assert self._ctx is not None
+        ctx = self._ctx.run
+        interval_ns = int(self.settings.interval * 1e9)
+        next_ns = time.monotonic_ns()
+        while not self._stop.is_set():
+            try:
+                values = self.sample()
+            except Exception as exc:  # a broken sample must never stop the run
+                if len(self.errors) < 5:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                values = {}
+            t = ctx.now_s()
+            for key, value in values.items():
+                ctx.series.add(self.name, key, t, value)
+            self.samples += 1
+            next_ns += interval_ns
+            delay = (next_ns - time.monotonic_ns()) / 1e9
+            if delay < 0:  # fell behind: skip missed ticks rather than burst
+                next_ns = time.monotonic_ns()
+                delay = 0
+            self._stop.wait(delay)
+
+    def stop(self) -> RunResult:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            self.close()
+        finally:
+            self._thread = None
+        result = self.summary()
+        for err in self.errors:
+            result.events.append(
+                Event(0.0, "collector-error", f"{self.name}: {err}")
+            )
+        return result

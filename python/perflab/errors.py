@@ -1,0 +1,49 @@
+"""Errors that reach the user.
+
+A `UserError` is bad input (an experiment file, a CLI argument, an unreachable
+target, a missing binary): the CLI prints its message and hint and exits with
+status 2, never a traceback. Anything else is a bug and is shown as one.
+"""
+
+from __future__ import annotations
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """Bad input that the user can fix; `hint` says how."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
+
+
+class SpecError(UserError):
+    """One or more problems in an experiment file, each a dotted path with what
+    was given and what is allowed."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str = "experiment file") -> None:
+        self.problems = problems
+        lines = [f"{source}: {len(problems)} problem(s)"]
+        lines += [f"  {path}: {text}" for path, text in problems]
+        super().__init__("\n".join(lines))
+
+
+class RunFailure(Exception):
+    """A run failed (server crash, lost connection, timeout, failed check).
+
+    The runner stores the run as failed with this message and goes on with the
+    experiment. `log_tail` carries the server log's last lines when there is one.
+    """
+
+    def __init__(self, message: str, log_tail: str | None = None) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: stop now, tear everything down, keep what is stored."""

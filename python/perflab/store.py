@@ -1,0 +1,395 @@
+"""The store: one SQLite file (WAL mode) per experiment output directory.
+
+Tables follow DESIGN.md: experiment, run, metric, series, histogram, query,
+event; plus `dataset` (which data set is loaded in which target, so resumed
+experiments reuse it). A run's results are written in one transaction when it
+ends; series are written as they are sampled, in batches, by a writer thread
+with its own connection, so a crash keeps the samples up to that moment.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perflab.errors import UserError
+from perflab.model import Event, RunResult
+
+STORE_NAME = "perflab.sqlite"
+SCHEMA_VERSION = 1
+RUN_STATUSES = ("planned", "running", "done", "failed")
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE experiment (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT NOT NULL,
+    spec_text TEXT NOT NULL,          -- the experiment file as given, passwords masked
+    spec_path TEXT,
+    seed INTEGER NOT NULL,            -- the plan's seed (random order)
+    factors_json TEXT NOT NULL,       -- factor paths in file order
+    created_at TEXT NOT NULL,         -- UTC ISO 8601
+    host_json TEXT NOT NULL           -- kernel, CPU, cores, memory, versions
+);
+CREATE TABLE run (
+    id INTEGER PRIMARY KEY,           -- the run's number in the plan
+    combination INTEGER NOT NULL,
+    repetition INTEGER NOT NULL,
+    factors_json TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('planned', 'running', 'done', 'failed')),
+    attempts INTEGER NOT NULL DEFAULT 0,
+    started_at TEXT,                  -- wall time, once per run (UTC ISO 8601)
+    ended_at TEXT,
+    t0_monotonic_ns INTEGER,          -- the run's origin on CLOCK_MONOTONIC
+    seconds REAL,
+    error TEXT,
+    log_tail TEXT,
+    flags_json TEXT NOT NULL DEFAULT '[]',
+    headline_json TEXT NOT NULL DEFAULT '[]',
+    target_json TEXT                  -- target.describe(): version, effective settings, paths
+);
+CREATE TABLE metric (
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    name TEXT NOT NULL,
+    value REAL,
+    unit TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    higher_is_better INTEGER,
+    method TEXT NOT NULL DEFAULT 'measured',  -- how it was estimated, if it was
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE series (
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    source TEXT NOT NULL,
+    name TEXT NOT NULL,
+    t REAL NOT NULL,                  -- seconds since the run's t0 (monotonic)
+    value REAL
+);
+CREATE INDEX series_by_run ON series (run_id, source, name, t);
+CREATE TABLE histogram (
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    name TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    encoding TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE query (
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    stream INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    query TEXT NOT NULL,
+    seconds REAL,
+    status TEXT NOT NULL,             -- ok | error | timeout
+    text TEXT,                        -- the statement as run (parameters substituted)
+    error TEXT
+);
+CREATE INDEX query_by_run ON query (run_id, stream, seq);
+CREATE TABLE event (
+    run_id INTEGER,                   -- NULL: the experiment as a whole
+    t REAL,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE TABLE dataset (
+    target_identity TEXT PRIMARY KEY,
+    data_key TEXT NOT NULL,
+    run_id INTEGER,
+    prepared_at TEXT NOT NULL
+);
+"""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class Store:
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.dir = path.parent
+        self.conn = conn
+
+    # ------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def create(
+        cls,
+        out_dir: Path,
+        *,
+        name: str,
+        spec_text: str,
+        spec_path: str | None,
+        seed: int,
+        factors: list[str],
+        host: dict[str, Any],
+    ) -> Store:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / STORE_NAME
+        if path.exists():
+            raise UserError(
+                f"{out_dir} already holds an experiment's store; nothing was changed",
+                f"continue it with `perflab resume {out_dir}`, or choose a new --out directory",
+            )
+        conn = _connect(path)
+        with _tx(conn):
+            for stmt in SCHEMA.split(";"):
+                if stmt.strip():
+                    conn.execute(stmt)
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute(
+                "INSERT INTO experiment VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+                (name, spec_text, spec_path, seed, json.dumps(factors), utc_now(), json.dumps(host)),
+            )
+        return cls(path, conn)
+
+    @classmethod
+    def open(cls, out_dir: Path) -> Store:
+        path = Path(out_dir) / STORE_NAME
+        if not path.is_file():
+            raise UserError(
+                f"{out_dir} holds no perflab store ({STORE_NAME})",
+                "give the output directory of a `perflab run` (it printed the path)",
+            )
+        try:
+            conn = _connect(path)
+            version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{path}: not a readable perflab store: {exc}", "give a perflab output directory") from None
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            raise UserError(
+                f"{path}: store schema {version[0] if version else '?'} is not {SCHEMA_VERSION}",
+                "read it with the perflab version that wrote it",
+            )
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------ experiment
+
+    def experiment(self) -> dict[str, Any]:
+        row = self.conn.execute("SELECT * FROM experiment").fetchone()
+        d = dict(row)
+        d["host"] = json.loads(d.pop("host_json"))
+        d["factors"] = json.loads(d.pop("factors_json"))
+        return d
+
+    def add_plan(self, runs: list[Any]) -> None:
+        with _tx(self.conn):
+            self.conn.executemany(
+                "INSERT INTO run (id, combination, repetition, factors_json, status) VALUES (?, ?, ?, ?, 'planned')",
+                [(r.number, r.combination, r.repetition, json.dumps(r.factors)) for r in runs],
+            )
+
+    # ------------------------------------------------------------ runs
+
+    def runs(self) -> list[dict[str, Any]]:
+        out = []
+        for row in self.conn.execute("SELECT * FROM run ORDER BY id"):
+            d = dict(row)
+            d["factors"] = json.loads(d.pop("factors_json"))
+            d["flags"] = json.loads(d.pop("flags_json"))
+            d["headline"] = json.loads(d.pop("headline_json"))
+            d["target"] = json.loads(d.pop("target_json") or "null")
+            out.append(d)
+        return out
+
+    def start_run(self, run_id: int, t0_ns: int) -> None:
+        """Mark a run running. A previous attempt's partial rows (a crash, an
+        interrupt) are removed first, so a run is never counted twice."""
+        with _tx(self.conn):
+            for table in ("metric", "series", "histogram", "query"):
+                self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            self.conn.execute(
+                "UPDATE run SET status='running', attempts=attempts+1, started_at=?, ended_at=NULL, "
+                "t0_monotonic_ns=?, seconds=NULL, error=NULL, log_tail=NULL, flags_json='[]' WHERE id=?",
+                (utc_now(), t0_ns, run_id),
+            )
+
+    def interrupt_run(self, run_id: int) -> None:
+        """An interrupted run goes back to planned; resume runs it again."""
+        with _tx(self.conn):
+            self.conn.execute("UPDATE run SET status='planned' WHERE id=? AND status='running'", (run_id,))
+
+    def recover(self) -> list[int]:
+        """Runs left 'running' by a perflab that died: back to planned."""
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM run WHERE status='running'")]
+        with _tx(self.conn):
+            for run_id in ids:
+                self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
+                self._event(run_id, None, "resumed", "the previous attempt was interrupted; the run is run again")
+        return ids
+
+    def finish_run(
+        self,
+        run_id: int,
+        result: RunResult,
+        *,
+        status: str,
+        seconds: float,
+        target: dict[str, Any] | None,
+        error: str | None = None,
+        log_tail: str | None = None,
+    ) -> None:
+        assert status in ("done", "failed")
+        with _tx(self.conn):
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO metric VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (run_id, m.name, m.value, m.unit, m.description,
+                     None if m.higher_is_better is None else int(m.higher_is_better), m.method)
+                    for m in result.metrics.values()
+                ],
+            )
+            self.conn.executemany(
+                "INSERT INTO series VALUES (?, ?, ?, ?, ?)",
+                [(run_id, s.source, s.name, s.t, s.value) for s in result.series],
+            )
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO histogram VALUES (?, ?, ?, ?, ?)",
+                [(run_id, h.name, h.unit, h.encoding, h.data) for h in result.histograms],
+            )
+            self.conn.executemany(
+                "INSERT INTO query VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error) for q in result.queries],
+            )
+            for ev in result.events:
+                self._event(run_id, ev.t, ev.kind, ev.message)
+            self.conn.execute(
+                "UPDATE run SET status=?, ended_at=?, seconds=?, error=?, log_tail=?, flags_json=?, "
+                "headline_json=?, target_json=? WHERE id=?",
+                (status, utc_now(), seconds, error, log_tail, json.dumps(result.flags),
+                 json.dumps(result.headline), json.dumps(target, default=str), run_id),
+            )
+
+    # ------------------------------------------------------------ events, datasets
+
+    def _event(self, run_id: int | None, t: float | None, kind: str, message: str) -> None:
+        self.conn.execute("INSERT INTO event VALUES (?, ?, ?, ?, ?)", (run_id, t, utc_now(), kind, message))
+
+    def add_event(self, run_id: int | None, event: Event | None = None, *, kind: str = "", message: str = "") -> None:
+        with _tx(self.conn):
+            if event is not None:
+                self._event(run_id, event.t, event.kind, event.message)
+            else:
+                self._event(run_id, None, kind, message)
+
+    def dataset(self, target_identity: str) -> str | None:
+        row = self.conn.execute("SELECT data_key FROM dataset WHERE target_identity=?", (target_identity,)).fetchone()
+        return row[0] if row else None
+
+    def set_dataset(self, target_identity: str, data_key: str | None, run_id: int | None) -> None:
+        with _tx(self.conn):
+            if data_key is None:
+                self.conn.execute("DELETE FROM dataset WHERE target_identity=?", (target_identity,))
+            else:
+                self.conn.execute(
+                    "INSERT OR REPLACE INTO dataset VALUES (?, ?, ?, ?)", (target_identity, data_key, run_id, utc_now())
+                )
+
+    # ------------------------------------------------------------ reads
+
+    def metrics(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM metric" + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY run_id, name"
+        return [dict(r) for r in self.conn.execute(sql, () if run_id is None else (run_id,))]
+
+    def series(self, run_id: int, source: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT source, name, t, value FROM series WHERE run_id=?"
+        args: tuple[Any, ...] = (run_id,)
+        if source is not None:
+            sql += " AND source=?"
+            args += (source,)
+        return [dict(r) for r in self.conn.execute(sql + " ORDER BY source, name, t", args)]
+
+    def events(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        if run_id is None:
+            rows = self.conn.execute("SELECT * FROM event ORDER BY rowid")
+        else:
+            rows = self.conn.execute("SELECT * FROM event WHERE run_id=? ORDER BY rowid", (run_id,))
+        return [dict(r) for r in rows]
+
+    def queries(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        if run_id is None:
+            rows = self.conn.execute("SELECT * FROM query ORDER BY run_id, stream, seq")
+        else:
+            rows = self.conn.execute("SELECT * FROM query WHERE run_id=? ORDER BY stream, seq", (run_id,))
+        return [dict(r) for r in rows]
+
+    def histograms(self, run_id: int) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM histogram WHERE run_id=? ORDER BY name", (run_id,))]
+
+    def series_writer(self, run_id: int) -> SeriesWriter:
+        return SeriesWriter(self.path, run_id)
+
+
+@contextmanager
+def _tx(conn: sqlite3.Connection) -> Iterator[None]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+class SeriesWriter:
+    """Live series for one run, written in batches from a thread of its own.
+
+    Thread-safe `add()`; rows reach the store within `flush_interval_s`, so a
+    crash loses at most that much. `close()` writes the rest.
+    """
+
+    def __init__(self, store_path: Path, run_id: int, flush_interval_s: float = 1.0) -> None:
+        self.run_id = run_id
+        self._rows: list[tuple[int, str, str, float, float]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._conn = _connect(store_path)
+        self._interval = flush_interval_s
+        self._thread = threading.Thread(target=self._loop, name="series-writer", daemon=True)
+        self._thread.start()
+        self.written = 0
+
+    def add(self, source: str, name: str, t: float, value: float) -> None:
+        with self._lock:
+            self._rows.append((self.run_id, source, name, t, value))
+
+    def _flush(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        if rows:
+            with _tx(self._conn):
+                self._conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?, ?)", rows)
+            self.written += len(rows)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._flush()
+            except sqlite3.Error:  # retried at the next tick; close() raises
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._flush()
+        self._conn.close()

@@ -1,0 +1,102 @@
+"""The Target interface: how a system under test is provisioned, configured,
+reached and torn down."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from perflab.settings_model import StrictModel
+
+
+class TargetSettings(StrictModel):
+    kind: str
+
+
+@dataclass
+class Endpoint(abc.ABC):
+    """How a workload reaches a provisioned target.
+
+    `dialect` names the SQL dialect ("postgres", "duckdb"); `read_only` is set
+    when perflab may not write to it (an external database without
+    allow_destructive), and then every session it opens is read-only.
+    `fresh` is true when the target's data was created anew by this provision,
+    so any data prepared earlier is gone.
+    """
+
+    dialect: str
+    read_only: bool = False
+    fresh: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @abc.abstractmethod
+    def connect(self) -> Any:
+        """A new DB-API connection in autocommit mode."""
+
+    @abc.abstractmethod
+    def display(self) -> str:
+        """Where it is, with any password masked."""
+
+
+class Target(abc.ABC):
+    """A system under test. The runner keeps one alive across runs while its
+    `identity` is unchanged and calls `reconfigure` with each run's settings."""
+
+    Settings: ClassVar[type[TargetSettings]]
+    description: ClassVar[str] = ""
+
+    def __init__(self, settings: Any, workdir: Path) -> None:
+        self.settings = settings
+        self.workdir = workdir
+
+    @classmethod
+    def identity(cls, settings: Any) -> str:
+        """Settings that define *which* system this is; runs with the same
+        identity share one provisioned target. Default: everything."""
+        return settings.model_dump_json()
+
+    @classmethod
+    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+        """Problems (dotted path, text) with running `workload` on this target,
+        found before anything starts. Default: none."""
+        return []
+
+    @abc.abstractmethod
+    def provision(self) -> Endpoint:
+        """Make the target reachable with `self.settings`."""
+
+    @abc.abstractmethod
+    def reconfigure(self, settings: Any) -> bool:
+        """Apply a run's settings; return True when the server was restarted."""
+
+    @abc.abstractmethod
+    def teardown(self) -> None:
+        """Stop whatever this target started. Safe to call twice."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Version, effective settings, pids, paths: stored with every run."""
+
+    def begin_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
+        """Called before each run (e.g. to mark where the run's server log starts)."""
+
+    def end_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
+        """Called after each run, failed or not (e.g. to keep the run's server log)."""
+
+    def log_tail(self, lines: int = 40) -> str | None:
+        """The server log's last lines, for a failed run's record."""
+        return None
+
+    def processes(self) -> dict[int, str]:
+        """The target's processes: pid -> role, for the process collector."""
+        return {}
+
+    def data_paths(self) -> dict[str, Path]:
+        """Where the target keeps data ("data", "wal"), for the disk collector."""
+        return {}
+
+    def check_alive(self) -> str | None:
+        """None when the server is up, else what is wrong (crashed, gone)."""
+        return None

@@ -1,0 +1,10 @@
+"""Workloads: what drives a target. One module per workload, one registry line each."""
+
+from perflab.registry import Registry
+
+WORKLOADS = Registry("workload")
+WORKLOADS.register(
+    "sql",
+    "perflab.workloads.sql:SqlWorkload",
+    "given SQL statements or files: setup once, then a timed body; per-statement times",
+)

@@ -1,0 +1,91 @@
+"""The Workload interface: data set, load phase, run phase, checks, metrics."""
+
+from __future__ import annotations
+
+import abc
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from perflab.model import CheckResult, LoadResult, RunResult
+from perflab.settings_model import StrictModel
+from perflab.targets.base import Endpoint
+
+
+class WorkloadSettings(StrictModel):
+    kind: str
+
+
+class SeriesSink(abc.ABC):
+    """Where live series go as they are sampled (batched into the store)."""
+
+    @abc.abstractmethod
+    def add(self, source: str, name: str, t: float, value: float) -> None: ...
+
+
+class NullSink(SeriesSink):
+    def add(self, source: str, name: str, t: float, value: float) -> None:
+        pass
+
+
+@dataclass
+class RunContext:
+    """What a workload (and the collectors) get for one run.
+
+    `t0_ns` is the run's origin on CLOCK_MONOTONIC (time.monotonic_ns()); every
+    series timestamp is seconds since it, for driver and telemetry alike.
+    """
+
+    run_number: int
+    run_dir: Path
+    t0_ns: int
+    series: SeriesSink = field(default_factory=NullSink)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    status: Callable[[str], None] = lambda text: None
+    warn: Callable[[str], None] = lambda text: None
+
+    def now_s(self) -> float:
+        return (time.monotonic_ns() - self.t0_ns) / 1e9
+
+
+class Workload(abc.ABC):
+    Settings: ClassVar[type[WorkloadSettings]]
+    description: ClassVar[str] = ""
+    # Settings fields that define the data set: prepared data is reused across
+    # runs while these (and the target) are unchanged.
+    data_fields: ClassVar[tuple[str, ...]] = ()
+    # Target dialects this workload can drive.
+    dialects: ClassVar[tuple[str, ...]] = ("postgres",)
+    # Headline metric names, in the order `show` and the progress line print them.
+    headline: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    def data_key(self) -> str:
+        return json.dumps(
+            {"kind": self.settings.kind} | {f: getattr(self.settings, f) for f in self.data_fields},
+            sort_keys=True,
+            default=str,
+        )
+
+    def writes(self) -> bool:
+        """Whether this workload writes to the target (then an external target
+        needs allow_destructive = true)."""
+        return True
+
+    @abc.abstractmethod
+    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+        """Create and load the data set (the timed load test)."""
+
+    @abc.abstractmethod
+    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+        """Drive the target for one run."""
+
+    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
+        """Consistency checks after a run. Default: none."""
+        return CheckResult()
