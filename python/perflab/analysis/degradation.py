@@ -1,0 +1,241 @@
+"""Degradation over repeated runs in order (durability mode). Pure functions.
+
+The model is OSDL's DBT-3 durability table: for runs 1..n of one combination,
+the metric and its change from the first run in percent (-0.58%, -4.33%, ...).
+A change is only called real when a test says so:
+
+- a trend: the ordinary least-squares slope of the metric against the run
+  number, with its Student t confidence interval (Montgomery & Runger sec. 11.4);
+- change points: E-divisive (Matteson & James 2014, "A Nonparametric Approach
+  for Multiple Change Point Analysis of Multivariate Data", JASA 109:505), as
+  Apache Otava (formerly Hunter, DataStax) and MongoDB's signal processing
+  use it on performance histories: the split that maximises the divergence in
+  the energy distance between the two sides, accepted when a permutation test
+  gives p below the level, then applied again to each side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perflab.analysis.stats import CONFIDENCE, DEFAULT_SEED, t_cdf, t_ppf
+
+SIGNIFICANCE = 0.05
+# Permutations per change point test; p can go as low as 1/(R+1) = 0.005.
+PERMUTATIONS = 199
+# Matteson & James use alpha in (0, 2); alpha = 1 (plain absolute distance) is
+# their and Otava's default.
+ENERGY_ALPHA = 1.0
+# Fewest values each side of a change point (Otava's default window is larger;
+# durability studies have few runs, so two per side is the least that has a spread).
+MIN_SEGMENT = 2
+
+
+def change_from_first_pct(values: Sequence[float]) -> list[float]:
+    """Each value's change from the first, in percent of the first (OSDL's column)."""
+    if not values:
+        return []
+    first = values[0]
+    if first == 0:
+        return [math.nan for _ in values]
+    return [(v - first) / abs(first) * 100.0 for v in values]
+
+
+@dataclass(frozen=True)
+class Trend:
+    """OLS fit y = intercept + slope * x with the slope's CI and two-sided p-value."""
+
+    slope: float
+    intercept: float
+    slope_low: float
+    slope_high: float
+    p_value: float
+    confidence: float
+    n: int
+    method: str = "OLS slope, Student t interval (n-2 df)"
+
+    @property
+    def significant(self) -> bool:
+        return math.isfinite(self.slope_low) and not (self.slope_low <= 0.0 <= self.slope_high)
+
+
+def ols_trend(y: Sequence[float], x: Sequence[float] | None = None, confidence: float = CONFIDENCE) -> Trend:
+    """Least-squares slope with its t interval; x defaults to 1..n (run numbers)."""
+    ys = np.asarray(y, dtype=float)
+    xs = np.arange(1, len(ys) + 1, dtype=float) if x is None else np.asarray(x, dtype=float)
+    n = len(ys)
+    if n < 2:
+        raise ValueError("a trend needs two values")
+    x_mean, y_mean = xs.mean(), ys.mean()
+    sxx = float(((xs - x_mean) ** 2).sum())
+    if sxx == 0:
+        raise ValueError("x has no spread")
+    slope = float(((xs - x_mean) * (ys - y_mean)).sum()) / sxx
+    intercept = float(y_mean - slope * x_mean)
+    if n < 3:
+        return Trend(slope, intercept, math.nan, math.nan, math.nan, confidence, n)
+    residuals = ys - (intercept + slope * xs)
+    s2 = float((residuals**2).sum()) / (n - 2)
+    se = math.sqrt(s2 / sxx)
+    if se == 0:
+        p = 0.0 if slope != 0 else 1.0
+        return Trend(slope, intercept, slope, slope, p, confidence, n)
+    half = t_ppf((1.0 + confidence) / 2.0, n - 2) * se
+    t_stat = slope / se
+    p = 2.0 * (1.0 - t_cdf(abs(t_stat), n - 2))
+    return Trend(slope, intercept, slope - half, slope + half, p, confidence, n)
+
+
+# --------------------------------------------------------------------- E-divisive
+
+
+def _best_split(d: np.ndarray, min_segment: int) -> tuple[int, float]:
+    """The split tau of one segment (distance matrix d, L x L) maximising
+    Q(tau, kappa) = m k / (m + k) * (2/(m k) S_xy - S_xx / C(m,2) - S_yy / C(k,2))
+    over tau and kappa, with X = [0, tau) (m values) and Y = [tau, kappa)
+    (k values): Matteson & James (2014) eq. 3 and 4. Sums come from one 2-D
+    prefix sum of d, so a segment costs O(L^2)."""
+    length = d.shape[0]
+    prefix = np.zeros((length + 1, length + 1))
+    prefix[1:, 1:] = d.cumsum(axis=0).cumsum(axis=1)
+    taus = np.arange(min_segment, length - min_segment + 1)
+    if len(taus) == 0:
+        return -1, -math.inf
+    kappas = np.arange(2 * min_segment, length + 1)
+    tau, kappa = np.meshgrid(taus, kappas, indexing="ij")
+    valid = kappa - tau >= min_segment
+    tau, kappa = tau[valid], kappa[valid]
+    s_xx = prefix[tau, tau]  # each unordered pair of X counted twice
+    s_cross = prefix[tau, kappa] - s_xx  # X x Y
+    s_yy = prefix[kappa, kappa] - s_xx - 2 * s_cross
+    m = tau.astype(float)
+    k = (kappa - tau).astype(float)
+    # sum_{i<j} / C(m,2) = s_xx / (m (m-1)), since s_xx holds each pair twice
+    within_x = s_xx / (m * (m - 1))
+    within_y = s_yy / (k * (k - 1))
+    between = s_cross / (m * k)
+    q = m * k / (m + k) * (2.0 * between - within_x - within_y)
+    best = int(np.argmax(q))
+    return int(tau[best]), float(q[best])
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    index: int  # first value after the change (0-based)
+    p_value: float
+    statistic: float
+    mean_before: float
+    mean_after: float
+
+    @property
+    def change_pct(self) -> float:
+        if self.mean_before == 0:
+            return math.nan
+        return (self.mean_after - self.mean_before) / abs(self.mean_before) * 100.0
+
+
+def change_points(
+    values: Sequence[float],
+    significance: float = SIGNIFICANCE,
+    permutations: int = PERMUTATIONS,
+    min_segment: int = MIN_SEGMENT,
+    seed: int = DEFAULT_SEED,
+) -> list[ChangePoint]:
+    """E-divisive change points, hierarchically: the best split over all current
+    segments is tested by permuting its segment (p = (1 + #{Q_perm >= Q}) / (R + 1));
+    if p < significance it is kept and its two sides become segments; the
+    search stops at the first split that is not significant."""
+    x = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    bounds = [0, len(x)]
+    found: list[ChangePoint] = []
+    tested: dict[tuple[int, int], tuple[int, float]] = {}
+    while True:
+        candidates = []
+        for start, end in zip(bounds, bounds[1:], strict=False):
+            if (start, end) not in tested:
+                seg = x[start:end]
+                d = np.abs(seg[:, None] - seg[None, :]) ** ENERGY_ALPHA
+                tested[(start, end)] = _best_split(d, min_segment)
+            tau, q = tested[(start, end)]
+            if tau > 0:
+                candidates.append((q, start, end, tau))
+        if not candidates:
+            break
+        q, start, end, tau = max(candidates)
+        seg = x[start:end]
+        exceed = 0
+        for _ in range(permutations):
+            perm = rng.permutation(seg)
+            d = np.abs(perm[:, None] - perm[None, :]) ** ENERGY_ALPHA
+            if _best_split(d, min_segment)[1] >= q:
+                exceed += 1
+        p = (1 + exceed) / (permutations + 1)
+        if p >= significance:
+            break
+        cut = start + tau
+        found.append(
+            ChangePoint(cut, p, q, float(x[start:cut].mean()), float(x[cut:end].mean()))
+        )
+        bounds = sorted(bounds + [cut])
+    return sorted(found, key=lambda c: c.index)
+
+
+# --------------------------------------------------------------------- verdict
+
+
+@dataclass
+class Degradation:
+    """The durability table of one combination and one metric, and the verdict."""
+
+    values: list[float]
+    change_pct: list[float]
+    trend: Trend | None
+    change_points: list[ChangePoint] = field(default_factory=list)
+    higher_is_better: bool | None = None
+    verdict: str = ""
+
+
+def assess(
+    values: Sequence[float],
+    higher_is_better: bool | None,
+    significance: float = SIGNIFICANCE,
+    seed: int = DEFAULT_SEED,
+) -> Degradation:
+    """Change from the first run, the trend and the change points, and a one-line
+    verdict that says whether the metric really got worse."""
+    vals = [float(v) for v in values]
+    trend = ols_trend(vals) if len(vals) >= 3 else None
+    cps = change_points(vals, significance=significance, seed=seed) if len(vals) >= 2 * MIN_SEGMENT else []
+    result = Degradation(vals, change_from_first_pct(vals), trend, cps, higher_is_better)
+    result.verdict = _verdict(result, significance)
+    return result
+
+
+def _worse(delta: float, higher_is_better: bool | None) -> bool | None:
+    if higher_is_better is None or delta == 0:
+        return None
+    return (delta < 0) if higher_is_better else (delta > 0)
+
+
+def _verdict(d: Degradation, significance: float) -> str:
+    if d.trend is None:
+        return f"too few runs for a trend test ({len(d.values)}; need 3)"
+    parts = []
+    if d.trend.significant:
+        worse = _worse(d.trend.slope, d.higher_is_better)
+        direction = {True: "degrades", False: "improves", None: "changes"}[worse]
+        parts.append(f"{direction} by trend (slope CI excludes 0, p={d.trend.p_value:.3g})")
+    for cp in d.change_points:
+        worse = _worse(cp.mean_after - cp.mean_before, d.higher_is_better)
+        word = {True: "drop", False: "rise", None: "shift"}[worse]
+        if d.higher_is_better is False:
+            word = {True: "rise (worse)", False: "drop (better)", None: "shift"}[worse]
+        parts.append(f"{word} of {cp.change_pct:+.2f}% at run {cp.index + 1} (p={cp.p_value:.3f})")
+    if not parts:
+        return f"no significant change (trend p={d.trend.p_value:.3g}; no change point at p<{significance})"
+    return "; ".join(parts)
