@@ -83,7 +83,7 @@ class Experiment:
 
     def combinations(self) -> list[dict[str, Any]]:
         keys = list(self.factors)
-        return [dict(zip(keys, values)) for values in itertools.product(*self.factors.values())]
+        return [dict(zip(keys, values, strict=True)) for values in itertools.product(*self.factors.values())]
 
 
 # ---------------------------------------------------------------- formatting

@@ -224,6 +224,10 @@ class Store:
                 (utc_now(), t0_ns, run_id),
             )
 
+    def set_t0(self, run_id: int, t0_ns: int) -> None:
+        with _tx(self.conn):
+            self.conn.execute("UPDATE run SET t0_monotonic_ns=? WHERE id=?", (t0_ns, run_id))
+
     def interrupt_run(self, run_id: int) -> None:
         """An interrupted run goes back to planned; resume runs it again."""
         with _tx(self.conn):

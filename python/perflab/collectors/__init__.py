@@ -3,3 +3,8 @@
 from perflab.registry import Registry
 
 COLLECTORS = Registry("collector")
+COLLECTORS.register("vmstat", "perflab.collectors.vmstat:VmstatCollector", "CPU, memory, swap, bi/bo, interrupts, context switches (as vmstat)")
+COLLECTORS.register("diskstats", "perflab.collectors.diskstats:DiskstatsCollector", "per-device IOPS, KiB/s, await, aqu-sz, %util (as iostat -x)")
+COLLECTORS.register("process", "perflab.collectors.process:ProcessCollector", "CPU, memory and I/O of the server's processes by role, and of perflab")
+COLLECTORS.register("pgstat", "perflab.collectors.pgstat:PgstatCollector", "PostgreSQL statistics views per interval and sampled wait events")
+COLLECTORS.register("energy", "perflab.collectors.energy:EnergyCollector", "joules and watts from RAPL, or estimated from CPU use and TDP")

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from perflab.model import Event, RunResult
+from perflab.model import Event, Metric, RunResult
 from perflab.settings_model import StrictModel
 from perflab.targets.base import Endpoint, Target
 from perflab.units import Duration
@@ -63,13 +63,24 @@ class Collector(abc.ABC):
     def stop(self) -> RunResult:
         """Stop sampling; return summary metrics (series went to the sink)."""
 
+    def derive(self, all_metrics: dict[str, Metric]) -> dict[str, Metric]:
+        """Metrics derived from the run's merged metrics (the workload's and
+        every collector's), e.g. joules per transaction. The runner calls it
+        for each collector after merging; default: none."""
+        return {}
+
 
 class SamplingCollector(Collector):
     """A collector that calls `sample()` every `interval` seconds on a thread.
 
     Subclasses implement `open(ctx)` (raise CollectorUnavailable if they can't
     work), `sample() -> dict[name, value]` and optionally `summary()`.
-    Samples are timestamped on the run's clock at the moment they are read.
+    Samples are timestamped on the run's clock at the moment reading starts;
+    a rate is the delta since the previous sample over that interval, so its
+    point at `t` covers the interval that ends at `t`. `tick_s()` may be
+    shorter than the interval (pgstat samples wait events at 10 Hz and its
+    views every second); `sample()` then returns {} on ticks with nothing due.
+    The sampling thread's own CPU time is reported as `<name>.sampling_cpu_s`.
     """
 
     def __init__(self, name: str, settings: Any) -> None:
@@ -79,6 +90,7 @@ class SamplingCollector(Collector):
         self._ctx: CollectorContext | None = None
         self.samples = 0
         self.errors: list[str] = []
+        self.sampling_cpu_s = 0.0
 
     def open(self, ctx: CollectorContext) -> None:  # noqa: B027 - optional hook
         pass
@@ -92,6 +104,10 @@ class SamplingCollector(Collector):
     def summary(self) -> RunResult:
         return RunResult()
 
+    def tick_s(self) -> float:
+        """Seconds between calls of `sample()`; default: the interval."""
+        return float(self.settings.interval)
+
     def start(self, ctx: CollectorContext) -> None:
         self._ctx = ctx
         self.open(ctx)
@@ -102,19 +118,21 @@ class SamplingCollector(Collector):
     def _loop(self) -> None:
         assert self._ctx is not None
         ctx = self._ctx.run
-        interval_ns = int(self.settings.interval * 1e9)
+        interval_ns = int(self.tick_s() * 1e9)
         next_ns = time.monotonic_ns()
+        cpu_start_s = time.thread_time()
         while not self._stop.is_set():
+            t = ctx.now_s()
             try:
                 values = self.sample()
             except Exception as exc:  # a broken sample must never stop the run
                 if len(self.errors) < 5:
                     self.errors.append(f"{type(exc).__name__}: {exc}")
                 values = {}
-            t = ctx.now_s()
             for key, value in values.items():
                 ctx.series.add(self.name, key, t, value)
             self.samples += 1
+            self.sampling_cpu_s = time.thread_time() - cpu_start_s
             next_ns += interval_ns
             delay = (next_ns - time.monotonic_ns()) / 1e9
             if delay < 0:  # fell behind: skip missed ticks rather than burst
@@ -131,6 +149,13 @@ class SamplingCollector(Collector):
         finally:
             self._thread = None
         result = self.summary()
+        result.add_metric(
+            f"{self.name}.sampling_cpu_s",
+            self.sampling_cpu_s,
+            "s",
+            f"CPU time of the {self.name} collector's sampling thread ({self.samples} ticks)",
+            higher_is_better=False,
+        )
         for err in self.errors:
             result.events.append(
                 Event(0.0, "collector-error", f"{self.name}: {err}")

@@ -46,6 +46,8 @@ class Target(abc.ABC):
 
     Settings: ClassVar[type[TargetSettings]]
     description: ClassVar[str] = ""
+    # The SQL dialect its endpoints speak; workloads list the dialects they drive.
+    dialect: ClassVar[str]
 
     def __init__(self, settings: Any, workdir: Path) -> None:
         self.settings = settings

@@ -43,6 +43,8 @@ class RunContext:
     run_number: int
     run_dir: Path
     t0_ns: int
+    # Relative paths in the experiment file are relative to its directory.
+    base_dir: Path = field(default_factory=Path.cwd)
     series: SeriesSink = field(default_factory=NullSink)
     cancel: threading.Event = field(default_factory=threading.Event)
     status: Callable[[str], None] = lambda text: None

@@ -1,0 +1,720 @@
+"""PostgreSQL, managed or external.
+
+Managed (no `dsn`): perflab finds the binaries, runs initdb into the output
+directory (or `storage.data_dir`), writes the run's settings to an included
+`perflab.conf`, and starts the server on a unix socket in a private 0700
+directory (TCP on 127.0.0.1 and a free port only with `listen = "tcp"`). A run
+whose settings differ from the running server's restarts it; `restart =
+"always"` restarts before every run. PostgreSQL refuses to run as root, so
+when perflab runs as root the server runs as `run_as` (default `nobody`).
+
+External (`dsn`): perflab only connects. Nothing is created or dropped, and
+every session is read-only, unless `allow_destructive = true`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from perflab.errors import RunFailure, UserError
+from perflab.secrets import mask_secrets
+from perflab.settings_model import StrictModel
+from perflab.targets.base import Endpoint, Target, TargetSettings
+from perflab.units import Duration
+
+SUPERUSER = "perflab"
+DEFAULT_RUN_AS = "nobody"
+# Written into the data directory by perflab's initdb: a cluster without it
+# was not made by perflab, and perflab will not touch it.
+CREATED_MARK = "perflab-created"
+PIDFILE = "perflab-target.json"
+SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+# Settings perflab sets itself to reach the server; a user value would break that.
+RESERVED_SETTINGS = ("port", "listen_addresses", "unix_socket_directories", "unix_socket_permissions")
+
+SettingValue = str | int | float | bool
+
+
+class Storage(StrictModel):
+    data_dir: str | None = None
+    wal_dir: str | None = None
+
+
+class PostgresSettings(TargetSettings):
+    kind: Literal["postgres"]
+    dsn: str | None = None
+    allow_destructive: bool = False
+    bin_dir: str | None = None
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    storage: Storage = Field(default_factory=Storage)
+    restart: Literal["on-change", "always"] = "on-change"
+    listen: Literal["unix", "tcp"] = "unix"
+    database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    run_as: str | None = None
+    start_timeout: Duration = Field(default=120.0, gt=0)
+
+    @field_validator("settings")
+    @classmethod
+    def _setting_names(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        for name in value:
+            if not SETTING_NAME.match(name):
+                raise ValueError(f"got setting name {name!r}; allowed: postgresql.conf names (lower case, e.g. shared_buffers)")
+            if name in RESERVED_SETTINGS:
+                raise ValueError(
+                    f"got {name!r}; perflab sets it to reach the server; allowed: any other setting "
+                    "(use `listen = \"tcp\"` for TCP)"
+                )
+        return value
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            from psycopg.conninfo import conninfo_to_dict
+
+            try:
+                conninfo_to_dict(value)
+            except Exception:
+                raise ValueError(
+                    f"got {mask_secrets(value)!r}; allowed: a libpq connection string "
+                    "(\"host=... dbname=...\" or \"postgresql://user@host/db\")"
+                ) from None
+        return value
+
+
+@dataclass(kw_only=True)
+class PostgresEndpoint(Endpoint):
+    conninfo: str
+    host: str
+    port: int
+    user: str
+    dbname: str
+    password: str | None = None
+
+    def connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
+
+    def display(self) -> str:
+        return mask_secrets(self.conninfo)
+
+
+# ------------------------------------------------------------------ binaries
+
+
+def _version_of(bin_dir: Path, user: str | None = None) -> tuple[int, ...] | None:
+    try:
+        out = subprocess.run(
+            [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, timeout=20,
+            **_as_user(user),
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d+)(?:\.(\d+))?", out)
+    return tuple(int(x) for x in m.groups() if x is not None) if m else None
+
+
+def _has_binaries(d: Path) -> bool:
+    return all((d / name).is_file() and os.access(d / name, os.X_OK) for name in ("postgres", "initdb", "pg_ctl"))
+
+
+def candidate_bin_dirs() -> list[Path]:
+    """PATH, pg_config, then /usr/lib/postgresql/*/bin; newest version first."""
+    found: list[Path] = []
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl:
+        found.append(Path(pg_ctl).resolve().parent)
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10).stdout.strip()
+            if out:
+                found.append(Path(out).resolve())
+    found += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    unique = list(dict.fromkeys(d for d in found if _has_binaries(d)))
+    unique.sort(key=lambda d: _version_of(d) or (0,), reverse=True)
+    return unique
+
+
+def pypi_bin_dir() -> Path | None:
+    """The PostgreSQL build shipped by the `pgserver` wheel (the fallback)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+    return d if _has_binaries(d) else None
+
+
+def find_bin_dir(explicit: str | None, run_as: str | None) -> Path:
+    if explicit:
+        d = Path(explicit)
+        if not _has_binaries(d):
+            raise UserError(
+                f"target.bin_dir: {d} has no postgres, initdb and pg_ctl",
+                "point target.bin_dir at a PostgreSQL bin directory, or remove it to let perflab search",
+            )
+        if _version_of(d, run_as) is None:
+            raise UserError(f"target.bin_dir: {d}/postgres does not run as user {run_as or 'this user'}",
+                            "give a bin_dir that user can read and execute")
+        return d
+    candidates = candidate_bin_dirs()
+    fallback = pypi_bin_dir()
+    if fallback:
+        candidates.append(fallback)
+    for d in candidates:
+        if run_as is None or _version_of(d, run_as) is not None:
+            return d
+    tried = ", ".join(str(d) for d in candidates) or "PATH, pg_config, /usr/lib/postgresql/*/bin, pgserver"
+    raise UserError(
+        f"no usable PostgreSQL binaries (tried: {tried})",
+        "install PostgreSQL (apt-get install postgresql, or `pip install pgserver` into perflab's venv), "
+        "or set target.bin_dir",
+    )
+
+
+# ------------------------------------------------------------------ users
+
+
+def _current_run_as(settings: PostgresSettings) -> str | None:
+    """The OS user the server runs as: None (this user) unless perflab is root."""
+    if os.geteuid() != 0:
+        if settings.run_as:
+            raise UserError("target.run_as: only meaningful when perflab runs as root", "remove target.run_as")
+        return None
+    user = settings.run_as or DEFAULT_RUN_AS
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise UserError(f"target.run_as: no OS user {user!r}", "give an existing unprivileged user") from None
+    if user == "root":
+        raise UserError("target.run_as: PostgreSQL refuses to run as root", "give an unprivileged user, e.g. nobody")
+    return user
+
+
+def _as_user(user: str | None) -> dict[str, Any]:
+    if user is None:
+        return {}
+    pw = pwd.getpwnam(user)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "cwd": "/"}
+
+
+def _reachable_by(path: Path, user: str | None) -> bool:
+    """Can `user` traverse every directory up to `path`?"""
+    if user is None:
+        return True
+    pw = pwd.getpwnam(user)
+    p = path.resolve()
+    for d in [*reversed(p.parents), p]:
+        if not d.exists():
+            break
+        st = d.stat()
+        if st.st_uid == pw.pw_uid:
+            ok = st.st_mode & 0o100
+        elif st.st_gid == pw.pw_gid:
+            ok = st.st_mode & 0o010
+        else:
+            ok = st.st_mode & 0o001
+        if not ok:
+            return False
+    return True
+
+
+def _chown(path: Path, user: str | None) -> None:
+    if user is not None:
+        pw = pwd.getpwnam(user)
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+_ROLES = (
+    ("checkpointer", "checkpointer"),
+    ("background writer", "background writer"),
+    ("walwriter", "walwriter"),
+    ("autovacuum", "autovacuum"),
+    ("logical replication", "other"),
+    ("stats collector", "other"),
+    ("archiver", "other"),
+    ("walsender", "other"),
+    ("walreceiver", "other"),
+    ("startup", "other"),
+)
+
+
+def process_role(cmdline: str) -> str:
+    """Role of a PostgreSQL child from its process title ("postgres: checkpointer");
+    backends' titles start with the user name instead."""
+    if not cmdline.startswith("postgres:"):
+        return "other"
+    title = cmdline.split(":", 1)[1].strip()
+    for needle, role in _ROLES:
+        if title.startswith(needle):
+            return role
+    return "backend"
+
+
+# ------------------------------------------------------------------ the target
+
+
+class PostgresTarget(Target):
+    Settings: ClassVar[type[TargetSettings]] = PostgresSettings
+    description: ClassVar[str] = "PostgreSQL: managed (initdb/pg_ctl by perflab) or external by dsn"
+    dialect: ClassVar[str] = "postgres"
+
+    settings: PostgresSettings
+
+    def __init__(self, settings: PostgresSettings, workdir: Path) -> None:
+        super().__init__(settings, workdir)
+        self.external = settings.dsn is not None
+        self.run_as: str | None = None
+        self.bin_dir: Path | None = None
+        self.data_dir: Path | None = None
+        self.socket_dir: Path | None = None
+        self.port: int | None = None
+        self.log_path = workdir / "server.log"
+        self.endpoint: PostgresEndpoint | None = None
+        self.running = False
+        self.started_settings: dict[str, SettingValue] | None = None
+        self._log_start = 0
+        self.notes: list[str] = []
+
+    # -------------------------------------------------------------- identity/validation
+
+    @classmethod
+    def identity(cls, settings: Any) -> str:
+        keep = settings.model_dump(exclude={"settings", "restart", "start_timeout"})
+        return json.dumps(keep, sort_keys=True)
+
+    @classmethod
+    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+        problems = []
+        if settings.dsn is not None:
+            managed_only = [k for k in ("bin_dir", "run_as") if getattr(settings, k) is not None]
+            managed_only += ["settings"] if settings.settings else []
+            managed_only += ["storage"] if settings.storage != Storage() else []
+            for key in managed_only:
+                problems.append(
+                    (f"target.{key}", "only for a managed server; an external target (dsn) is used as it is")
+                )
+            if workload.writes() and not settings.allow_destructive:
+                problems.append(
+                    (
+                        "target.allow_destructive",
+                        f"workload {workload.settings.kind!r} writes to the database, and perflab never writes "
+                        "to a database it did not create; allowed: true, to let it (tables are created and "
+                        "dropped in that database)",
+                    )
+                )
+        return problems
+
+    # -------------------------------------------------------------- provision
+
+    def provision(self) -> Endpoint:
+        if self.external:
+            return self._external_endpoint()
+        self.run_as = _current_run_as(self.settings)
+        self.bin_dir = find_bin_dir(self.settings.bin_dir, self.run_as)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._cleanup_leftover()
+        fresh = self._init_cluster()
+        self._write_conf(self.settings.settings)
+        self._start()
+        self._ensure_database()
+        self.endpoint = self._managed_endpoint(fresh)
+        return self.endpoint
+
+    def _external_endpoint(self) -> PostgresEndpoint:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        assert self.settings.dsn is not None
+        params = conninfo_to_dict(self.settings.dsn)
+        conninfo = self.settings.dsn
+        if not self.settings.allow_destructive:
+            options = (str(params.get("options", "")) + " -c default_transaction_read_only=on").strip()
+            conninfo = make_conninfo(conninfo, options=options)
+        ep = PostgresEndpoint(
+            dialect="postgres",
+            read_only=not self.settings.allow_destructive,
+            fresh=False,
+            conninfo=conninfo,
+            host=str(params.get("host", "")),
+            port=int(params.get("port", 5432) or 5432),
+            user=str(params.get("user", os.environ.get("PGUSER", ""))),
+            dbname=str(params.get("dbname", "")),
+            password=str(params["password"]) if "password" in params else None,
+        )
+        try:
+            with ep.connect() as conn:
+                conn.execute("SELECT 1")
+        except Exception as exc:
+            raise UserError(
+                f"target.dsn: cannot connect to {ep.display()}: {mask_secrets(str(exc)).strip()}",
+                "check that the server is up and the dsn (host, port, user, dbname) is right",
+            ) from None
+        self.endpoint = ep
+        return ep
+
+    def _data_dir(self) -> Path:
+        if self.settings.storage.data_dir:
+            return Path(self.settings.storage.data_dir).resolve()
+        default = self.workdir / "pgdata"
+        if _reachable_by(self.workdir, self.run_as):
+            return default
+        # Root with an output dir the server's user cannot reach (under /root,
+        # say): keep the cluster where it can, and say where.
+        digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
+        alt = Path(tempfile.gettempdir()) / f"perflab-{digest}" / "pgdata"
+        self.notes.append(
+            f"the output directory is not reachable by user {self.run_as}; the data directory is {alt}"
+        )
+        return alt
+
+    def _pg(self, args: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+        assert self.bin_dir is not None
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+        for var in ("PGDATA", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGOPTIONS"):
+            env.pop(var, None)
+        proc = subprocess.run(
+            [str(self.bin_dir / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout, env=env,
+            **_as_user(self.run_as),
+        )
+        if check and proc.returncode != 0:
+            raise UserError(
+                f"{args[0]} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}",
+                f"see {self.log_path} and the message above",
+            )
+        return proc
+
+    def _cleanup_leftover(self) -> None:
+        """A perflab that was killed leaves its server running: stop it."""
+        record = self.workdir / PIDFILE
+        if not record.exists():
+            return
+        try:
+            info = json.loads(record.read_text())
+        except (OSError, ValueError):
+            record.unlink(missing_ok=True)
+            return
+        data_dir = Path(info.get("data_dir", ""))
+        pid = int(info.get("postmaster_pid") or 0)
+        pidfile = data_dir / "postmaster.pid"
+        if pidfile.exists():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(pidfile.read_text().split()[0])
+        if pid and _pid_alive(pid) and "postgres" in _cmdline(pid):
+            self.notes.append(f"stopped a server left running by an earlier perflab (pid {pid})")
+            self.data_dir = data_dir
+            self._stop_server(pid)
+        if info.get("socket_dir"):
+            shutil.rmtree(info["socket_dir"], ignore_errors=True)
+        record.unlink(missing_ok=True)
+
+    def _init_cluster(self) -> bool:
+        self.data_dir = data_dir = self._data_dir()
+        if (data_dir / "PG_VERSION").exists():
+            if not (data_dir / CREATED_MARK).exists():
+                raise UserError(
+                    f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will not touch it",
+                    "give target.storage.data_dir an empty or new directory",
+                )
+            return False
+        if data_dir.exists() and any(data_dir.iterdir()):
+            raise UserError(
+                f"{data_dir} is not empty and is not a perflab cluster; nothing was changed",
+                "give target.storage.data_dir an empty or new directory",
+            )
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if not _reachable_by(data_dir.parent, self.run_as):
+            raise UserError(
+                f"{data_dir.parent} is not reachable by user {self.run_as}, who runs the server",
+                "choose a target.storage.data_dir that user can reach, or run perflab as a non-root user",
+            )
+        data_dir.mkdir(mode=0o700, exist_ok=True)
+        _chown(data_dir, self.run_as)
+        args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
+                "--locale=C", "--no-sync"]
+        if self.settings.storage.wal_dir:
+            wal = Path(self.settings.storage.wal_dir).resolve()
+            if wal.exists() and any(wal.iterdir()):
+                raise UserError(f"target.storage.wal_dir: {wal} is not empty", "give an empty or new directory")
+            wal.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _chown(wal, self.run_as)
+            args += ["-X", str(wal)]
+        proc = self._pg(args, timeout=300)
+        (self.workdir / "initdb.log").write_text(proc.stdout + proc.stderr)
+        (data_dir / CREATED_MARK).write_text("created by perflab initdb; perflab may drop and recreate it\n")
+        with (data_dir / "postgresql.conf").open("a") as f:
+            f.write("\n# perflab: the run's settings\ninclude 'perflab.conf'\n")
+        return True
+
+    def _write_conf(self, settings: dict[str, SettingValue]) -> None:
+        assert self.data_dir is not None
+        if self.socket_dir is None:
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="perflab-pg-"))
+            os.chmod(self.socket_dir, 0o700)
+            _chown(self.socket_dir, self.run_as)
+        if self.port is None:
+            self.port = _free_port() if self.settings.listen == "tcp" else 5432
+        lines = [
+            "# written by perflab for each run; do not edit",
+            f"port = {self.port}",
+            f"listen_addresses = '{'127.0.0.1' if self.settings.listen == 'tcp' else ''}'",
+            f"unix_socket_directories = '{self.socket_dir}'",
+            "unix_socket_permissions = 0700",
+            "logging_collector = off",
+        ]
+        for name, value in settings.items():
+            lines.append(f"{name} = {_conf_value(value)}")
+        conf = self.data_dir / "perflab.conf"
+        conf.write_text("\n".join(lines) + "\n")
+        _chown(conf, self.run_as)
+
+    def _start(self) -> None:
+        assert self.data_dir is not None
+        if not self.log_path.exists():
+            self.log_path.touch()
+        _chown(self.log_path, self.run_as)
+        if not _reachable_by(self.log_path.parent, self.run_as):
+            # The log must be writable by the server's user; keep it beside the data.
+            self.log_path = self.data_dir.parent / "server.log"
+            self.log_path.touch()
+            _chown(self.log_path, self.run_as)
+        timeout = int(self.settings.start_timeout)
+        proc = self._pg(
+            ["pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", str(timeout)],
+            timeout=timeout + 30, check=False,
+        )
+        if proc.returncode != 0:
+            # One run's settings may be impossible (shared_buffers too large, say):
+            # that run fails, with the server's own words, and the others go on.
+            raise RunFailure(
+                f"PostgreSQL did not start: {(proc.stderr or proc.stdout).strip()[-500:]}",
+                log_tail=self.log_tail(40),
+            )
+        self.running = True
+        self.started_settings = dict(self.settings.settings)
+        (self.workdir / PIDFILE).write_text(
+            json.dumps(
+                {
+                    "postmaster_pid": self.postmaster_pid(),
+                    "data_dir": str(self.data_dir),
+                    "socket_dir": str(self.socket_dir),
+                    "perflab_pid": os.getpid(),
+                }
+            )
+        )
+
+    def _managed_endpoint(self, fresh: bool) -> PostgresEndpoint:
+        from psycopg.conninfo import make_conninfo
+
+        assert self.port is not None and self.socket_dir is not None
+        host = "127.0.0.1" if self.settings.listen == "tcp" else str(self.socket_dir)
+        conninfo = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname=self.settings.database)
+        return PostgresEndpoint(
+            dialect="postgres", read_only=False, fresh=fresh, conninfo=conninfo, host=host,
+            port=self.port, user=SUPERUSER, dbname=self.settings.database,
+        )
+
+    def _ensure_database(self) -> None:
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        assert self.port is not None
+        host = "127.0.0.1" if self.settings.listen == "tcp" else str(self.socket_dir)
+        admin = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname="postgres")
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.settings.database,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{self.settings.database}"')
+
+    # -------------------------------------------------------------- per run
+
+    def reconfigure(self, settings: Any) -> bool:
+        if self.external:
+            return False
+        self.settings = settings
+        restart = settings.restart == "always" or settings.settings != self.started_settings
+        alive = self.check_alive()
+        if not restart and alive is None:
+            return False
+        self._write_conf(settings.settings)
+        if alive is None:
+            self._stop_server(self.postmaster_pid())
+        self._start()
+        if self.endpoint is not None:
+            self.endpoint.fresh = False
+        return True
+
+    def begin_run(self, run_dir: Path) -> None:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+
+    def end_run(self, run_dir: Path) -> None:
+        if self.external or not self.log_path.exists():
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("rb") as src, (run_dir / "server.log").open("wb") as dst:
+            src.seek(self._log_start)
+            shutil.copyfileobj(src, dst)
+
+    def log_tail(self, lines: int = 40) -> str | None:
+        if self.external or not self.log_path.exists():
+            return None
+        with self.log_path.open("rb") as f:
+            f.seek(max(self._log_start, f.seek(0, os.SEEK_END) - 64 * 1024))
+            text = f.read().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -------------------------------------------------------------- state
+
+    def postmaster_pid(self) -> int | None:
+        if self.data_dir is None:
+            return None
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def check_alive(self) -> str | None:
+        if self.external:
+            return None
+        pid = self.postmaster_pid()
+        if not self.running or pid is None or not _pid_alive(pid):
+            return "the PostgreSQL server is not running (it crashed or was stopped)"
+        return None
+
+    def processes(self) -> dict[int, str]:
+        pid = self.postmaster_pid()
+        if self.external or pid is None or not _pid_alive(pid):
+            return {}
+        roles = {pid: "postmaster"}
+        for child in _children(pid):
+            roles[child] = process_role(_cmdline(child))
+        return roles
+
+    def data_paths(self) -> dict[str, Path]:
+        if self.data_dir is None:
+            return {}
+        wal = self.data_dir / "pg_wal"
+        return {"data": self.data_dir, "wal": wal.resolve() if wal.exists() else wal}
+
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"kind": "postgres", "managed": not self.external}
+        if self.endpoint is not None:
+            info["endpoint"] = self.endpoint.display()
+        if not self.external:
+            info.update(
+                bin_dir=str(self.bin_dir), data_dir=str(self.data_dir), run_as=self.run_as,
+                wal_dir=str(self.data_paths().get("wal")), postmaster_pid=self.postmaster_pid(),
+                requested_settings=self.settings.settings, restart=self.settings.restart,
+            )
+        if self.notes:
+            info["notes"] = list(self.notes)
+        if self.endpoint is None:
+            return info
+        try:
+            with self.endpoint.connect() as conn:
+                info["version"] = conn.execute("SELECT version()").fetchone()[0]
+                info["server_version_num"] = int(conn.execute("SHOW server_version_num").fetchone()[0])
+                rows = conn.execute(
+                    "SELECT name, current_setting(name) FROM pg_settings "
+                    "WHERE source NOT IN ('default', 'override', 'client', 'session') ORDER BY name"
+                ).fetchall()
+                info["effective_settings"] = dict(rows)
+                key = ("shared_buffers", "work_mem", "max_connections", "fsync", "synchronous_commit",
+                       "wal_level", "max_wal_size", "checkpoint_timeout")
+                info["key_settings"] = {
+                    k: conn.execute(f"SHOW {k}").fetchone()[0] for k in key
+                }
+        except Exception as exc:  # describing must never fail a run
+            info["describe_error"] = mask_secrets(str(exc))
+        return info
+
+    # -------------------------------------------------------------- teardown
+
+    def _stop_server(self, pid: int | None) -> None:
+        if self.data_dir is not None and (self.data_dir / "postmaster.pid").exists():
+            proc = self._pg(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60"],
+                            timeout=90, check=False)
+            if proc.returncode == 0:
+                return
+        if pid and _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGQUIT)  # immediate shutdown
+            deadline = time.monotonic() + 10
+            while _pid_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def teardown(self) -> None:
+        if self.external:
+            return
+        if self.running or self.postmaster_pid():
+            pid = self.postmaster_pid()
+            if pid is not None and _pid_alive(pid):
+                self._stop_server(pid)
+        self.running = False
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            self.socket_dir = None
+        (self.workdir / PIDFILE).unlink(missing_ok=True)
+
+
+def _conf_value(value: SettingValue) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
