@@ -1,0 +1,288 @@
+"""pgstat: PostgreSQL's cumulative statistics per interval, and sampled wait events.
+
+Every `interval` it reads, on a connection of its own, whichever of these the
+server has: pg_stat_database (the workload's database), pg_stat_bgwriter,
+pg_stat_checkpointer (17+), pg_stat_wal (14+) and pg_stat_io (16+, summed per
+backend type). Every numeric column is a cumulative counter except the
+gauges below; each becomes `<view>.<column>_per_s` over the measured
+interval (columns ending in `_time` are milliseconds, so those are ms/s), and
+the run's totals become metrics `pgstat.<view>.<column>`. Columns are taken
+as the server reports them, so a new server version's columns just appear.
+
+Wait events are sampled from pg_stat_activity at `wait_event_hz` (default
+10 Hz), as Active Session History does: each sample counts the sessions that
+are not idle (client backends in a transaction or a statement, and
+background processes outside their idle main loop, wait type "Activity"), by
+wait event type and name; "CPU" when a session waits on nothing. Each
+interval's series `wait.<type>.<event>` is the mean number of such sessions.
+
+The connection goes to the maintenance database "postgres" when the
+workload uses another, so its own queries do not count in the workload
+database's commits; when it cannot, its own transactions are subtracted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+from pydantic import Field
+
+from perflab.collectors.base import (
+    CollectorContext,
+    CollectorSettings,
+    CollectorUnavailable,
+    SamplingCollector,
+)
+from perflab.model import Event, RunResult
+
+MAINTENANCE_DB = "postgres"
+GAUGES = {"numbackends", "op_bytes"}
+SKIP_COLUMNS = {"datid", "datname", "stats_reset", "backend_type", "object", "context"}
+
+WAIT_EVENTS_SQL = """
+SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, 'CPU'), count(*)
+FROM pg_stat_activity
+WHERE pid <> pg_backend_pid()
+  AND CASE WHEN backend_type = 'client backend' THEN state IS DISTINCT FROM 'idle'
+           ELSE wait_event_type IS DISTINCT FROM 'Activity' END
+GROUP BY 1, 2
+"""
+
+
+class PgstatSettings(CollectorSettings):
+    wait_event_hz: float = Field(default=10.0, ge=0, le=100, description="wait-event samples per second (0: off)")
+
+
+def _numeric(row: dict[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if k not in SKIP_COLUMNS and isinstance(v, (int, float, Decimal)) and not isinstance(v, bool)
+    }
+
+
+def _unit(column: str) -> str:
+    if column.endswith("_time"):
+        return "ms"
+    if "bytes" in column:
+        return "B"
+    return "count"
+
+
+class PgstatCollector(SamplingCollector):
+    Settings = PgstatSettings
+    description = "PostgreSQL statistics views per interval (database, bgwriter, checkpointer, WAL, I/O) and wait events"
+    default_on = True
+    default_for = ("postgres",)
+
+    def __init__(self, name: str, settings: Any) -> None:
+        super().__init__(name, settings)
+        self._conn: Any = None
+        self._views: list[tuple[str, str, tuple[Any, ...]]] = []
+        self._same_db = False
+        self._own_xacts = 0
+        self._columns: list[str] = []
+        self._notes: list[str] = []
+        self._first: dict[str, float] | None = None
+        self._last: dict[str, float] | None = None
+        self._last_t_ns = 0
+        self._next_stats_ns = 0
+        self._waits: Counter[tuple[str, str]] = Counter()
+        self._wait_ticks = 0
+        self._waits_run: Counter[tuple[str, str]] = Counter()
+        self._wait_ticks_run = 0
+        self._wait_names: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------ set-up
+
+    def _connect(self, endpoint: Any) -> Any:
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        self._same_db = getattr(endpoint, "dbname", "") == MAINTENANCE_DB
+        try:
+            if self._same_db:
+                raise psycopg.OperationalError("same database")
+            conninfo = make_conninfo(endpoint.conninfo, dbname=MAINTENANCE_DB, application_name="perflab-pgstat")
+            conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.Error:
+            self._same_db = True
+            conn = endpoint.connect()
+            conn.execute("SET application_name = 'perflab-pgstat'")
+        # sampling must never hold anything up: short timeouts, read only
+        conn.execute("SET statement_timeout = '5s'")
+        conn.execute("SET lock_timeout = '1s'")
+        conn.execute("SET default_transaction_read_only = on")
+        return conn
+
+    def open(self, ctx: CollectorContext) -> None:
+        endpoint = ctx.endpoint
+        if endpoint is None or endpoint.dialect != "postgres" or not hasattr(endpoint, "conninfo"):
+            raise CollectorUnavailable("the target is not a PostgreSQL server")
+        try:
+            self._conn = self._connect(endpoint)
+        except Exception as exc:
+            raise CollectorUnavailable(f"cannot connect to the server: {exc}") from None
+        version = self._conn.info.server_version
+        candidates: list[tuple[str, str, tuple[Any, ...]]] = [
+            ("db", "SELECT * FROM pg_stat_database WHERE datname = %s", (getattr(endpoint, "dbname", ""),)),
+            ("bgwriter", "SELECT * FROM pg_stat_bgwriter", ()),
+        ]
+        if version >= 170000:
+            candidates.append(("checkpointer", "SELECT * FROM pg_stat_checkpointer", ()))
+        if version >= 140000:
+            candidates.append(("wal", "SELECT * FROM pg_stat_wal", ()))
+        if version >= 160000:
+            candidates.append(("io", "SELECT * FROM pg_stat_io", ()))
+        self._notes = []
+        self._views = []
+        for view, sql, params in candidates:
+            try:
+                self._query(sql, params)
+                self._views.append((view, sql, params))
+            except Exception as exc:
+                self._notes.append(f"{view} not sampled: {exc}")
+        if self.settings.wait_event_hz > 0:
+            try:
+                self._query(WAIT_EVENTS_SQL, ())
+            except Exception as exc:
+                self._notes.append(f"wait events not sampled: {exc}")
+        if not self._views:
+            self.close()
+            raise CollectorUnavailable("; ".join(self._notes) or "no statistics view readable")
+        self._first = self._last = None
+        self._last_t_ns = self._next_stats_ns = 0
+        self._own_xacts = 0
+        self._waits, self._waits_run = Counter(), Counter()
+        self._wait_ticks = self._wait_ticks_run = 0
+        self._wait_names = set()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def tick_s(self) -> float:
+        hz = self.settings.wait_event_hz
+        return min(float(self.settings.interval), 1.0 / hz) if hz > 0 else float(self.settings.interval)
+
+    # ------------------------------------------------------------ sampling
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        cur = self._conn.execute(sql, params)
+        self._own_xacts += 1
+        names = [d.name for d in cur.description or ()]
+        self._columns = names
+        return cur.fetchall()
+
+    def _read_counters(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for view, sql, params in self._views:
+            rows = self._query(sql, params)
+            cols = self._columns
+            if view == "io":
+                for row in rows:
+                    d = dict(zip(cols, row, strict=True))
+                    prefix = f"io.{str(d['backend_type']).replace(' ', '_')}"
+                    for col, value in _numeric(d).items():
+                        if col not in GAUGES:
+                            out[f"{prefix}.{col}"] = out.get(f"{prefix}.{col}", 0.0) + value
+            elif rows:
+                for col, value in _numeric(dict(zip(cols, rows[0], strict=True))).items():
+                    out[f"{view}.{col}"] = value
+        return out
+
+    def _sample_waits(self) -> None:
+        rows = self._query(WAIT_EVENTS_SQL, ())
+        self._wait_ticks += 1
+        for wait_type, wait_event, sessions in rows:
+            self._waits[(wait_type, wait_event)] += sessions
+
+    def sample(self) -> dict[str, float]:
+        t_ns = time.monotonic_ns()
+        if self.settings.wait_event_hz > 0:
+            self._sample_waits()
+        if t_ns < self._next_stats_ns:
+            return {}
+        self._next_stats_ns = t_ns + int(self.settings.interval * 1e9) - int(self.tick_s() * 0.5e9)
+        own_before = self._own_xacts
+        now = self._read_counters()
+        if self._same_db and "db.xact_commit" in now:
+            # our own statements are commits in the workload's database
+            now["db.xact_commit"] -= own_before
+        values: dict[str, float] = {}
+        if self._last is not None:
+            dt_s = (t_ns - self._last_t_ns) / 1e9
+            for key, value in now.items():
+                col = key.rsplit(".", 1)[1]
+                if col in GAUGES:
+                    values[key] = value
+                    continue
+                delta = value - self._last.get(key, value)
+                if key.startswith("io.") and delta == 0:
+                    continue  # pg_stat_io has ~30 rows, most idle: leave them out
+                values[f"{key}_per_s"] = delta / dt_s
+            hit = now.get("db.blks_hit", 0) - self._last.get("db.blks_hit", 0)
+            read = now.get("db.blks_read", 0) - self._last.get("db.blks_read", 0)
+            if hit + read > 0:
+                values["db.cache_hit_pct"] = 100.0 * hit / (hit + read)
+            values.update(self._wait_means())
+        else:
+            self._first = now
+            self._waits.clear()
+            self._wait_ticks = 0
+        self._last = now
+        self._last_t_ns = t_ns
+        return values
+
+    def _wait_means(self) -> dict[str, float]:
+        """Mean sessions per wait event over the interval; events seen earlier
+        in the run and not now are given as 0 so their lines come back down."""
+        out: dict[str, float] = {}
+        if self._wait_ticks == 0:
+            return out
+        self._wait_names.update(self._waits)
+        for key in self._wait_names:
+            out[f"wait.{key[0]}.{key[1]}"] = self._waits.get(key, 0) / self._wait_ticks
+        self._waits_run.update(self._waits)
+        self._wait_ticks_run += self._wait_ticks
+        self._waits.clear()
+        self._wait_ticks = 0
+        return out
+
+    # ------------------------------------------------------------ results
+
+    def summary(self) -> RunResult:
+        result = RunResult()
+        for note in self._notes:
+            result.events.append(Event(0.0, "collector-info", f"{self.name}: {note}"))
+        if self._first is not None and self._last is not None:
+            for key, last in sorted(self._last.items()):
+                view, col = key.split(".", 1)
+                if view == "io" or col in GAUGES:
+                    continue
+                result.add_metric(f"{self.name}.{key}", last - self._first.get(key, last), _unit(col),
+                                  f"{view}: {col} during the run")
+            hit = self._last.get("db.blks_hit", 0) - self._first.get("db.blks_hit", 0)
+            read = self._last.get("db.blks_read", 0) - self._first.get("db.blks_read", 0)
+            if hit + read > 0:
+                result.add_metric(f"{self.name}.db.cache_hit_pct", 100.0 * hit / (hit + read), "%",
+                                  "shared-buffer hits / block requests in the workload's database")
+        self._waits_run.update(self._waits)
+        self._wait_ticks_run += self._wait_ticks
+        if self._wait_ticks_run:
+            result.add_metric(f"{self.name}.wait_samples", self._wait_ticks_run, "samples",
+                              "pg_stat_activity samples taken for wait events")
+            top = self._waits_run.most_common()
+            for (wait_type, wait_event), count in top:
+                result.add_metric(f"{self.name}.wait.{wait_type}.{wait_event}", count / self._wait_ticks_run,
+                                  "sessions", f"mean sessions in {wait_type}:{wait_event}")
+            if top:
+                text = ", ".join(f"{t}:{e} {c / self._wait_ticks_run:.2f}" for (t, e), c in top[:5])
+                result.events.append(Event(0.0, "wait-events", f"{self.name}: mean sessions by wait: {text}"))
+        return result

@@ -1,0 +1,82 @@
+"""Readers for the Linux /proc files the collectors sample.
+
+Plain functions over file text, so a test can feed them a fixture and the
+collectors share one parser each. Field meanings follow proc(5).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from perflab.collectors.base import CollectorUnavailable
+
+# /proc/stat "cpu" line, in proc(5) order; values in USER_HZ ticks.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def read_text(path: Path | str) -> str:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return f.read()
+
+
+def require_readable(*paths: Path | str) -> None:
+    """Raise CollectorUnavailable naming the first file that cannot be read."""
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as exc:
+            raise CollectorUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """/proc/stat: the aggregate cpu line as `cpu.<field>` ticks, and the
+    system counters intr (total), ctxt, processes, procs_running, procs_blocked."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(" ")
+        if key == "cpu":
+            for name, value in zip(CPU_FIELDS, rest.split(), strict=False):
+                out[f"cpu.{name}"] = int(value)
+        elif key == "intr":
+            out["intr"] = int(rest.split(None, 1)[0])
+        elif key in ("ctxt", "processes", "procs_running", "procs_blocked"):
+            out[key] = int(rest)
+    return out
+
+
+def parse_kib_table(text: str) -> dict[str, int]:
+    """/proc/meminfo ("MemFree:  123 kB") -> {"MemFree": 123} in KiB."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        fields = rest.split()
+        if fields:
+            out[key] = int(fields[0])
+    return out
+
+
+def parse_name_values(text: str) -> dict[str, int]:
+    """/proc/vmstat and /proc/PID/io style "name value" lines."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        fields = line.replace(":", " ").split()
+        if len(fields) == 2:
+            out[fields[0]] = int(fields[1])
+    return out
+
+
+def cpu_busy_fraction(before: dict[str, int], after: dict[str, int]) -> float | None:
+    """Share of CPU time that was busy between two parse_stat() readings:
+    everything but idle and iowait, over all but steal (time the hypervisor
+    gave to someone else was not ours to use). Guest time is already inside
+    user and nice (proc(5)), so it is not added again."""
+    delta = {f: after.get(f"cpu.{f}", 0) - before.get(f"cpu.{f}", 0) for f in CPU_FIELDS}
+    ours = sum(delta[f] for f in CPU_FIELDS[:8]) - delta["steal"]
+    if ours <= 0:
+        return None
+    idle = delta["idle"] + delta["iowait"]
+    return min(1.0, max(0.0, (ours - idle) / ours))

@@ -1,0 +1,166 @@
+"""vmstat: the system's CPU, memory, swap, block I/O and scheduler figures.
+
+The same numbers procps `vmstat` prints (procps-ng 4, `new_format()` in
+vmstat.c), read from /proc/stat, /proc/meminfo, /proc/vmstat and
+/proc/loadavg, but as floats and over the measured monotonic interval rather
+than vmstat's nominal one:
+
+- us = user + nice - guest - guest_nice; sy = system + irq + softirq;
+  id = idle; wa = iowait; st = steal; each over their sum (guest time is
+  already counted in user, proc(5)). irq and softirq are also given apart.
+- cache = Cached + SReclaimable (procps counts reclaimable slab as cache).
+- bi/bo = pgpgin/pgpgout per second, in KiB (the kernel counts them in KiB);
+  si/so = pswpin/pswpout pages per second, in KiB.
+- in = interrupts, cs = context switches, per second.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from perflab.collectors.base import CollectorContext, CollectorSettings, SamplingCollector
+from perflab.collectors.procfs import (
+    PAGE_SIZE_KIB,
+    parse_kib_table,
+    parse_name_values,
+    parse_stat,
+    read_text,
+    require_readable,
+)
+from perflab.model import RunResult
+
+PROC_FILES = ("/proc/stat", "/proc/meminfo", "/proc/vmstat", "/proc/loadavg")
+
+
+class VmstatSettings(CollectorSettings):
+    pass
+
+
+def cpu_shares_pct(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """vmstat's us/sy/id/wa/st (and irq, softirq apart) between two /proc/stat readings."""
+
+    def d(field: str) -> int:
+        return after.get(f"cpu.{field}", 0) - before.get(f"cpu.{field}", 0)
+
+    guest = d("guest") + d("guest_nice")
+    use = max(0, d("user") + d("nice") - guest)
+    sys = d("system") + d("irq") + d("softirq")
+    # idle can run backwards for a moment on some kernels (vmstat.c says so too)
+    idle = max(0, d("idle"))
+    parts = {"us": use, "sy": sys, "id": idle, "wa": d("iowait"), "st": d("steal")}
+    total = sum(parts.values())
+    if total <= 0:
+        return {}
+    out = {f"{k}_pct": 100.0 * v / total for k, v in parts.items()}
+    out["irq_pct"] = 100.0 * d("irq") / total
+    out["softirq_pct"] = 100.0 * d("softirq") / total
+    return out
+
+
+class Reading:
+    """One read of the four files, stamped on CLOCK_MONOTONIC."""
+
+    __slots__ = ("t_ns", "stat", "mem", "vm", "load1")
+
+    def __init__(self) -> None:
+        self.t_ns = time.monotonic_ns()
+        self.stat = parse_stat(read_text("/proc/stat"))
+        self.mem = parse_kib_table(read_text("/proc/meminfo"))
+        self.vm = parse_name_values(read_text("/proc/vmstat"))
+        self.load1 = float(read_text("/proc/loadavg").split()[0])
+
+
+def rates(before: Reading, after: Reading) -> dict[str, float]:
+    """Per-second figures between two readings, over the measured interval."""
+    dt_s = (after.t_ns - before.t_ns) / 1e9
+    if dt_s <= 0:
+        return {}
+
+    def per_s(table: dict[str, int], old: dict[str, int], key: str) -> float:
+        return (table.get(key, 0) - old.get(key, 0)) / dt_s
+
+    out = cpu_shares_pct(before.stat, after.stat)
+    out["bi_kib_per_s"] = per_s(after.vm, before.vm, "pgpgin")
+    out["bo_kib_per_s"] = per_s(after.vm, before.vm, "pgpgout")
+    out["si_kib_per_s"] = per_s(after.vm, before.vm, "pswpin") * PAGE_SIZE_KIB
+    out["so_kib_per_s"] = per_s(after.vm, before.vm, "pswpout") * PAGE_SIZE_KIB
+    out["in_per_s"] = per_s(after.stat, before.stat, "intr")
+    out["cs_per_s"] = per_s(after.stat, before.stat, "ctxt")
+    out["forks_per_s"] = per_s(after.stat, before.stat, "processes")
+    return out
+
+
+def gauges(r: Reading) -> dict[str, float]:
+    mem = r.mem
+    return {
+        "r": float(r.stat.get("procs_running", 0)),
+        "b": float(r.stat.get("procs_blocked", 0)),
+        "swpd_kib": float(mem.get("SwapTotal", 0) - mem.get("SwapFree", 0)),
+        "free_kib": float(mem.get("MemFree", 0)),
+        "buff_kib": float(mem.get("Buffers", 0)),
+        "cache_kib": float(mem.get("Cached", 0) + mem.get("SReclaimable", 0)),
+        "avail_kib": float(mem.get("MemAvailable", 0)),
+        "dirty_kib": float(mem.get("Dirty", 0)),
+        "writeback_kib": float(mem.get("Writeback", 0)),
+        "load1": r.load1,
+    }
+
+
+class VmstatCollector(SamplingCollector):
+    Settings = VmstatSettings
+    description = "CPU us/sy/id/wa/st, memory, swap, bi/bo, interrupts and context switches (as vmstat)"
+    default_on = True
+
+    def __init__(self, name: str, settings: Any) -> None:
+        super().__init__(name, settings)
+        self._first: Reading | None = None
+        self._last: Reading | None = None
+        self._min_free_kib = float("inf")
+        self._min_avail_kib = float("inf")
+        self._max_dirty_kib = 0.0
+
+    def open(self, ctx: CollectorContext) -> None:
+        require_readable(*PROC_FILES)
+        self._first = self._last = None
+
+    def sample(self) -> dict[str, float]:
+        now = Reading()
+        values = gauges(now)
+        if self._last is not None:
+            values.update(rates(self._last, now))
+        else:
+            self._first = now
+        self._last = now
+        self._min_free_kib = min(self._min_free_kib, values["free_kib"])
+        self._min_avail_kib = min(self._min_avail_kib, values["avail_kib"])
+        self._max_dirty_kib = max(self._max_dirty_kib, values["dirty_kib"])
+        return values
+
+    def summary(self) -> RunResult:
+        """Run means from the first reading to one taken now, at stop (exact,
+        not a mean of per-interval figures), and memory extremes."""
+        result = RunResult()
+        if self._first is None:
+            return result
+        whole = rates(self._first, Reading())
+        if not whole:
+            return result
+        p = self.name
+        for key, text in (("us", "user"), ("sy", "system (incl. irq, softirq)"), ("id", "idle"),
+                          ("wa", "I/O wait"), ("st", "steal")):
+            result.add_metric(f"{p}.{key}_pct", whole.get(f"{key}_pct", 0.0), "%",
+                              f"CPU {text} time over the run, all CPUs")
+        for key, unit, text in (
+            ("bi_kib_per_s", "KiB/s", "blocks read from block devices"),
+            ("bo_kib_per_s", "KiB/s", "blocks written to block devices"),
+            ("si_kib_per_s", "KiB/s", "swapped in"),
+            ("so_kib_per_s", "KiB/s", "swapped out"),
+            ("in_per_s", "1/s", "interrupts"),
+            ("cs_per_s", "1/s", "context switches"),
+        ):
+            result.add_metric(f"{p}.{key}", whole[key], unit, f"mean over the run: {text}")
+        result.add_metric(f"{p}.free_kib_min", self._min_free_kib, "KiB", "least free memory sampled")
+        result.add_metric(f"{p}.avail_kib_min", self._min_avail_kib, "KiB", "least available memory sampled")
+        result.add_metric(f"{p}.dirty_kib_max", self._max_dirty_kib, "KiB", "most dirty page cache sampled")
+        return result
