@@ -9,11 +9,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perflab.model import CheckResult, LoadResult, RunResult
 from perflab.settings_model import StrictModel
 from perflab.targets.base import Endpoint
+
+if TYPE_CHECKING:
+    from perflab.report.section import Section
+    from perflab.store import Store
 
 
 class WorkloadSettings(StrictModel):
@@ -91,3 +95,10 @@ class Workload(abc.ABC):
     def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
         """Consistency checks after a run. Default: none."""
         return CheckResult()
+
+    @classmethod
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Section]:
+        """Sections this workload adds to the report (TPC-H: per-query bars per
+        stream; TPC-B: TPS and latency), built from the store only. `runs` are
+        the run rows (Store.runs()) of this workload, every status. Default: none."""
+        return []
