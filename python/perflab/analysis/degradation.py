@@ -93,34 +93,59 @@ def ols_trend(y: Sequence[float], x: Sequence[float] | None = None, confidence: 
 # --------------------------------------------------------------------- E-divisive
 
 
-def _best_split(d: np.ndarray, min_segment: int) -> tuple[int, float]:
-    """The split tau of one segment (distance matrix d, L x L) maximising
-    Q(tau, kappa) = m k / (m + k) * (2/(m k) S_xy - S_xx / C(m,2) - S_yy / C(k,2))
-    over tau and kappa, with X = [0, tau) (m values) and Y = [tau, kappa)
-    (k values): Matteson & James (2014) eq. 3 and 4. Sums come from one 2-D
-    prefix sum of d, so a segment costs O(L^2)."""
-    length = d.shape[0]
-    prefix = np.zeros((length + 1, length + 1))
-    prefix[1:, 1:] = d.cumsum(axis=0).cumsum(axis=1)
+def _split_statistics(segments: np.ndarray, min_segment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Q(tau, kappa) for a batch of segments (R x L values) over every valid
+    (tau, kappa), with X = [0, tau) (m values) and Y = [tau, kappa) (k values):
+
+        Q = m k / (m + k) * (2/(m k) S_xy - S_xx / C(m,2) - S_yy / C(k,2))
+
+    Matteson & James (2014) eq. 3 and 4, S the sums of |x_i - x_j|^alpha.
+    The sums come from one 2-D prefix sum per segment, so a segment costs O(L^2).
+    Returns (q of shape R x G, taus of G, kappas of G)."""
+    length = segments.shape[1]
     taus = np.arange(min_segment, length - min_segment + 1)
-    if len(taus) == 0:
-        return -1, -math.inf
     kappas = np.arange(2 * min_segment, length + 1)
     tau, kappa = np.meshgrid(taus, kappas, indexing="ij")
     valid = kappa - tau >= min_segment
     tau, kappa = tau[valid], kappa[valid]
-    s_xx = prefix[tau, tau]  # each unordered pair of X counted twice
-    s_cross = prefix[tau, kappa] - s_xx  # X x Y
-    s_yy = prefix[kappa, kappa] - s_xx - 2 * s_cross
+    d = np.abs(segments[:, :, None] - segments[:, None, :]) ** ENERGY_ALPHA
+    prefix = np.zeros((segments.shape[0], length + 1, length + 1))
+    prefix[:, 1:, 1:] = d.cumsum(axis=1).cumsum(axis=2)
+    s_xx = prefix[:, tau, tau]  # each unordered pair of X counted twice
+    s_cross = prefix[:, tau, kappa] - s_xx  # X x Y
+    s_yy = prefix[:, kappa, kappa] - s_xx - 2 * s_cross
     m = tau.astype(float)
     k = (kappa - tau).astype(float)
     # sum_{i<j} / C(m,2) = s_xx / (m (m-1)), since s_xx holds each pair twice
     within_x = s_xx / (m * (m - 1))
     within_y = s_yy / (k * (k - 1))
     between = s_cross / (m * k)
-    q = m * k / (m + k) * (2.0 * between - within_x - within_y)
-    best = int(np.argmax(q))
-    return int(tau[best]), float(q[best])
+    return m * k / (m + k) * (2.0 * between - within_x - within_y), tau, kappa
+
+
+def _best_split(segment: np.ndarray, min_segment: int) -> tuple[int, float]:
+    """The tau (and its Q) that maximises Q over tau and kappa in one segment."""
+    if len(segment) < 2 * min_segment:
+        return -1, -math.inf
+    q, tau, _ = _split_statistics(segment[None, :], min_segment)
+    best = int(np.argmax(q[0]))
+    return int(tau[best]), float(q[0, best])
+
+
+def _permutation_maxima(segment: np.ndarray, permutations: int, min_segment: int, rng: np.random.Generator) -> np.ndarray:
+    """max Q of each of `permutations` shuffles of the segment, batched so a
+    batch holds about 4 million distances."""
+    length = len(segment)
+    batch = max(1, 4_000_000 // (length * length))
+    maxima = []
+    done = 0
+    while done < permutations:
+        r = min(batch, permutations - done)
+        shuffled = np.stack([rng.permutation(segment) for _ in range(r)])
+        q, _, _ = _split_statistics(shuffled, min_segment)
+        maxima.append(q.max(axis=1))
+        done += r
+    return np.concatenate(maxima)
 
 
 @dataclass(frozen=True)
@@ -158,22 +183,14 @@ def change_points(
         candidates = []
         for start, end in zip(bounds, bounds[1:], strict=False):
             if (start, end) not in tested:
-                seg = x[start:end]
-                d = np.abs(seg[:, None] - seg[None, :]) ** ENERGY_ALPHA
-                tested[(start, end)] = _best_split(d, min_segment)
+                tested[(start, end)] = _best_split(x[start:end], min_segment)
             tau, q = tested[(start, end)]
             if tau > 0:
                 candidates.append((q, start, end, tau))
         if not candidates:
             break
         q, start, end, tau = max(candidates)
-        seg = x[start:end]
-        exceed = 0
-        for _ in range(permutations):
-            perm = rng.permutation(seg)
-            d = np.abs(perm[:, None] - perm[None, :]) ** ENERGY_ALPHA
-            if _best_split(d, min_segment)[1] >= q:
-                exceed += 1
+        exceed = int((_permutation_maxima(x[start:end], permutations, min_segment, rng) >= q).sum())
         p = (1 + exceed) / (permutations + 1)
         if p >= significance:
             break

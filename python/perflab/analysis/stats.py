@@ -41,6 +41,10 @@ MODIFIED_Z_THRESHOLD = 3.5
 # normal sample (the fallback IBM SPSS and others use for the same statistic).
 MEANAD_TO_SIGMA = 1.253314
 
+# Fewest values an outlier is looked for in: with three or four, the MAD is one
+# of the deviations itself, and any spread makes the largest look extreme.
+OUTLIER_MIN_N = 5
+
 # Coefficient of variation above which a combination's repetitions are flagged
 # as too noisy to trust its mean without a look (5%: the level the pgbench
 # documentation and most lab practice treat as an unstable benchmark).
@@ -263,7 +267,7 @@ def modified_z_scores(values: Sequence[float]) -> np.ndarray:
 
 def outliers(values: Sequence[float], threshold: float = MODIFIED_Z_THRESHOLD) -> list[int]:
     """Indices of values whose |modified z-score| exceeds the threshold."""
-    if len(values) < 3:  # a median of two says nothing about which one is odd
+    if len(values) < OUTLIER_MIN_N:
         return []
     z = modified_z_scores(values)
     return [i for i, score in enumerate(z) if abs(score) > threshold]

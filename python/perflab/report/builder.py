@@ -1,0 +1,673 @@
+"""Builds the report's HTML from ReportData: one method per section."""
+
+from __future__ import annotations
+
+import json
+import math
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perflab.analysis import degradation, scaling
+from perflab.analysis.stats import (
+    BOOTSTRAP_MIN_N,
+    BOOTSTRAP_RESAMPLES,
+    HIGH_CV,
+    MODIFIED_Z_THRESHOLD,
+)
+from perflab.collectors import COLLECTORS
+from perflab.report import figures, latency
+from perflab.report import html as h
+from perflab.report.data import Combination, ReportData, representative_run
+from perflab.report.section import Figure, Section, Table, Text
+from perflab.store import Store
+from perflab.workloads import WORKLOADS
+
+# Bounds that keep a report of hundreds of runs readable and quick to write;
+# every run is still in the tables and the embedded data.
+MAX_LINES_PER_FIGURE = 10
+MAX_SERIES_FIGURES = 6
+MAX_RUN_PANELS = 12
+MAX_DEGRADATION_DETAILS = 4
+DEGRADATION_MIN_RUNS = 3
+LATENCY_TABLE_PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
+
+SectionHtml = tuple[str, str, str]  # anchor, title, body
+
+
+def _finite(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _short(factor: str) -> str:
+    return factor.rsplit(".", 1)[-1]
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+    return out
+
+
+class ReportBuilder:
+    def __init__(self, store: Store, data: ReportData, figures_dir: Path) -> None:
+        self.store = store
+        self.data = data
+        self.figures_dir = figures_dir
+        self._figure_names: set[str] = set()
+
+    # ------------------------------------------------------------------ helpers
+
+    def figure(self, fig: Any, name: str, caption: str) -> str:
+        base, n = name, 2
+        while name in self._figure_names:  # two workloads may pick one name
+            name, n = f"{base}-{n}", n + 1
+        self._figure_names.add(name)
+        try:
+            svg = figures.save(fig, self.figures_dir, name)
+        finally:
+            fig.clear()
+        return h.figure(svg, caption, name)
+
+    def metric_label(self, name: str) -> str:
+        info = self.data.metrics.get(name)
+        return info.label if info else name
+
+    def ci_note(self) -> str:
+        return (
+            f"95% CI: Student t when n < {BOOTSTRAP_MIN_N}, else percentile bootstrap "
+            f"({BOOTSTRAP_RESAMPLES:,} resamples, seed {self.data.experiment['seed']})"
+        )
+
+    def done_runs(self) -> list[dict[str, Any]]:
+        return [r for r in self.data.runs if r["status"] == "done"]
+
+    # ------------------------------------------------------------------ page
+
+    def render(self) -> str:
+        builders: list[Callable[[], list[SectionHtml]]] = [
+            self.results,
+            self.failures,
+            self.scaling,
+            self.latency,
+            self.telemetry,
+            self.degradation,
+            self.workload_sections,
+            self.experiment,
+            self.plan,
+        ]
+        sections: list[SectionHtml] = []
+        for build in builders:
+            sections += build()
+        body = "".join(f'<section id="{h.esc(a)}"><h2>{h.esc(t)}</h2>{b}</section>' for a, t, b in sections)
+        nav = [(a, t) for a, t, _ in sections]
+        exp = self.data.experiment
+        return h.page(f"perflab: {exp['name']}", self.header(), nav, body, self.embedded_data())
+
+    def header(self) -> str:
+        exp, runs = self.data.experiment, self.data.runs
+        counts: dict[str, int] = {}
+        for r in runs:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        host = exp["host"]
+        host_line = " · ".join(
+            str(x)
+            for x in (
+                host.get("hostname"),
+                host.get("cpu_model"),
+                f"{host.get('cores')} cores" if host.get("cores") else None,
+                f"{host['memory_bytes'] / 2**30:.1f} GiB" if host.get("memory_bytes") else None,
+                host.get("kernel"),
+            )
+            if x
+        )
+        description = self.data.spec.get("experiment", {}).get("description", "")
+        count_html = "".join(
+            f'<a href="#failures" style="color:#ffb3b3">{n} failed</a>' if s == "failed" else
+            f"<span>{h.esc(n)} {h.esc(s)}</span>"
+            for s, n in sorted(counts.items()) if n
+        )
+        return (
+            f"<h1>{h.esc(exp['name'])}</h1>"
+            + (f'<div class="sub">{h.esc(description)}</div>' if description else "")
+            + f'<div class="sub">created {h.esc(exp["created_at"])} · perflab {h.esc(host.get("perflab", "?"))}'
+            f" · {h.esc(host_line)}</div>"
+            f'<div class="sub counts">runs: {count_html}</div>'
+        )
+
+    def embedded_data(self) -> dict[str, Any]:
+        d = self.data
+        exp = d.experiment
+        return _finite(
+            {
+                "experiment": {
+                    k: exp[k] for k in ("name", "created_at", "seed", "factors", "host", "spec_path")
+                },
+                "headline": d.headline,
+                "metrics": {
+                    m.name: {
+                        "unit": m.unit,
+                        "higher_is_better": m.higher_is_better,
+                        "methods": sorted(m.methods),
+                        "description": m.description,
+                    }
+                    for m in d.metrics.values()
+                },
+                "runs": [
+                    {
+                        "id": r["id"],
+                        "combination": r["combination"],
+                        "repetition": r["repetition"],
+                        "factors": r["factors"],
+                        "status": r["status"],
+                        "seconds": r["seconds"],
+                        "flags": r["flags"],
+                        "metrics": d.values.get(r["id"], {}),
+                    }
+                    for r in d.runs
+                ],
+                "combinations": [
+                    {
+                        "index": c.index,
+                        "factors": c.factors,
+                        "runs": c.run_ids,
+                        "summaries": {
+                            name: {
+                                "n": s.n,
+                                "mean": s.mean,
+                                "ci_low": s.interval.low,
+                                "ci_high": s.interval.high,
+                                "ci_method": s.interval.method,
+                                "cv": s.cv,
+                                "warnings": s.warnings,
+                            }
+                            for name, s in c.summaries.items()
+                        },
+                    }
+                    for c in d.combinations
+                ],
+            }
+        )
+
+    # ------------------------------------------------------------------ results
+
+    def combination_warnings(self, combo: Combination) -> list[str]:
+        """Short warnings, one per metric ("tps: CV 5.3%, outlier #6"), then failures."""
+        out = []
+        many = len(self.data.headline) > 1
+        for name, s in combo.summaries.items():
+            found = []
+            if math.isfinite(s.cv) and s.cv > HIGH_CV:
+                found.append(f"CV {s.cv * 100:.1f}%")
+            if s.outlier_indices:
+                ids = [r for r in combo.run_ids if name in self.data.values.get(r, {})]
+                found.append("outlier " + ", ".join(f"#{ids[i]}" for i in s.outlier_indices))
+            if found:
+                out.append((f"{name}: " if many else "") + ", ".join(found))
+        if combo.failed_ids:
+            out.append("failed " + ", ".join(f"#{i}" for i in combo.failed_ids))
+        if len(combo.run_ids) == 1:
+            out.append("n=1: no interval")
+        return out
+
+    def results(self) -> list[SectionHtml]:
+        d = self.data
+        if not d.combinations:
+            return [("results", "Results", h.note("The plan is empty."))]
+        factor_names = list(d.factor_values)
+        headers = ["#", *[_short(f) for f in factor_names], "n"]
+        for name in d.headline:
+            info = d.metrics[name]
+            tag = " [estimated]" if info.estimated else ""
+            headers += [f"{name} ({info.unit}){tag}", "95% CI", "CV"]
+        headers += ["flags", "warnings"]
+        rows = []
+        classes = []
+        for combo in d.combinations:
+            row: list[Any] = [combo.index, *[combo.factors.get(f) for f in factor_names], len(combo.run_ids)]
+            for name in d.headline:
+                s = combo.summaries.get(name)
+                if s is None:
+                    row += ["–", "–", "–"]
+                    continue
+                row += [
+                    s.mean,
+                    h.td(h.fmt_interval(s.interval), "num", title=f"{s.interval.method}, n={s.n}"),
+                    h.td(h.fmt_pct(s.cv * 100, 1, signed=False), "num warn" if s.cv > HIGH_CV else "num"),
+                ]
+            row.append(h.td(", ".join(sorted(combo.flags)), "flag") if combo.flags else "")
+            warnings = self.combination_warnings(combo)
+            row.append(h.td("; ".join(warnings), "warn") if warnings else "")
+            rows.append(row)
+            classes.append("failed" if not combo.run_ids and combo.failed_ids else "")
+        notes = [
+            h.note(
+                f"Each row is one factor combination over its finished repetitions. {self.ci_note()}; "
+                "hover an interval for its method. "
+                f"CV = sample standard deviation / mean; above {HIGH_CV * 100:.0f}% it is flagged. "
+                f"Outliers (run numbers): modified z-score 0.6745 (x - median) / MAD above {MODIFIED_Z_THRESHOLD} "
+                "(Iglewicz & Hoaglin 1993)."
+            )
+        ]
+        for name in d.headline:
+            info = d.metrics[name]
+            if info.estimated:
+                methods = ", ".join(sorted(m for m in info.methods if m != "measured"))
+                notes.append(h.note(f"{name} is estimated, not measured: {methods}", "warn"))
+            elif info.description:
+                notes.append(h.note(f"{name}: {info.description}"))
+        table = h.table(headers, rows, row_classes=classes)
+        return [("results", "Results", table + "".join(notes))]
+
+    def failures(self) -> list[SectionHtml]:
+        failed = [r for r in self.data.runs if r["status"] == "failed"]
+        if not failed:
+            return []
+        parts = []
+        for r in failed:
+            factors = ", ".join(f"{k}={v}" for k, v in r["factors"].items()) or "no factors"
+            parts.append(f"<h3>run #{r['id']} ({h.esc(factors)}, repetition {r['repetition']})</h3>")
+            parts.append(h.pre(r["error"] or "(no error recorded)"))
+            if r["log_tail"]:
+                parts.append(h.details("server log tail", h.pre(r["log_tail"]), open_=len(failed) <= 3))
+        return [("failures", f"Failures ({len(failed)})", "".join(parts))]
+
+    # ------------------------------------------------------------------ scaling
+
+    def scaling(self) -> list[SectionHtml]:
+        d = self.data
+        numeric = scaling.numeric_factors(d.factor_values)
+        if not numeric:
+            text = (
+                "No numeric factor takes two or more values, so there is no scaling curve. "
+                'Vary one, e.g. [factors] "workload.clients" = [1, 4, 16, 64].'
+            )
+            return [("scaling", "Scaling", h.note(text))]
+        parts = []
+        peak_rows = []
+        for factor in numeric:
+            for name in d.headline:
+                rows = [
+                    (r["factors"], d.values[r["id"]][name])
+                    for r in self.done_runs()
+                    if name in d.values.get(r["id"], {})
+                ]
+                curves = scaling.scaling_curves(rows, factor, seed=d.experiment["seed"])
+                if not curves:
+                    continue
+                shown = curves[:MAX_LINES_PER_FIGURE]
+                label = self.metric_label(name)
+                fig = figures.scaling_figure(shown, factor, label, "95% CI")
+                caption = f"{label} against {factor}; one line per value of the other factors; band: {self.ci_note()}."
+                if len(curves) > len(shown):
+                    caption += f" {len(curves) - len(shown)} more lines are in the results table."
+                parts.append(self.figure(fig, f"scaling-{name}-vs-{_short(factor)}", caption))
+                info = d.metrics[name]
+                for curve in curves:
+                    best = curve.peak(info.higher_is_better)
+                    if best is None:
+                        continue
+                    eff = scaling.scaling_efficiency(curve) if info.higher_is_better else []
+                    peak_rows.append(
+                        [name, _short(factor), curve.label, f"{best.x:g}", best.summary.mean,
+                         eff[-1] if eff else "–"]
+                    )
+        table = h.table(
+            ["metric", "factor", "line", "best at", "best mean", "efficiency at largest value"],
+            peak_rows,
+            caption="Best point of each curve; efficiency = mean / (first mean x value / first value), "
+            "1.0 is linear scaling (for throughput against clients or cores).",
+        )
+        return [("scaling", "Scaling", "".join(parts) + table)]
+
+    # ------------------------------------------------------------------ latency
+
+    def latency(self) -> list[SectionHtml]:
+        parts = self.latency_spectrum() + self.driver_series()
+        if not parts:
+            parts = [h.note("No latency histograms and no driver series were stored by this workload.")]
+        return [("latency", "Latency", "".join(parts))]
+
+    def latency_spectrum(self) -> list[str]:
+        d = self.data
+        by_name: dict[str, dict[int, list[bytes]]] = {}
+        units: dict[str, str] = {}
+        for combo in d.combinations:
+            for run_id in combo.run_ids:
+                for hist in self.store.histograms(run_id):
+                    by_name.setdefault(hist["name"], {}).setdefault(combo.index, []).append(hist["data"])
+                    units[hist["name"]] = hist["unit"]
+        if not by_name:
+            return []
+        parts = []
+        combos = {c.index: c for c in d.combinations}
+        for name, per_combo in sorted(by_name.items()):
+            unit = units[name]
+            lines, rows = [], []
+            try:
+                for index, blobs in sorted(per_combo.items()):
+                    combo = combos[index]
+                    values, count = latency.merged_percentiles(blobs, figures.SPECTRUM_PERCENTILES)
+                    lines.append((combo.label(), figures.SPECTRUM_PERCENTILES, values))
+                    at = dict(zip(figures.SPECTRUM_PERCENTILES, values, strict=True))
+                    rows.append([index, combo.label(), len(blobs), count,
+                                 *[at[p] for p in LATENCY_TABLE_PERCENTILES]])
+            except latency.HistogramsUnavailable as exc:
+                return [h.note(f"Latency percentile spectrum skipped: {exc}", "warn")]
+            shown = lines[:MAX_LINES_PER_FIGURE]
+            fig = figures.spectrum_figure(shown, unit, f"{name}: percentile spectrum (all repetitions merged)")
+            caption = (
+                f"{name}: latency at p50..p99.99 per combination, from the HDR histograms of all its "
+                "repetitions merged exactly."
+            )
+            if len(lines) > len(shown):
+                caption += f" {len(lines) - len(shown)} more combinations are in the table."
+            parts.append(f"<h3>{h.esc(name)}</h3>")
+            parts.append(self.figure(fig, f"latency-spectrum-{name}", caption))
+            headers = ["#", "combination", "runs", "values",
+                       *[f"p{p:g} ({unit})" for p in LATENCY_TABLE_PERCENTILES]]
+            parts.append(h.table(headers, rows))
+        return parts
+
+    def driver_series(self) -> list[str]:
+        """Series the workload itself recorded (any source that is not a
+        collector), over time, for one representative run per combination."""
+        d = self.data
+        collector_sources = set(COLLECTORS.names())
+        per_name: dict[tuple[str, str], list[tuple[str, list[float], list[float]]]] = {}
+        for combo in d.combinations[:MAX_LINES_PER_FIGURE]:
+            run_id = representative_run(d, combo)
+            if run_id is None:
+                continue
+            points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+            for p in self.store.series(run_id):
+                if p["source"] in collector_sources or p["value"] is None:
+                    continue
+                t, v = points.setdefault((p["source"], p["name"]), ([], []))
+                t.append(p["t"])
+                v.append(p["value"])
+            for key, (t, v) in points.items():
+                per_name.setdefault(key, []).append((f"{combo.label()} (run #{run_id})", t, v))
+        parts = []
+        # latency series first: that is what this section is about
+        keys = sorted(per_name, key=lambda k: (0 if "latency" in k[1] else 1, k))
+        for source, name in keys[:MAX_SERIES_FIGURES]:
+            fig = figures.series_figure(per_name[(source, name)], name, f"{source}: {name} over time")
+            caption = (
+                f"{source}.{name} over the run, after warm-up, for the run of each combination "
+                "nearest its median (the others are in the store: perflab export --table series)."
+            )
+            parts.append(self.figure(fig, f"series-{source}-{name}".replace(".", "_"), caption))
+        if len(keys) > MAX_SERIES_FIGURES:
+            rest = ", ".join(f"{s}.{n}" for s, n in keys[MAX_SERIES_FIGURES:])
+            parts.append(h.note(f"Not drawn (in the store): {rest}"))
+        return parts
+
+    # ------------------------------------------------------------------ telemetry
+
+    def cpu_split(self, run_id: int) -> tuple[float, float] | None:
+        """(server CPU s, driver CPU s) from the process collector's per-role
+        metrics `<collector>.<role>.cpu_s`; role "driver" is perflab itself."""
+        server = driver = 0.0
+        found = False
+        for name, value in self.data.values.get(run_id, {}).items():
+            parts = name.split(".")
+            if len(parts) != 3 or parts[2] != "cpu_s":
+                continue
+            found = True
+            if parts[1] == "driver":
+                driver += value
+            else:
+                server += value
+        return (server, driver) if found else None
+
+    def telemetry(self) -> list[SectionHtml]:
+        d = self.data
+        parts = []
+        rows, labels, server_cores, driver_cores = [], [], [], []
+        for combo in d.combinations:
+            splits = [(self.cpu_split(r), d.runs_by_id[r]["seconds"]) for r in combo.run_ids]
+            splits = [(s, secs) for s, secs in splits if s is not None and secs]
+            if not splits:
+                continue
+            server_s = sum(s[0] for s, _ in splits) / len(splits)
+            driver_s = sum(s[1] for s, _ in splits) / len(splits)
+            secs = sum(secs for _, secs in splits) / len(splits)
+            share = driver_s / (server_s + driver_s) * 100 if server_s + driver_s > 0 else math.nan
+            client_bound = sum(1 for r in combo.run_ids if "client-bound" in d.runs_by_id[r]["flags"])
+            rows.append([
+                combo.index, combo.label(), len(splits), server_s, driver_s,
+                server_s / secs, driver_s / secs, h.td(h.fmt_pct(share, 1, signed=False), "num"),
+                h.td(f"{client_bound} of {len(combo.run_ids)}", "flag") if client_bound else "",
+            ])
+            labels.append(f"#{combo.index} {combo.label()}")
+            server_cores.append(server_s / secs)
+            driver_cores.append(driver_s / secs)
+        if rows:
+            parts.append("<h3>CPU: server and driver</h3>")
+            parts.append(h.table(
+                ["#", "combination", "runs", "server CPU (s)", "driver CPU (s)", "server (cores)",
+                 "driver (cores)", "driver share", "client-bound runs"],
+                rows,
+                caption="Means over each combination's runs, from the process collector (user + system CPU "
+                "by role; 'driver' is perflab's own process). cores = CPU seconds / run seconds. "
+                "A run flagged client-bound was limited by the driver, not the server.",
+            ))
+            if len(labels) <= 40:
+                fig = figures.cpu_split_figure(labels, server_cores, driver_cores, "CPU (cores)")
+                parts.append(self.figure(fig, "cpu-split", "CPU used by the server and by the driver, per combination."))
+        bound = [r for r in d.runs if "client-bound" in r["flags"]]
+        if bound:
+            parts.append(h.note(
+                f"{len(bound)} run(s) flagged client-bound (the driver, not the server, was the bottleneck; "
+                "their throughput understates the server): " + ", ".join(f"#{r['id']}" for r in bound),
+                "warn",
+            ))
+        parts += self.run_panels()
+        if not parts:
+            parts = [h.note("No telemetry: the experiment had no collectors ([collect]) or they stored nothing.")]
+        return [("telemetry", "Telemetry", "".join(parts))]
+
+    def run_panels(self) -> list[str]:
+        """The collectors' per-run panel figure (perflab.report.telemetry) for
+        the run nearest the median of each combination."""
+        from perflab.report.telemetry import build_run_figure
+
+        d = self.data
+        chosen = [representative_run(d, c) for c in d.combinations]
+        run_ids = [r for r in chosen if r is not None][:MAX_RUN_PANELS]
+        parts = []
+        for run_id in run_ids:
+            fig = build_run_figure(self.store, run_id)
+            if fig is None:
+                continue
+            run = d.runs_by_id[run_id]
+            label = ", ".join(f"{_short(k)}={v}" for k, v in run["factors"].items()) or "the run"
+            parts.append(self.figure(fig, f"run-{run_id:03d}-telemetry",
+                                     f"run #{run_id} ({label}): telemetry on the run's clock."))
+        if not parts:
+            return []
+        total = sum(1 for c in d.combinations if c.run_ids)
+        metric = d.headline[0] if d.headline else "its metric"
+        more = f"; the first {MAX_RUN_PANELS} of {total} combinations" if total > MAX_RUN_PANELS else ""
+        head = "<h3>Per-run panels</h3>" + h.note(f"One run per combination, the one nearest the median of {metric}{more}.")
+        return [head, *parts]
+
+    # ------------------------------------------------------------------ degradation
+
+    def degradation(self) -> list[SectionHtml]:
+        d = self.data
+        eligible = [c for c in d.combinations if len(c.run_ids) >= DEGRADATION_MIN_RUNS]
+        if not eligible:
+            text = (
+                f"Degradation needs {DEGRADATION_MIN_RUNS} or more finished runs of one combination "
+                "(experiment.repetitions, order = \"sequential\" for a durability run)."
+            )
+            return [("degradation", "Degradation", h.note(text))]
+        assessed = []
+        for combo in eligible:
+            for name in d.headline:
+                ids = [r for r in combo.run_ids if name in d.values.get(r, {})]
+                if len(ids) < DEGRADATION_MIN_RUNS:
+                    continue
+                values = [d.values[r][name] for r in ids]
+                result = degradation.assess(values, d.metrics[name].higher_is_better, seed=d.experiment["seed"])
+                assessed.append((combo, name, ids, result))
+        rows = []
+        for combo, name, ids, r in assessed:
+            tr = r.trend
+            slope = "–" if tr is None else f"{h.fmt(tr.slope)} [{h.fmt(tr.slope_low)}, {h.fmt(tr.slope_high)}]"
+            cps = "; ".join(f"before run #{ids[cp.index]} ({cp.change_pct:+.2f}%, p={cp.p_value:.3f})"
+                            for cp in r.change_points) or "none"
+            real = (tr is not None and tr.significant) or bool(r.change_points)
+            rows.append([
+                combo.index, combo.label(), name, len(ids), r.values[0], r.values[-1],
+                h.td(h.fmt_pct(r.change_pct[-1]), "num"),
+                h.td(slope, "num"), h.td(cps), h.td(r.verdict, "warn" if real else ""),
+            ])
+        parts = [
+            h.table(
+                ["#", "combination", "metric", "runs", "first", "last", "last vs first", "slope per run (95% CI)",
+                 "change points", "verdict"],
+                rows,
+                caption="Repetitions of each combination in the order they ran. Trend: OLS slope per run with "
+                "its Student t 95% CI (real when it excludes 0). Change points: E-divisive (Matteson & James "
+                f"2014, as Apache Otava), permutation test with {degradation.PERMUTATIONS} permutations, "
+                f"kept at p < {degradation.SIGNIFICANCE}.",
+            )
+        ]
+        # The OSDL-style table for the combinations that matter most: those that
+        # changed, else the first ones.
+        ranked = sorted(assessed, key=lambda a: (not (a[3].change_points or (a[3].trend and a[3].trend.significant)),
+                                                 a[0].index))
+        for combo, name, ids, r in ranked[:MAX_DEGRADATION_DETAILS]:
+            info = d.metrics[name]
+            parts.append(f"<h3>#{combo.index} {h.esc(combo.label())}: {h.esc(name)}</h3>")
+            detail_rows = [[f"#{run_id}", i + 1, v, h.td(h.fmt_pct(c), "num")]
+                           for i, (run_id, v, c) in enumerate(zip(ids, r.values, r.change_pct, strict=True))]
+            parts.append(h.table(["run", "repetition", f"{name} ({info.unit})", "change from first"], detail_rows))
+            parts.append(h.note(r.verdict, "warn" if r.change_points or (r.trend and r.trend.significant) else "note"))
+            fig = figures.degradation_figure(r, [f"#{i}" for i in ids], self.metric_label(name),
+                                             f"#{combo.index} {combo.label()}: {name} run after run")
+            parts.append(self.figure(fig, f"degradation-{combo.index}-{name}",
+                                     "Metric per run in order, its OLS trend, and change points (dotted)."))
+        return [("degradation", "Degradation", "".join(parts))]
+
+    # ------------------------------------------------------------------ workloads
+
+    def workload_sections(self) -> list[SectionHtml]:
+        d = self.data
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for run in d.runs:
+            kind = d.workload_kind(run)
+            if kind is not None:
+                by_kind.setdefault(kind, []).append(run)
+        out = []
+        for kind, runs in sorted(by_kind.items()):
+            if kind not in WORKLOADS:
+                continue
+            try:
+                sections = WORKLOADS.get(kind).report_sections(self.store, runs)
+            except Exception as exc:  # the rest of the report is still worth writing
+                body = h.note(f"the {kind} workload's report section failed: {type(exc).__name__}: {exc}", "bad")
+                body += h.details("traceback", h.pre(traceback.format_exc()))
+                out.append((f"workload-{kind}", f"{kind}: error", body))
+                continue
+            for i, section in enumerate(sections, start=1):
+                out.append((f"workload-{kind}-{i}", section.title, self.render_section(section)))
+        return out
+
+    def render_section(self, section: Section) -> str:
+        parts = []
+        for block in section.blocks:
+            if isinstance(block, Text):
+                parts.append(f"<p>{h.esc(block.text)}</p>")
+            elif isinstance(block, Table):
+                parts.append(h.table(block.headers, block.rows, caption=block.caption))
+            elif isinstance(block, Figure):
+                parts.append(self.figure(block.figure, block.name, block.caption))
+        return "".join(parts)
+
+    # ------------------------------------------------------------------ experiment
+
+    def experiment(self) -> list[SectionHtml]:
+        d = self.data
+        exp = d.experiment
+        parts = [f"<h3>Experiment file</h3>{h.note(exp['spec_path'] or '(given on stdin)')}{h.pre(exp['spec_text'])}"]
+        host = exp["host"]
+        host_rows = [[k, v] for k, v in host.items() if k != "memory_bytes"]
+        if host.get("memory_bytes"):
+            host_rows.append(["memory", f"{host['memory_bytes'] / 2**30:.1f} GiB"])
+        parts.append("<h3>Host</h3>" + h.table(["fact", "value"], host_rows, css_class="kv"))
+        targets = [(r, r["target"]) for r in d.runs if isinstance(r.get("target"), dict)]
+        versions = sorted({str(t.get("version")) for _, t in targets if t.get("version")})
+        version_rows = [["perflab", host.get("perflab", "?")], ["engine", f"{host.get('engine')} ({host.get('engine_profile')})"],
+                        ["python", host.get("python", "?")]]
+        version_rows += [["server", v] for v in versions]
+        parts.append("<h3>Versions</h3>" + h.table(["component", "version"], version_rows, css_class="kv"))
+        parts.append(self.settings_tables(targets))
+        seed = exp["seed"]
+        order = d.spec.get("experiment", {}).get("order", "sequential")
+        parts.append(h.note(f"Plan order: {order} (seed {seed}); factors: {', '.join(exp['factors']) or 'none'}."))
+        return [("experiment", "Experiment", "".join(parts))]
+
+    def settings_tables(self, targets: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+        """Effective server settings as target.describe() recorded them: the
+        settings that differ between runs per combination, then the whole set."""
+        if not targets:
+            return "<h3>Server settings</h3>" + h.note("No run recorded its target's description.")
+        flat_by_run = {r["id"]: _flatten("", t, {}) for r, t in targets}
+        keys = sorted({k for flat in flat_by_run.values() for k in flat})
+        varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat_by_run.values()}) > 1]
+        # paths and pids differ run to run without meaning anything
+        varying = [k for k in varying if not k.endswith(("pid", "_dir", "endpoint")) and "notes" not in k]
+        # key_settings repeat effective_settings: show a setting once
+        varying = [k for k in varying
+                   if not (k.startswith("key_settings.") and f"effective_settings.{k[13:]}" in varying)]
+        parts = ["<h3>Server settings</h3>"]
+        first_run, first = targets[0]
+        key_settings = first.get("key_settings") or first.get("effective_settings")
+        if isinstance(key_settings, dict):
+            parts.append(h.table(["setting", "value"], sorted(key_settings.items()), css_class="kv",
+                                 caption=f"Key settings as the server reported them (run #{first_run['id']})."))
+        if varying:
+            by_combo: dict[int, dict[str, Any]] = {}
+            for r, _ in targets:
+                by_combo.setdefault(r["combination"], flat_by_run[r["id"]])
+            rows = [[c, *[flat.get(k, "–") for k in varying]] for c, flat in sorted(by_combo.items())]
+            parts.append(h.table(["#", *varying], rows, caption="Settings that differ between combinations."))
+        everything = sorted(_flatten("", first, {}).items())
+        parts.append(h.details(f"everything the target described (run #{first_run['id']}, {len(everything)} entries)",
+                               h.table(["key", "value"], everything, css_class="kv")))
+        return "".join(parts)
+
+    def plan(self) -> list[SectionHtml]:
+        d = self.data
+        factor_names = list(d.factor_values)
+        rows, classes = [], []
+        for r in d.runs:
+            error = (r["error"] or "").splitlines()[0][:120] if r["error"] else ""
+            rows.append([
+                r["id"], r["combination"], r["repetition"], *[r["factors"].get(f) for f in factor_names],
+                r["status"], r["started_at"] or "", r["seconds"] if r["seconds"] is not None else "–",
+                *[d.values.get(r["id"], {}).get(n, "–") for n in d.headline[:1]],
+                h.td(", ".join(r["flags"]), "flag") if r["flags"] else "", error,
+            ])
+            classes.append("failed" if r["status"] == "failed" else "")
+        headers = ["run", "#", "rep", *[_short(f) for f in factor_names], "status", "started (UTC)", "seconds",
+                   *[self.metric_label(n) for n in d.headline[:1]], "flags", "error"]
+        table = h.table(headers, rows, row_classes=classes)
+        body = h.details(f"all {len(rows)} runs in plan order", table, open_=len(rows) <= 30)
+        return [("plan", "Plan", body)]
+

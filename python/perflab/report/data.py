@@ -1,0 +1,159 @@
+"""The store read once into what the report and compare need: runs, metric
+values, headline metrics, factor combinations and their summaries."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from perflab.analysis.stats import Summary, summarize
+from perflab.store import Store
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass
+class MetricInfo:
+    name: str
+    unit: str
+    description: str = ""
+    higher_is_better: bool | None = None
+    methods: set[str] = field(default_factory=set)
+
+    @property
+    def estimated(self) -> bool:
+        return any(m != "measured" for m in self.methods)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.unit})" if self.unit else self.name
+
+
+@dataclass
+class Combination:
+    """One factor combination: its runs that finished, in the order they ran."""
+
+    index: int
+    factors: dict[str, Any]
+    run_ids: list[int] = field(default_factory=list)  # done runs, by run number
+    failed_ids: list[int] = field(default_factory=list)
+    flags: set[str] = field(default_factory=set)
+    summaries: dict[str, Summary] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return combination_key(self.factors)
+
+    def label(self, short: bool = True) -> str:
+        if not self.factors:
+            return "all runs"
+        return ", ".join(f"{k.rsplit('.', 1)[-1] if short else k}={v}" for k, v in self.factors.items())
+
+
+def combination_key(factors: dict[str, Any]) -> str:
+    return json.dumps(factors, sort_keys=True, default=str)
+
+
+@dataclass
+class ReportData:
+    experiment: dict[str, Any]
+    spec: dict[str, Any]  # the experiment file parsed ({} if it does not parse)
+    runs: list[dict[str, Any]]
+    values: dict[int, dict[str, float]]  # run id -> metric name -> value
+    metrics: dict[str, MetricInfo]
+    headline: list[str]
+    factor_values: dict[str, list[Any]]  # factor path -> distinct values in plan order
+    combinations: list[Combination]
+
+    @property
+    def runs_by_id(self) -> dict[int, dict[str, Any]]:
+        return {r["id"]: r for r in self.runs}
+
+    def workload_kind(self, run: dict[str, Any]) -> str | None:
+        kind = run["factors"].get("workload.kind") or self.spec.get("workload", {}).get("kind")
+        return kind if isinstance(kind, str) else None
+
+    def values_of(self, combo: Combination, metric: str) -> list[float]:
+        return [self.values[r][metric] for r in combo.run_ids if metric in self.values.get(r, {})]
+
+
+def load(store: Store, seed: int | None = None) -> ReportData:
+    experiment = store.experiment()
+    try:
+        spec = tomllib.loads(experiment["spec_text"])
+    except (tomllib.TOMLDecodeError, TypeError):
+        spec = {}
+    runs = store.runs()
+    values: dict[int, dict[str, float]] = {}
+    metrics: dict[str, MetricInfo] = {}
+    for row in store.metrics():
+        if row["value"] is None:
+            continue
+        values.setdefault(row["run_id"], {})[row["name"]] = float(row["value"])
+        info = metrics.get(row["name"])
+        if info is None:
+            hib = row["higher_is_better"]
+            info = metrics[row["name"]] = MetricInfo(
+                row["name"], row["unit"], row["description"], None if hib is None else bool(hib)
+            )
+        info.methods.add(row["method"])
+
+    headline: list[str] = []
+    for run in runs:
+        for name in run["headline"]:
+            if name not in headline and name in metrics:
+                headline.append(name)
+    if not headline:  # a workload that names none: every metric is shown
+        headline = sorted(metrics)
+
+    factor_names = list(experiment["factors"])
+    factor_values: dict[str, list[Any]] = {name: [] for name in factor_names}
+    combos: dict[int, Combination] = {}
+    for run in runs:
+        for name in factor_names:
+            v = run["factors"].get(name)
+            if v not in factor_values[name]:
+                factor_values[name].append(v)
+        combo = combos.setdefault(run["combination"], Combination(run["combination"], run["factors"]))
+        if run["status"] == "done":
+            combo.run_ids.append(run["id"])
+            combo.flags.update(run["flags"])
+        elif run["status"] == "failed":
+            combo.failed_ids.append(run["id"])
+    summary_seed = experiment["seed"] if seed is None else seed
+    for combo in combos.values():
+        for name in headline:
+            vals = [values[r][name] for r in combo.run_ids if name in values.get(r, {})]
+            if vals:
+                combo.summaries[name] = summarize(vals, seed=summary_seed)
+    return ReportData(
+        experiment=experiment,
+        spec=spec,
+        runs=runs,
+        values=values,
+        metrics=metrics,
+        headline=headline,
+        factor_values=factor_values,
+        combinations=[combos[k] for k in sorted(combos)],
+    )
+
+
+def representative_run(data: ReportData, combo: Combination) -> int | None:
+    """The done run of a combination whose first headline metric is nearest its
+    median: the one shown when a figure has room for one run per combination."""
+    if not combo.run_ids:
+        return None
+    if not data.headline:
+        return combo.run_ids[0]
+    metric = data.headline[0]
+    scored = [(data.values.get(r, {}).get(metric), r) for r in combo.run_ids]
+    scored = [(v, r) for v, r in scored if v is not None]
+    if not scored:
+        return combo.run_ids[0]
+    scored.sort()
+    return scored[(len(scored) - 1) // 2][1]

@@ -1,0 +1,137 @@
+"""Stores written through the real Store API with made-up but plausible figures,
+for report tests and benchmarks/report_500.py (no server needed).
+
+The figures follow a model, not a measurement: TPS grows with clients up to
+the cores and flattens, synchronous_commit=off is faster, and (durability)
+each repetition loses a little. Nothing here is presented as a result.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perflab.host import host_facts
+from perflab.model import Event, Histogram, RunResult, SeriesPoint
+from perflab.plan import PlannedRun
+from perflab.store import Store
+
+SPEC = """\
+[experiment]
+name = "{name}"
+description = "synthetic store for report tests"
+repetitions = {repetitions}
+order = "sequential"
+seed = 7
+
+[target]
+kind = "postgres"
+[target.settings]
+shared_buffers = "128MB"
+
+[workload]
+kind = "sql"
+statements = ["SELECT 1"]
+duration = "10s"
+
+[factors]
+{factor_lines}
+"""
+
+
+def _encode_histogram(latencies_us: np.ndarray) -> Histogram | None:
+    """An HDR histogram through the engine, when this perflab's engine has one."""
+    from perflab import _engine
+
+    encode = getattr(_engine, "histogram_from_values_us", None)
+    if encode is None:
+        return None
+    return Histogram("latency", "us", "hdr-v2-deflate", bytes(encode([int(v) for v in latencies_us])))
+
+
+def build_store(
+    out_dir: Path,
+    *,
+    clients: list[int] = (1, 2, 4, 8),  # type: ignore[assignment]
+    sync: list[str] = ("on", "off"),  # type: ignore[assignment]
+    repetitions: int = 3,
+    series_points: int = 20,
+    degrade_pct_per_run: float = 0.0,
+    fail_runs: tuple[int, ...] = (),
+    client_bound_from: int | None = None,
+    name: str = "synthetic",
+    tps_scale: float = 1.0,
+    histograms: bool = True,
+    seed: int = 1,
+) -> Path:
+    rng = np.random.default_rng(seed)
+    factors = {"workload.clients": list(clients), "target.settings.synchronous_commit": list(sync)}
+    factor_lines = "\n".join(f'"{k}" = {json.dumps(v)}' for k, v in factors.items())
+    store = Store.create(
+        out_dir,
+        name=name,
+        spec_text=SPEC.format(name=name, repetitions=repetitions, factor_lines=factor_lines),
+        spec_path=str(out_dir / "experiment.toml"),
+        seed=7,
+        factors=list(factors),
+        host=host_facts(),
+    )
+    combos = [dict(zip(factors, values, strict=True)) for values in itertools.product(*factors.values())]
+    plan = [
+        PlannedRun(number=i, combination=c, repetition=rep, factors=combo)
+        for i, (c, rep, combo) in enumerate(
+            ((c, rep, combo) for c, combo in enumerate(combos, start=1) for rep in range(1, repetitions + 1)),
+            start=1,
+        )
+    ]
+    store.add_plan(plan)
+    for run in plan:
+        store.start_run(run.number, 0)
+        n_clients = run.factors["workload.clients"]
+        sync_on = run.factors["target.settings.synchronous_commit"] == "on"
+        base = (300.0 if sync_on else 520.0) * min(n_clients, 2) * (1 + 0.15 * np.log2(max(n_clients / 2, 1)))
+        tps = base * tps_scale * (1 - degrade_pct_per_run / 100.0) ** (run.repetition - 1) * rng.normal(1.0, 0.015)
+        latency_ms = n_clients / tps * 1000.0
+        result = RunResult(headline=["tps", "latency_mean_ms"])
+        result.add_metric("tps", tps, "tx/s", "transactions per second, connection set-up excluded", True)
+        result.add_metric("latency_mean_ms", latency_ms, "ms", "mean transaction latency", False)
+        result.add_metric("process.backend.cpu_s", 10.0 * min(n_clients, 2) * 0.6, "s", "", None)
+        result.add_metric("process.walwriter.cpu_s", 0.3, "s", "", None)
+        result.add_metric("process.driver.cpu_s", 10.0 * 0.25 * n_clients ** 0.5, "s", "", None)
+        for i in range(series_points):
+            t = (i + 1) * 10.0 / series_points
+            result.series.append(SeriesPoint("sql", "tps", t, tps * rng.normal(1.0, 0.03)))
+            result.series.append(SeriesPoint("sql", "latency_p99_ms", t, latency_ms * 3 * rng.normal(1.0, 0.05)))
+            user = 40 + rng.normal(0, 3)
+            for name, value in (("us_pct", user), ("sy_pct", 12.0), ("wa_pct", 3.0), ("st_pct", 0.0),
+                                ("id_pct", 45.0 - (user - 40))):
+                result.series.append(SeriesPoint("vmstat", name, t, value))
+        if histograms:
+            hist = _encode_histogram(rng.lognormal(np.log(latency_ms * 1000), 0.5, size=2000))
+            if hist is not None:
+                result.histograms.append(hist)
+        result.events.append(Event(0.0, "measure-start", "warm-up ended"))
+        if client_bound_from is not None and n_clients >= client_bound_from:
+            result.flags.append("client-bound")
+        target: dict[str, Any] = {
+            "kind": "postgres",
+            "version": "PostgreSQL 15.8 (synthetic)",
+            "key_settings": {"shared_buffers": "128MB", "synchronous_commit": run.factors[
+                "target.settings.synchronous_commit"], "fsync": "on"},
+            "effective_settings": {"shared_buffers": "128MB", "max_connections": "100",
+                                   "synchronous_commit": run.factors["target.settings.synchronous_commit"]},
+            "postmaster_pid": 1000 + run.number,
+        }
+        if run.number in fail_runs:
+            store.finish_run(run.number, RunResult(), status="failed", seconds=1.5, target=target,
+                             error="server closed the connection unexpectedly",
+                             log_tail="LOG:  server process (PID 4242) was terminated by signal 9: Killed\n"
+                                      "LOG:  terminating any other active server processes")
+        else:
+            store.finish_run(run.number, result, status="done", seconds=10.0, target=target)
+    store.close()
+    return out_dir

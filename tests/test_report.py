@@ -1,0 +1,119 @@
+"""The HTML report from stores written through the real Store API."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from perflab.analysis.stats import t_interval
+from perflab.errors import UserError
+from perflab.report import write_report
+from perflab.report.figures import new_figure
+from perflab.report.html import fmt, fmt_pct
+from perflab.report.section import Figure, Section, Table, Text
+from perflab.store import Store
+from perflab.workloads.sql import SqlWorkload
+from synthetic_store import build_store
+
+EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)""", re.IGNORECASE)
+
+
+def _embedded(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="perflab-data">(.*?)</script>', html, re.S)
+    assert m
+    return json.loads(m.group(1))
+
+
+@pytest.fixture(scope="module")
+def durability_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = build_store(tmp_path_factory.mktemp("durability") / "out", repetitions=5, degrade_pct_per_run=3.0,
+                      fail_runs=(7,), client_bound_from=8)
+    path = write_report(out)
+    return out, path.read_text()
+
+
+def test_report_is_one_self_contained_file_with_figures(durability_report: tuple[Path, str]) -> None:
+    out, html = durability_report
+    assert (out / "report.html").is_file()
+    assert not EXTERNAL_REF.search(html), "the report must not reference anything outside itself"
+    assert "default-src 'none'" in html  # and the browser is told to fetch nothing
+    svgs = sorted(p.stem for p in (out / "figures").glob("*.svg"))
+    pngs = sorted(p.stem for p in (out / "figures").glob("*.png"))
+    assert svgs == pngs and "scaling-tps-vs-clients" in svgs and "cpu-split" in svgs
+    assert html.count("<svg") >= len(svgs)  # every figure inline
+
+
+def test_results_table_holds_mean_ci_n_cv_from_the_store(durability_report: tuple[Path, str]) -> None:
+    out, html = durability_report
+    store = Store.open(out)
+    try:
+        runs = [r for r in store.runs() if r["combination"] == 3 and r["status"] == "done"]
+        tps = [m["value"] for r in runs for m in store.metrics(r["id"]) if m["name"] == "tps"]
+    finally:
+        store.close()
+    ci = t_interval(tps)
+    data = _embedded(html)
+    combo = next(c for c in data["combinations"] if c["index"] == 3)
+    summary = combo["summaries"]["tps"]
+    assert summary["n"] == 5 and summary["ci_method"] == "student-t"
+    assert summary["ci_low"] == pytest.approx(ci.low) and summary["ci_high"] == pytest.approx(ci.high)
+    assert f"[{fmt(ci.low)}, {fmt(ci.high)}]" in html
+    assert len(data["runs"]) == 40
+
+
+def test_failures_flags_and_degradation_are_shown(durability_report: tuple[Path, str]) -> None:
+    _, html = durability_report
+    assert "server closed the connection unexpectedly" in html
+    assert "terminated by signal 9" in html  # the log tail
+    assert "client-bound" in html
+    # 3% lost per repetition: the trend test says so, and OSDL's column is there
+    assert "degrades by trend" in html
+    runs = [r for r in _embedded(html)["runs"] if r["combination"] == 3]
+    first, last = runs[0]["metrics"]["tps"], runs[-1]["metrics"]["tps"]
+    assert fmt_pct((last - first) / first * 100) in html
+    assert "Matteson &amp; James" in html
+
+
+def test_workload_sections_come_from_the_workload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+
+    def sections(cls: type, store: Store, runs: list[dict]) -> list[Section]:
+        seen.append(len(runs))
+        fig = new_figure()
+        fig.add_subplot().bar(["q1", "q2"], [1.0, 2.0])
+        return [Section("Per-query times", [Text("from the workload <itself>"),
+                                            Table(["query", "seconds"], [["q1", 1.0], ["q2", 2.0]]),
+                                            Figure("per-query", fig, "per-query bars")])]
+
+    monkeypatch.setattr(SqlWorkload, "report_sections", classmethod(sections))
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=2)
+    html = write_report(out).read_text()
+    assert seen == [2]
+    assert "Per-query times" in html and "from the workload &lt;itself&gt;" in html
+    assert (out / "figures" / "per-query.svg").is_file()
+
+
+def test_a_failing_workload_section_does_not_lose_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(cls: type, store: Store, runs: list[dict]) -> list[Section]:
+        raise KeyError("q99")
+
+    monkeypatch.setattr(SqlWorkload, "report_sections", classmethod(broken))
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=1)
+    html = write_report(out).read_text()
+    assert "section failed: KeyError" in html and "Results" in html
+
+
+def test_single_runs_and_no_numeric_factor_get_notes_not_errors(tmp_path: Path) -> None:
+    out = build_store(tmp_path / "out", clients=[4], sync=["on", "off"], repetitions=1)
+    html = write_report(out).read_text()
+    assert "n=1: no interval" in html
+    assert "no scaling curve" in html
+    assert "Degradation needs 3 or more" in html
+
+
+def test_report_of_a_directory_without_a_store_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no perflab store"):
+        write_report(tmp_path)
