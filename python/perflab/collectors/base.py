@@ -80,6 +80,7 @@ class SamplingCollector(Collector):
     point at `t` covers the interval that ends at `t`. `tick_s()` may be
     shorter than the interval (pgstat samples wait events at 10 Hz and its
     views every second); `sample()` then returns {} on ticks with nothing due.
+    A last sample is taken when the run stops (`self.stopping` is True then).
     The sampling thread's own CPU time is reported as `<name>.sampling_cpu_s`.
     """
 
@@ -91,6 +92,8 @@ class SamplingCollector(Collector):
         self.samples = 0
         self.errors: list[str] = []
         self.sampling_cpu_s = 0.0
+        # True during the last sample, taken when the run stops
+        self.stopping = False
 
     def open(self, ctx: CollectorContext) -> None:  # noqa: B027 - optional hook
         pass
@@ -121,17 +124,9 @@ class SamplingCollector(Collector):
         interval_ns = int(self.tick_s() * 1e9)
         next_ns = time.monotonic_ns()
         cpu_start_s = time.thread_time()
+        self.stopping = False
         while not self._stop.is_set():
-            t = ctx.now_s()
-            try:
-                values = self.sample()
-            except Exception as exc:  # a broken sample must never stop the run
-                if len(self.errors) < 5:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                values = {}
-            for key, value in values.items():
-                ctx.series.add(self.name, key, t, value)
-            self.samples += 1
+            self._tick(ctx)
             self.sampling_cpu_s = time.thread_time() - cpu_start_s
             next_ns += interval_ns
             delay = (next_ns - time.monotonic_ns()) / 1e9
@@ -139,6 +134,23 @@ class SamplingCollector(Collector):
                 next_ns = time.monotonic_ns()
                 delay = 0
             self._stop.wait(delay)
+        # one last sample at the moment of stopping, so the series and the
+        # summaries cover the whole run, not up to the last whole interval
+        self.stopping = True
+        self._tick(ctx)
+        self.sampling_cpu_s = time.thread_time() - cpu_start_s
+
+    def _tick(self, ctx: RunContext) -> None:
+        t = ctx.now_s()
+        try:
+            values = self.sample()
+        except Exception as exc:  # a broken sample must never stop the run
+            if len(self.errors) < 5:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            values = {}
+        for key, value in values.items():
+            ctx.series.add(self.name, key, t, value)
+        self.samples += 1
 
     def stop(self) -> RunResult:
         self._stop.set()

@@ -235,15 +235,15 @@ class DiskstatsCollector(SamplingCollector):
         return values
 
     def summary(self) -> RunResult:
-        """Per device over the whole run (first sample to now), and the same
+        """Per device over the whole run (first sample to the last), and the same
         under the role names `data` and `wal` for the devices holding them, so
         runs that move the WAL compare by role."""
         result = RunResult()
         for note in self._notes:
             result.events.append(Event(0.0, "collector-info", f"{self.name}: {note}"))
-        if self._first is None:
+        if self._first is None or self._last is None:
             return result
-        end = self._read()
+        end = self._last
         dt_s = (end.t_ns - self._first.t_ns) / 1e9
         if dt_s <= 0:
             return result

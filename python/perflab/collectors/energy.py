@@ -218,8 +218,6 @@ class EnergyCollector(SamplingCollector):
         result = RunResult()
         for note in self._notes:
             result.events.append(Event(0.0, "collector-info", f"{self.name}: {note}"))
-        if self._last_t_ns:
-            self.sample()  # up to the moment of stopping
         seconds = (self._last_t_ns - self._first_t_ns) / 1e9
         if seconds <= 0:
             return result

@@ -13,7 +13,8 @@ Wait events are sampled from pg_stat_activity at `wait_event_hz` (default
 10 Hz), as Active Session History does: each sample counts the sessions that
 are not idle (client backends in a transaction or a statement, and
 background processes outside their idle main loop, wait type "Activity"), by
-wait event type and name; "CPU" when a session waits on nothing. Each
+wait event type and name; "CPU:running" when a session waits on nothing
+(it is on a CPU or waiting for one). Each
 interval's series `wait.<type>.<event>` is the mean number of such sessions.
 
 The connection goes to the maintenance database "postgres" when the
@@ -43,13 +44,14 @@ GAUGES = {"numbackends", "op_bytes"}
 SKIP_COLUMNS = {"datid", "datname", "stats_reset", "backend_type", "object", "context"}
 
 WAIT_EVENTS_SQL = """
-SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, 'CPU'), count(*)
+SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, 'running'), count(*)
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid()
   AND CASE WHEN backend_type = 'client backend' THEN state IS DISTINCT FROM 'idle'
            ELSE wait_event_type IS DISTINCT FROM 'Activity' END
 GROUP BY 1, 2
 """
+WAIT_STATEMENT = b"perflab_wait_events"
 
 
 class PgstatSettings(CollectorSettings):
@@ -95,6 +97,7 @@ class PgstatCollector(SamplingCollector):
         self._waits_run: Counter[tuple[str, str]] = Counter()
         self._wait_ticks_run = 0
         self._wait_names: set[tuple[str, str]] = set()
+        self._wait_sampling = False
 
     # ------------------------------------------------------------ set-up
 
@@ -145,9 +148,11 @@ class PgstatCollector(SamplingCollector):
                 self._views.append((view, sql, params))
             except Exception as exc:
                 self._notes.append(f"{view} not sampled: {exc}")
+        self._wait_sampling = False
         if self.settings.wait_event_hz > 0:
             try:
-                self._query(WAIT_EVENTS_SQL, ())
+                self._prepare_waits()
+                self._wait_sampling = True
             except Exception as exc:
                 self._notes.append(f"wait events not sampled: {exc}")
         if not self._views:
@@ -197,17 +202,36 @@ class PgstatCollector(SamplingCollector):
                     out[f"{view}.{col}"] = value
         return out
 
+    def _prepare_waits(self) -> None:
+        """Wait events are sampled ten times a second: through libpq directly
+        (a prepared statement, text results), which costs a third of the CPU of
+        a psycopg cursor per sample (benchmarks/collector_overhead.py)."""
+        from psycopg import pq
+
+        res = self._conn.pgconn.prepare(WAIT_STATEMENT, WAIT_EVENTS_SQL.encode())
+        if res.status != pq.ExecStatus.COMMAND_OK:
+            raise RuntimeError(res.error_message.decode(errors="replace").strip())
+        self._sample_waits()
+        self._waits.clear()
+        self._wait_ticks = 0
+
     def _sample_waits(self) -> None:
-        rows = self._query(WAIT_EVENTS_SQL, ())
+        from psycopg import pq
+
+        res = self._conn.pgconn.exec_prepared(WAIT_STATEMENT, None)
+        self._own_xacts += 1
+        if res.status != pq.ExecStatus.TUPLES_OK:
+            raise RuntimeError(res.error_message.decode(errors="replace").strip())
         self._wait_ticks += 1
-        for wait_type, wait_event, sessions in rows:
-            self._waits[(wait_type, wait_event)] += sessions
+        for i in range(res.ntuples):
+            key = (res.get_value(i, 0).decode(), res.get_value(i, 1).decode())
+            self._waits[key] += int(res.get_value(i, 2))
 
     def sample(self) -> dict[str, float]:
         t_ns = time.monotonic_ns()
-        if self.settings.wait_event_hz > 0:
+        if self._wait_sampling:
             self._sample_waits()
-        if t_ns < self._next_stats_ns:
+        if t_ns < self._next_stats_ns and not self.stopping:
             return {}
         self._next_stats_ns = t_ns + int(self.settings.interval * 1e9) - int(self.tick_s() * 0.5e9)
         own_before = self._own_xacts

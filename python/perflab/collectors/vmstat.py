@@ -8,7 +8,8 @@ than vmstat's nominal one:
 - us = user + nice - guest - guest_nice; sy = system + irq + softirq;
   id = idle; wa = iowait; st = steal; each over their sum (guest time is
   already counted in user, proc(5)). irq and softirq are also given apart.
-- cache = Cached + SReclaimable (procps counts reclaimable slab as cache).
+- cache = Cached + SReclaimable (procps counts reclaimable slab as cache);
+  used = MemTotal - free - buff - cache, as free(1) gives it.
 - bi/bo = pgpgin/pgpgout per second, in KiB (the kernel counts them in KiB);
   si/so = pswpin/pswpout pages per second, in KiB.
 - in = interrupts, cs = context switches, per second.
@@ -100,6 +101,11 @@ def gauges(r: Reading) -> dict[str, float]:
         "free_kib": float(mem.get("MemFree", 0)),
         "buff_kib": float(mem.get("Buffers", 0)),
         "cache_kib": float(mem.get("Cached", 0) + mem.get("SReclaimable", 0)),
+        # free(1)'s "used": what is neither free nor buffers nor cache
+        "used_kib": float(
+            mem.get("MemTotal", 0) - mem.get("MemFree", 0) - mem.get("Buffers", 0)
+            - mem.get("Cached", 0) - mem.get("SReclaimable", 0)
+        ),
         "avail_kib": float(mem.get("MemAvailable", 0)),
         "dirty_kib": float(mem.get("Dirty", 0)),
         "writeback_kib": float(mem.get("Writeback", 0)),
@@ -138,12 +144,12 @@ class VmstatCollector(SamplingCollector):
         return values
 
     def summary(self) -> RunResult:
-        """Run means from the first reading to one taken now, at stop (exact,
+        """Run means from the first reading to the last, taken at stop (exact,
         not a mean of per-interval figures), and memory extremes."""
         result = RunResult()
-        if self._first is None:
+        if self._first is None or self._last is None:
             return result
-        whole = rates(self._first, Reading())
+        whole = rates(self._first, self._last)
         if not whole:
             return result
         p = self.name

@@ -1,0 +1,247 @@
+"""A run's telemetry figure: what the system did, on the benchmark's clock.
+
+Stacked panels sharing one time axis (seconds since the run's t0), in the
+manner of the OSDL DBT-3 durability graphs, which plotted vmstat's us/sy/id/wa,
+free/buff/cache and bi/bo for each run:
+
+1. throughput: every `tps` or `qps` series of a non-collector source (the
+   workload's driver series, e.g. source "tpcb" name "tps");
+2. CPU: vmstat us, sy, wa, st, id stacked to 100%;
+3. memory: vmstat used, buff, cache, free stacked to the total (GiB);
+4. block I/O: vmstat bi, bo (MiB/s);
+5. disks: diskstats %util per device, when sampled;
+6. wait events: pgstat's mean sessions per wait event (the six largest),
+   when sampled.
+
+Panels without data are left out; with no panel at all no file is written.
+Drawn with matplotlib's object API (no pyplot state, safe in threads), Agg.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from perflab.collectors import COLLECTORS
+from perflab.store import Store
+
+THROUGHPUT_NAMES = ("tps", "qps")
+WIDTH_IN = 11.0
+PANEL_HEIGHT_IN = 1.9
+DPI = 110
+TOP_WAIT_EVENTS = 6
+# colours people read vmstat graphs with: user green, system red, wait amber
+CPU_PARTS = (
+    ("us_pct", "us (user)", "#2e8b57"),
+    ("sy_pct", "sy (system)", "#c0392b"),
+    ("wa_pct", "wa (I/O wait)", "#f39c12"),
+    ("st_pct", "st (steal)", "#8e44ad"),
+    ("id_pct", "id (idle)", "#dfe6e9"),
+)
+# stacked to the machine's memory: at a glance, how much is page cache
+MEMORY_PARTS = (
+    ("used_kib", "used", "#c0392b"),
+    ("buff_kib", "buff", "#e67e22"),
+    ("cache_kib", "cache", "#27ae60"),
+    ("free_kib", "free", "#d6eaf8"),
+)
+IO_PARTS = (("bi_kib_per_s", "bi (read)", "#2980b9"), ("bo_kib_per_s", "bo (written)", "#c0392b"))
+
+Series = dict[str, tuple[list[float], list[float]]]  # name -> (t, value)
+
+
+def _load(store: Store, run_id: int, source: str) -> Series:
+    out: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for row in store.series(run_id, source):
+        if row["value"] is None:
+            continue
+        ts, vs = out[row["name"]]
+        ts.append(row["t"])
+        vs.append(row["value"])
+    return dict(out)
+
+
+def _sources(store: Store, run_id: int) -> list[str]:
+    rows = store.conn.execute("SELECT DISTINCT source FROM series WHERE run_id = ? ORDER BY source", (run_id,))
+    return [r[0] for r in rows]
+
+
+def _aligned(series: Series, names: Sequence[str], *, zero_when_absent: bool = False
+             ) -> tuple[list[float], list[list[float]]] | None:
+    """Series on shared timestamps, for stacking. By default the timestamps
+    all of them have (vmstat's us, sy, ... share each sample's t); with
+    `zero_when_absent`, every timestamp any has, the others 0 there (a wait
+    event first seen later had no sessions before)."""
+    present = [n for n in names if n in series]
+    if not present:
+        return None
+    stamps = set(series[present[0]][0])
+    for n in present[1:]:
+        stamps = stamps | set(series[n][0]) if zero_when_absent else stamps & set(series[n][0])
+    ts = sorted(stamps)
+    if not ts:
+        return None
+    columns = []
+    for n in names:
+        lookup = dict(zip(*series[n], strict=True)) if n in series else {}
+        columns.append([lookup.get(t, 0.0) for t in ts])
+    return ts, columns
+
+
+def _style(ax: Axes, ylabel: str) -> None:
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.grid(True, color="#dddddd", linewidth=0.6)
+    ax.tick_params(labelsize=8)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _legend(ax: Axes) -> None:
+    """Beside the panel, so no line is hidden behind it."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+
+
+class _Panel:
+    def __init__(self, title: str, draw: Any) -> None:
+        self.title = title
+        self.draw = draw
+
+
+def _throughput_panel(store: Store, run_id: int, sources: list[str]) -> _Panel | None:
+    collectors = set(COLLECTORS.names())
+    lines = []
+    for source in sources:
+        if source in collectors:
+            continue
+        for name, (ts, vs) in _load(store, run_id, source).items():
+            if name in THROUGHPUT_NAMES:
+                lines.append((f"{source} {name}", name, ts, vs))
+    if not lines:
+        return None
+    unit = "/".join(sorted({name for _, name, _, _ in lines}))
+
+    def draw(ax: Axes, scale: float) -> None:
+        for label, _, ts, vs in lines:
+            ax.plot([t / scale for t in ts], vs, label=label, color="#1f3a93", linewidth=1.2)
+        ax.set_ylim(bottom=0)
+        _style(ax, unit)
+        _legend(ax)
+
+    return _Panel("throughput", draw)
+
+
+def _stack_panel(series: Series, parts: Sequence[tuple[str, str, str]], title: str, ylabel: str,
+                 divisor: float, *, stacked: bool, ymax: float | None = None) -> _Panel | None:
+    aligned = _aligned(series, [p[0] for p in parts])
+    if aligned is None:
+        return None
+    ts, columns = aligned
+
+    def draw(ax: Axes, scale: float) -> None:
+        xs = [t / scale for t in ts]
+        scaled = [[v / divisor for v in col] for col in columns]
+        if stacked:
+            ax.stackplot(xs, *scaled, labels=[p[1] for p in parts], colors=[p[2] for p in parts], linewidth=0)
+        else:
+            for (_, label, colour), col in zip(parts, scaled, strict=True):
+                ax.plot(xs, col, label=label, color=colour, linewidth=1.2)
+        ax.set_ylim(0, ymax)
+        _style(ax, ylabel)
+        _legend(ax)
+
+    return _Panel(title, draw)
+
+
+def _per_name_panel(lines: list[tuple[str, list[float], list[float]]], title: str, ylabel: str,
+                    *, stacked: bool) -> _Panel | None:
+    if not lines:
+        return None
+
+    def draw(ax: Axes, scale: float) -> None:
+        if stacked:
+            aligned = _aligned({label: (ts, vs) for label, ts, vs in lines}, [label for label, _, _ in lines],
+                               zero_when_absent=True)
+            if aligned is not None:
+                ts, columns = aligned
+                ax.stackplot([t / scale for t in ts], *columns, labels=[label for label, _, _ in lines], linewidth=0)
+        else:
+            for label, ts, vs in lines:
+                ax.plot([t / scale for t in ts], vs, label=label, linewidth=1.0)
+        ax.set_ylim(bottom=0)
+        _style(ax, ylabel)
+        _legend(ax)
+
+    return _Panel(title, draw)
+
+
+def _disk_panel(series: Series) -> _Panel | None:
+    lines = [(name.rsplit(".", 1)[0], ts, vs) for name, (ts, vs) in sorted(series.items())
+             if name.endswith(".util_pct")]
+    return _per_name_panel(lines, "disk utilisation (time with I/O in flight)", "%util", stacked=False)
+
+
+def _wait_panel(series: Series) -> _Panel | None:
+    waits = {name[len("wait."):]: tv for name, tv in series.items() if name.startswith("wait.")}
+    top = sorted(waits, key=lambda n: -sum(waits[n][1]))[:TOP_WAIT_EVENTS]
+    lines = [(name.replace(".", ":", 1), *waits[name]) for name in top if sum(waits[name][1]) > 0]
+    return _per_name_panel(lines, f"PostgreSQL wait events (largest {TOP_WAIT_EVENTS})", "sessions", stacked=True)
+
+
+def build_run_figure(store: Store, run_id: int) -> Figure | None:
+    """The run's panels as a matplotlib Figure (None when nothing was sampled)."""
+    sources = _sources(store, run_id)
+    vmstat = _load(store, run_id, "vmstat") if "vmstat" in sources else {}
+    panels = [
+        _throughput_panel(store, run_id, sources),
+        _stack_panel(vmstat, CPU_PARTS, "CPU (vmstat, all CPUs)", "% of CPU", 1.0, stacked=True, ymax=100),
+        _stack_panel(vmstat, MEMORY_PARTS, "memory (vmstat)", "GiB", 2**20, stacked=True),
+        _stack_panel(vmstat, IO_PARTS, "block I/O (vmstat bi/bo)", "MiB/s", 1024, stacked=False),
+        _disk_panel(_load(store, run_id, "diskstats")) if "diskstats" in sources else None,
+        _wait_panel(_load(store, run_id, "pgstat")) if "pgstat" in sources else None,
+    ]
+    present = [p for p in panels if p is not None]
+    if not present:
+        return None
+    t_max = max((r[0] or 0.0) for r in store.conn.execute("SELECT max(t) FROM series WHERE run_id = ?", (run_id,)))
+    scale, t_unit = (60.0, "minutes") if t_max > 900 else (1.0, "seconds")
+
+    fig = Figure(figsize=(WIDTH_IN, PANEL_HEIGHT_IN * len(present) + 0.8), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(present), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, panel in zip(axes, present, strict=True):
+        panel.draw(ax, scale)
+        ax.set_title(panel.title, fontsize=9, loc="left")
+    axes[-1].set_xlabel(f"time since the run's start ({t_unit})", fontsize=8)
+    axes[-1].set_xlim(0, t_max / scale if t_max > 0 else 1)
+    fig.suptitle(_title(store, run_id), fontsize=10, x=0.01, ha="left")
+    height_in = fig.get_figheight()
+    fig.subplots_adjust(left=0.07, right=0.84, top=1 - 0.7 / height_in, bottom=0.5 / height_in, hspace=0.5)
+    return fig
+
+
+def _title(store: Store, run_id: int) -> str:
+    run = next((r for r in store.runs() if r["id"] == run_id), None)
+    name = store.experiment().get("name", "")
+    if run is None:
+        return f"{name} run {run_id}"
+    factors = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run["factors"].items())
+    text = f"{name}: run {run_id}, repetition {run['repetition']}"
+    return f"{text} ({factors})" if factors else text
+
+
+def write_run_figure(store: Store, run_id: int, path: Path) -> Path | None:
+    """Write the run's telemetry panels as a PNG at `path`; None when the run
+    has no telemetry or throughput series to draw."""
+    fig = build_run_figure(store, run_id)
+    if fig is None:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", dpi=DPI)
+    return path
