@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from perflab.host import host_facts
-from perflab.model import Event, Histogram, RunResult, SeriesPoint
+from perflab.model import Event, Histogram, QueryTime, RunResult, SeriesPoint
 from perflab.plan import PlannedRun
 from perflab.store import Store
 
@@ -66,6 +66,7 @@ def build_store(
     name: str = "synthetic",
     tps_scale: float = 1.0,
     histograms: bool = True,
+    queries: int = 0,
     seed: int = 1,
 ) -> Path:
     rng = np.random.default_rng(seed)
@@ -114,6 +115,9 @@ def build_store(
             hist = _encode_histogram(rng.lognormal(np.log(latency_ms * 1000), 0.5, size=2000))
             if hist is not None:
                 result.histograms.append(hist)
+        for q in range(queries):
+            result.queries.append(QueryTime(0, q + 1, f"q{q + 1}", float(rng.uniform(0.01, 0.2)), "ok",
+                                            f"SELECT {q + 1}"))
         result.events.append(Event(0.0, "measure-start", "warm-up ended"))
         if client_bound_from is not None and n_clients >= client_bound_from:
             result.flags.append("client-bound")

@@ -55,9 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="the runs of an experiment with their headline metrics")
     sh.add_argument("dir", type=Path)
 
-    ex = sub.add_parser("export", help="all metrics in long form to stdout")
+    ex = sub.add_parser("export", help="metrics, series or per-query times in long form")
     ex.add_argument("dir", type=Path)
-    ex.add_argument("--format", choices=("csv", "json"), default="csv")
+    ex.add_argument("--format", choices=("csv", "json", "parquet"), default="csv")
+    ex.add_argument("--table", choices=("metrics", "series", "queries"), default="metrics")
+    ex.add_argument("--output", type=Path, help="write to FILE instead of stdout (required for parquet)")
 
     sub.add_parser("list", help="registered targets, workloads and collectors")
 
@@ -251,7 +253,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from perflab import export
     from perflab.store import Store
 
-    export.write(Store.open(args.dir), args.format, sys.stdout)
+    export.export(Store.open(args.dir), args.format, sys.stdout, table=args.table, output=args.output)
     return 0
 
 

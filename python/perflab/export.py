@@ -2,45 +2,142 @@
 
 Metrics: one row per (run, metric) with the run's factor values as columns:
 run, combination, repetition, status, <factor paths...>, metric, value, unit.
+Series (`--table series`): one row per sample: the run columns, then source,
+name, t (seconds on the run's clock), value. Queries (`--table queries`): one
+row per statement or query execution: stream, seq, query, seconds, status,
+error, text. Formats: csv and json to stdout, or to --output; parquet (binary,
+through pyarrow) only to --output.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
+from perflab.errors import UserError
 from perflab.store import Store
 
-FORMATS = ("csv", "json")
+FORMATS = ("csv", "json", "parquet")
+TABLES = ("metrics", "series", "queries")
 
 
 def metric_rows(store: Store) -> tuple[list[str], list[dict[str, Any]]]:
+    columns, run_part = _run_columns(store)
+    runs = {r["id"]: run_part(r) for r in store.runs()}
+    rows = [
+        runs[m["run_id"]] | {"metric": m["name"], "value": m["value"], "unit": m["unit"], "method": m["method"]}
+        for m in store.metrics()
+    ]
+    return [*columns, "metric", "value", "unit", "method"], rows
+
+
+def _run_columns(store: Store) -> tuple[list[str], Callable[[dict[str, Any]], dict[str, Any]]]:
     factors = store.experiment()["factors"]
-    runs = {r["id"]: r for r in store.runs()}
-    columns = ["run", "combination", "repetition", "status", *factors, "metric", "value", "unit", "method"]
-    rows = []
-    for m in store.metrics():
-        run = runs[m["run_id"]]
-        row: dict[str, Any] = {
-            "run": run["id"], "combination": run["combination"], "repetition": run["repetition"],
-            "status": run["status"],
-        }
+
+    def run_part(run: dict[str, Any]) -> dict[str, Any]:
+        row = {"run": run["id"], "combination": run["combination"], "repetition": run["repetition"],
+               "status": run["status"]}
         row.update({f: run["factors"].get(f) for f in factors})
-        row.update(metric=m["name"], value=m["value"], unit=m["unit"], method=m["method"])
-        rows.append(row)
-    return columns, rows
+        return row
+
+    return ["run", "combination", "repetition", "status", *factors], run_part
 
 
-def write(store: Store, fmt: str, out: TextIO) -> int:
-    columns, rows = metric_rows(store)
+def series_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    """Every sample, run by run (a generator: a long run holds millions)."""
+    columns, run_part = _run_columns(store)
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for run in store.runs():
+            head = run_part(run)
+            for s in store.series(run["id"]):
+                yield head | {"source": s["source"], "name": s["name"], "t": s["t"], "value": s["value"]}
+
+    return [*columns, "source", "name", "t", "value"], rows()
+
+
+def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    columns, run_part = _run_columns(store)
+    runs = {r["id"]: run_part(r) for r in store.runs()}
+    fields = ["stream", "seq", "query", "seconds", "status", "error", "text"]
+    rows = (runs[q["run_id"]] | {f: q[f] for f in fields} for q in store.queries())
+    return [*columns, *fields], rows
+
+
+def table_rows(store: Store, table: str) -> tuple[list[str], Any]:
+    if table == "metrics":
+        return metric_rows(store)
+    if table == "series":
+        return series_rows(store)
+    if table == "queries":
+        return query_rows(store)
+    raise UserError(f"--table {table}: no such table", f"choose one of: {', '.join(TABLES)}")
+
+
+def write_parquet(columns: list[str], rows: Any, path: Path) -> int:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError("--format parquet needs pyarrow, which is not installed",
+                        "pip install 'perflab[parquet]' (or pyarrow), or export --format csv") from None
+    data: dict[str, list[Any]] = {c: [] for c in columns}
+    count = 0
+    for row in rows:
+        for c in columns:
+            data[c].append(row.get(c))
+        count += 1
+    # factor values may mix types (1 and "auto"): such a column is written as text
+    arrays = {}
+    for c, values in data.items():
+        try:
+            arrays[c] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            arrays[c] = pa.array([None if v is None else json.dumps(v) if not isinstance(v, str) else v
+                                  for v in values], type=pa.string())
+    pq.write_table(pa.table(arrays), path)
+    return count
+
+
+def export(store: Store, fmt: str, out: TextIO, table: str = "metrics", output: Path | None = None) -> int:
+    """Write one table in one format to `output`, or to `out` (text formats only)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: not a format", f"choose one of: {', '.join(FORMATS)}")
+    columns, rows = table_rows(store, table)
+    if fmt == "parquet":
+        if output is None:
+            raise UserError("--format parquet writes a binary file, not text to stdout",
+                            "give --output FILE.parquet")
+        return write_parquet(columns, rows, output)
+    if output is None:
+        return write(store, fmt, out, columns=columns, rows=rows)
+    try:
+        with open(output, "w", newline="", encoding="utf-8") as f:
+            return write(store, fmt, f, columns=columns, rows=rows)
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror}", "give --output a writable path") from None
+
+
+def write(store: Store, fmt: str, out: TextIO, columns: list[str] | None = None, rows: Any = None) -> int:
+    if columns is None or rows is None:
+        columns, rows = metric_rows(store)
+    count = 0
     if fmt == "csv":
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        for row in rows:
+            writer.writerow(row)
+            count += 1
     elif fmt == "json":
-        json.dump(rows, out, indent=1)
-        out.write("\n")
+        # one object per line inside one array: valid JSON, streamed row by row
+        out.write("[")
+        for row in rows:
+            out.write(("\n" if count == 0 else ",\n") + json.dumps(row, default=str))
+            count += 1
+        out.write("\n]\n")
     else:  # the CLI only offers FORMATS
         raise ValueError(fmt)
-    return len(rows)
+    return count

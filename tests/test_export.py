@@ -1,0 +1,71 @@
+"""perflab export: metrics, series and per-query tables as csv, json, parquet."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synthetic_store import build_store
+
+
+def _export(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "perflab.cli", "export", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 2 x 1 combinations x 2 repetitions, run 3 failed: 3 done runs
+    return build_store(tmp_path_factory.mktemp("export") / "out", clients=[1, 2], sync=["on"], repetitions=2,
+                       series_points=4, queries=3, fail_runs=(3,), histograms=False)
+
+
+def test_series_as_csv_one_row_per_sample_with_the_factors(store_dir: Path) -> None:
+    proc = _export(str(store_dir), "--table", "series")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    # per done run: 4 points x (2 sql series + 5 vmstat series)
+    assert len(rows) == 3 * 4 * 7
+    assert set(rows[0]) == {"run", "combination", "repetition", "status", "workload.clients",
+                            "target.settings.synchronous_commit", "source", "name", "t", "value"}
+    tps = [r for r in rows if r["name"] == "tps" and r["run"] == "1"]
+    assert [float(r["t"]) for r in tps] == [2.5, 5.0, 7.5, 10.0]
+
+
+def test_queries_as_json(store_dir: Path) -> None:
+    proc = _export(str(store_dir), "--table", "queries", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert len(rows) == 3 * 3
+    assert rows[0]["query"] == "q1" and rows[0]["text"] == "SELECT 1" and rows[0]["status"] == "ok"
+    assert rows[0]["workload.clients"] == 1
+
+
+def test_metrics_parquet_needs_an_output_file(store_dir: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    bad = _export(str(store_dir), "--format", "parquet")
+    assert bad.returncode == 2
+    assert "--output" in bad.stderr and "Traceback" not in bad.stderr
+    out = tmp_path / "metrics.parquet"
+    ok = _export(str(store_dir), "--format", "parquet", "--output", str(out))
+    assert ok.returncode == 0, ok.stderr
+    table = pq.read_table(out)
+    csv_rows = list(csv.DictReader(io.StringIO(_export(str(store_dir)).stdout)))
+    assert table.num_rows == len(csv_rows) == 3 * 5  # 5 metrics per done run
+    assert table.column("metric").to_pylist() == [r["metric"] for r in csv_rows]
+    assert table.column("value").to_pylist() == pytest.approx([float(r["value"]) for r in csv_rows])
+
+
+def test_series_parquet_round_trips(store_dir: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "series.parquet"
+    assert _export(str(store_dir), "--table", "series", "--format", "parquet", "--output", str(out)).returncode == 0
+    table = pq.read_table(out)
+    assert table.num_rows == 3 * 4 * 7
+    assert str(table.schema.field("t").type) == "double"
