@@ -28,7 +28,7 @@ from perflab.workloads import WORKLOADS
 # every run is still in the tables and the embedded data.
 MAX_LINES_PER_FIGURE = 10
 MAX_SERIES_FIGURES = 6
-MAX_RUN_PANELS = 12
+MAX_RUN_PANELS = 8
 MAX_DEGRADATION_DETAILS = 4
 DEGRADATION_MIN_RUNS = 3
 LATENCY_TABLE_PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)

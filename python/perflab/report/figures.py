@@ -52,6 +52,8 @@ def save(fig: Figure, figures_dir: Path, name: str) -> str:
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
     (figures_dir / f"{name}.svg").write_text(svg)
+    # The layout was solved for the SVG; keep it rather than solve it again.
+    fig.set_layout_engine("none")
     fig.savefig(figures_dir / f"{name}.png", dpi=PNG_DPI, metadata={"Software": None})
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
