@@ -74,9 +74,10 @@ def table(
         cls = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         body.append(f"<tr{cls}>" + "".join(cell(c) for c in row) + "</tr>")
     cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    # wide tables scroll sideways inside the page instead of running off it
     return (
-        f'<table class="sortable {css_class}">{cap}<thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'<div class="scroll"><table class="sortable {css_class}">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
@@ -137,7 +138,8 @@ th { background: var(--soft); font-weight: 600; cursor: pointer; white-space: no
 th.sorted-asc::after { content: " \\25B2"; font-size: 10px; }
 th.sorted-desc::after { content: " \\25BC"; font-size: 10px; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.warn { color: var(--warn); background: var(--warnbg); }
+td.warn { color: var(--warn); background: var(--warnbg); min-width: 14em; }
+.scroll { overflow-x: auto; max-width: 100%; }
 td.bad, tr.failed td { color: var(--bad); }
 td.good { color: var(--good); }
 td.flag { color: var(--warn); font-weight: 600; }
