@@ -19,7 +19,7 @@ from perflab.analysis.stats import (
 from perflab.collectors import COLLECTORS
 from perflab.report import figures, latency
 from perflab.report import html as h
-from perflab.report.data import Combination, ReportData, representative_run
+from perflab.report.data import Combination, ReportData, flatten, representative_run
 from perflab.report.section import Figure, Section, Table, Text
 from perflab.store import Store
 from perflab.workloads import WORKLOADS
@@ -49,15 +49,6 @@ def _finite(value: Any) -> Any:
 
 def _short(factor: str) -> str:
     return factor.rsplit(".", 1)[-1]
-
-
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = value
-    return out
 
 
 class ReportBuilder:
@@ -627,7 +618,7 @@ class ReportBuilder:
         settings that differ between runs per combination, then the whole set."""
         if not targets:
             return "<h3>Server settings</h3>" + h.note("No run recorded its target's description.")
-        flat_by_run = {r["id"]: _flatten("", t, {}) for r, t in targets}
+        flat_by_run = {r["id"]: flatten("", t, {}) for r, t in targets}
         keys = sorted({k for flat in flat_by_run.values() for k in flat})
         varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat_by_run.values()}) > 1]
         # paths and pids differ run to run without meaning anything
@@ -647,7 +638,7 @@ class ReportBuilder:
                 by_combo.setdefault(r["combination"], flat_by_run[r["id"]])
             rows = [[c, *[flat.get(k, "–") for k in varying]] for c, flat in sorted(by_combo.items())]
             parts.append(h.table(["#", *varying], rows, caption="Settings that differ between combinations."))
-        everything = sorted(_flatten("", first, {}).items())
+        everything = sorted(flatten("", first, {}).items())
         parts.append(h.details(f"everything the target described (run #{first_run['id']}, {len(everything)} entries)",
                                h.table(["key", "value"], everything, css_class="kv")))
         return "".join(parts)

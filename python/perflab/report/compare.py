@@ -26,7 +26,7 @@ from perflab.analysis.stats import DEFAULT_SEED, Interval, mann_whitney_u, ratio
 from perflab.errors import UserError
 from perflab.report import figures
 from perflab.report import html as h
-from perflab.report.data import ReportData, load
+from perflab.report.data import ReportData, flatten, load
 from perflab.store import Store
 
 SIGNIFICANCE = 0.05
@@ -58,18 +58,9 @@ def _load(path: Path) -> ReportData:
         store.close()
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
-    else:
-        out[prefix] = value
-    return out
-
-
 def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """Dotted keys whose values differ between two experiment files."""
-    fa, fb = _flatten("", a, {}), _flatten("", b, {})
+    fa, fb = flatten("", a, {}), flatten("", b, {})
     out = []
     for key in sorted(set(fa) | set(fb)):
         if key in IGNORED_SPEC_KEYS:

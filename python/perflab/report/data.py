@@ -55,6 +55,16 @@ class Combination:
         return ", ".join(f"{k.rsplit('.', 1)[-1] if short else k}={v}" for k, v in self.factors.items())
 
 
+def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = value
+    return out
+
+
 def combination_key(factors: dict[str, Any]) -> str:
     return json.dumps(factors, sort_keys=True, default=str)
 
