@@ -195,10 +195,12 @@ class ProcessCollector(SamplingCollector):
         self._notes: list[str] = []
 
     def open(self, ctx: CollectorContext) -> None:
-        self._fixed = {}
-        if ctx.target is not None:
-            self._fixed.update(ctx.target.processes())
-        self._postmasters = [pid for pid, role in self._fixed.items() if role == "postmaster"]
+        given = ctx.target.processes() if ctx.target is not None else {}
+        self._postmasters = [pid for pid, role in given.items() if role == "postmaster"]
+        # the postmaster's children are found and named here at every sample
+        # (a role given for a backend caught at fork would stick)
+        children = {c for pm in self._postmasters for c in children_of(pm)}
+        self._fixed = {pid: role for pid, role in given.items() if pid not in children}
         self._fixed[os.getpid()] = "driver"
         try:
             _read(f"/proc/{os.getpid()}/stat")
@@ -224,14 +226,20 @@ class ProcessCollector(SamplingCollector):
 
     def _role(self, pid: int, s: ProcSample) -> str:
         role = self._fixed.get(pid)
-        if role is not None and role != "backend":
+        if role is not None:
             return role
         key = (pid, s.start_ticks)
         cached = self._roles_by_key.get(key)
-        if cached is None:
-            # an idle backend's title changes with its state; its role does not
-            cached = self._roles_by_key[key] = role_from_title(process_title(pid))
-        return cached
+        if cached is not None:
+            return cached
+        title = process_title(pid)
+        if not title.startswith(PROCESS_TITLE_PREFIX):
+            # just forked: it still has the postmaster's command line until it
+            # sets its title; new children are nearly always backends
+            return "backend"
+        # a backend's title changes with its state; its role does not
+        role = self._roles_by_key[key] = role_from_title(title)
+        return role
 
     def sample(self) -> dict[str, float]:
         t_ns = time.monotonic_ns()
