@@ -3,6 +3,8 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod tpch;
+
 /// Seconds in a duration string ("90s", "1h30m"); ValueError names what is allowed.
 #[pyfunction]
 fn parse_duration_s(text: &str) -> PyResult<f64> {
@@ -14,5 +16,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", perflab_engine::VERSION)?;
     m.add("build_profile", perflab_engine::build_profile())?;
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
+    tpch::register(m)?;
     Ok(())
 }

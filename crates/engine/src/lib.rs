@@ -2,6 +2,7 @@
 //!
 //! Plain Rust with no knowledge of Python; `crates/engine-py` holds the PyO3 glue.
 
+pub mod tpch;
 pub mod units;
 
 /// Version of the engine crate, checked against the Python package at import.

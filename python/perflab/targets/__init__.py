@@ -8,3 +8,8 @@ TARGETS.register(
     "perflab.targets.postgres:PostgresTarget",
     "PostgreSQL: managed (initdb/pg_ctl by perflab) or external by dsn",
 )
+TARGETS.register(
+    "duckdb",
+    "perflab.targets.duckdb:DuckDbTarget",
+    "DuckDB, embedded in perflab's process: a database file, no server",
+)

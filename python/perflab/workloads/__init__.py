@@ -8,3 +8,8 @@ WORKLOADS.register(
     "perflab.workloads.sql:SqlWorkload",
     "given SQL statements or files: setup once, then a timed body; per-statement times",
 )
+WORKLOADS.register(
+    "tpch",
+    "perflab.workloads.tpch:TpchWorkload",
+    "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions",
+)

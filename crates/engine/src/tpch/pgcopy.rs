@@ -1,0 +1,139 @@
+//! Parallel COPY of generated TPC-H tables into PostgreSQL.
+//!
+//! Each loader is one OS thread with its own connection and a single-threaded
+//! tokio runtime: it generates a chunk of rows, hands it to COPY, and goes on
+//! generating while the server parses, so generation and the server's work
+//! overlap without intermediate files. Loaders take (table, part) jobs from a
+//! shared queue, biggest first, so the tail of the load is short.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bytes::Bytes;
+use futures_util::SinkExt;
+use tokio_postgres::NoTls;
+
+use super::{write_copy_rows, Table};
+
+/// Bytes per COPY data message: big enough to amortise the per-message cost.
+const CHUNK_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct TableLoad {
+    pub table: &'static str,
+    pub rows: u64,
+    pub bytes: u64,
+    pub parts: i32,
+    /// Sum of the loaders' busy time on this table's parts.
+    pub busy_s: f64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    table: Table,
+    part: i32,
+    parts: i32,
+}
+
+/// Generate `tables` at `sf` and COPY them in through `connections` parallel
+/// connections to `conninfo` (a libpq key=value string or URL).
+pub fn load_postgres(
+    conninfo: &str,
+    sf: f64,
+    tables: &[Table],
+    connections: usize,
+) -> Result<Vec<TableLoad>, String> {
+    let config: tokio_postgres::Config = conninfo
+        .parse()
+        .map_err(|e| format!("bad connection string: {e}"))?;
+    let mut jobs: Vec<Job> = tables
+        .iter()
+        .flat_map(|&table| {
+            let parts = table.default_parts(sf);
+            (1..=parts).map(move |part| Job { table, part, parts })
+        })
+        .collect();
+    jobs.sort_by(|a, b| {
+        let size = |j: &Job| j.table.approx_rows(sf) / j.parts as f64;
+        size(b).total_cmp(&size(a))
+    });
+    let queue = Mutex::new(VecDeque::from(jobs));
+    let done: Mutex<BTreeMap<&'static str, TableLoad>> = Mutex::new(BTreeMap::new());
+    let first_error: Mutex<Option<String>> = Mutex::new(None);
+
+    std::thread::scope(|scope| {
+        for _ in 0..connections.max(1) {
+            scope.spawn(|| {
+                if let Err(e) = loader(&config, sf, &queue, &done) {
+                    first_error.lock().unwrap().get_or_insert(e);
+                    queue.lock().unwrap().clear(); // the others stop after their part
+                }
+            });
+        }
+    });
+    if let Some(e) = first_error.into_inner().unwrap() {
+        return Err(e);
+    }
+    let done = done.into_inner().unwrap();
+    Ok(tables
+        .iter()
+        .filter_map(|t| done.get(t.name()).cloned())
+        .collect())
+}
+
+fn loader(
+    config: &tokio_postgres::Config,
+    sf: f64,
+    queue: &Mutex<VecDeque<Job>>,
+    done: &Mutex<BTreeMap<&'static str, TableLoad>>,
+) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a loader runtime: {e}"))?;
+    let (client, connection) = rt
+        .block_on(config.connect(NoTls))
+        .map_err(|e| format!("cannot connect to load TPC-H data: {e}"))?;
+    let conn_task = rt.spawn(connection);
+    loop {
+        let Some(job) = queue.lock().unwrap().pop_front() else {
+            break;
+        };
+        let started = Instant::now();
+        let name = job.table.name();
+        let statement = format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')");
+        let sink = rt
+            .block_on(client.copy_in::<_, Bytes>(statement.as_str()))
+            .map_err(|e| format!("COPY {name}: {e}"))?;
+        let mut sink = Box::pin(sink);
+        let mut bytes: u64 = 0;
+        let generated = write_copy_rows(job.table, sf, job.part, job.parts, CHUNK_BYTES, |chunk| {
+            bytes += chunk.len() as u64;
+            rt.block_on(sink.as_mut().send(Bytes::from(chunk)))
+        });
+        let rows = generated.map_err(|e| format!("COPY {name} part {}: {e}", job.part))?;
+        let copied = rt
+            .block_on(sink.as_mut().finish())
+            .map_err(|e| format!("COPY {name} part {}: {e}", job.part))?;
+        if copied != rows {
+            return Err(format!(
+                "COPY {name}: generated {rows} rows, server took {copied}"
+            ));
+        }
+        let mut done = done.lock().unwrap();
+        let entry = done.entry(name).or_insert(TableLoad {
+            table: name,
+            rows: 0,
+            bytes: 0,
+            parts: job.parts,
+            busy_s: 0.0,
+        });
+        entry.rows += rows;
+        entry.bytes += bytes;
+        entry.busy_s += started.elapsed().as_secs_f64();
+    }
+    drop(client);
+    let _ = rt.block_on(conn_task);
+    Ok(())
+}

@@ -1,0 +1,197 @@
+"""DuckDB, embedded: no server at all.
+
+The database is one file in the target's directory (or `path`), opened in
+perflab's own process; every session the workload opens is a new DuckDB
+connection to that one database (`cursor()`), so sessions run in parallel
+inside the process. `threads` and `memory_limit` (and any other setting in
+`settings`) are applied with SET, so changing them between runs needs no
+reopen. Since the engine runs inside perflab, its CPU time is perflab's: the
+process collector sees one process, marked "embedded".
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from perflab.errors import RunFailure, UserError
+from perflab.targets.base import Endpoint, Target, TargetSettings
+
+SettingValue = str | int | float | bool
+SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
+DATABASE_FILE = "perflab.duckdb"
+
+
+class DuckDbSettings(TargetSettings):
+    kind: Literal["duckdb"]
+    # The database file; default: perflab.duckdb in the target's directory.
+    path: str | None = None
+    # Worker threads DuckDB may use (DuckDB's default: all cores).
+    threads: int | None = Field(default=None, ge=1)
+    # e.g. "4GB" (DuckDB's default: 80% of RAM).
+    memory_limit: str | None = None
+    # Any other DuckDB setting, applied with SET name = value.
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+
+    @field_validator("settings")
+    @classmethod
+    def _names(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        for name in value:
+            if not name or not set(name) <= SETTING_NAME_CHARS:
+                raise ValueError(
+                    f"got setting name {name!r}; allowed: DuckDB setting names (lower case, e.g. preserve_insertion_order)"
+                )
+            if name in ("threads", "memory_limit"):
+                raise ValueError(f"got {name!r} in settings; allowed: set it as target.{name}")
+        return value
+
+
+def _sql_value(value: SettingValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return "'" + value.replace("'", "''") + "'"
+
+
+@dataclass(kw_only=True)
+class DuckDbEndpoint(Endpoint):
+    """Sessions on one embedded database. `connect()` gives a new DuckDB
+    connection (autocommit, as DuckDB's default); `interrupt(conn)` cancels
+    what that connection is running, from any thread."""
+
+    path: str
+    database: Any = field(default=None, repr=False)
+
+    def connect(self) -> Any:
+        if self.database is None:
+            raise RunFailure("the DuckDB database is closed")
+        return self.database.cursor()
+
+    def display(self) -> str:
+        return f"duckdb:{self.path}"
+
+    @staticmethod
+    def interrupt(conn: Any) -> None:
+        conn.interrupt()
+
+
+class DuckDbTarget(Target):
+    Settings: ClassVar[type[TargetSettings]] = DuckDbSettings
+    description: ClassVar[str] = "DuckDB, embedded in perflab's process: a database file, no server"
+    dialect: ClassVar[str] = "duckdb"
+
+    settings: DuckDbSettings
+
+    def __init__(self, settings: DuckDbSettings, workdir: Path) -> None:
+        super().__init__(settings, workdir)
+        self.database: Any = None
+        self.endpoint: DuckDbEndpoint | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def identity(cls, settings: Any) -> str:
+        # threads, memory_limit and settings are applied with SET between runs.
+        return f"duckdb:{settings.path}"
+
+    def _path(self) -> Path:
+        if self.settings.path:
+            return Path(self.settings.path).expanduser().resolve()
+        return (self.workdir / DATABASE_FILE).resolve()
+
+    def provision(self) -> Endpoint:
+        try:
+            import duckdb
+        except ImportError:  # pragma: no cover - a dependency of perflab
+            raise UserError("DuckDB's Python package is not installed", "pip install duckdb") from None
+        path = self._path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"target.path: cannot create {path.parent}: {exc}", "give a writable directory") from None
+        fresh = not path.exists()
+        try:
+            self.database = duckdb.connect(str(path))
+        except duckdb.Error as exc:
+            raise UserError(
+                f"target.path: cannot open DuckDB database {path}: {exc}",
+                "give a DuckDB database file perflab may write (or none, for one in the output directory)",
+            ) from None
+        self._apply(self.settings)
+        self.endpoint = DuckDbEndpoint(dialect="duckdb", fresh=fresh, path=str(path), database=self.database)
+        return self.endpoint
+
+    def _apply(self, settings: DuckDbSettings) -> None:
+        import duckdb
+
+        statements = []
+        if settings.threads is not None:
+            statements.append(f"SET threads = {settings.threads}")
+        else:
+            statements.append("RESET threads")
+        if settings.memory_limit is not None:
+            statements.append(f"SET memory_limit = {_sql_value(settings.memory_limit)}")
+        else:
+            statements.append("RESET memory_limit")
+        statements += [f"SET {name} = {_sql_value(value)}" for name, value in settings.settings.items()]
+        for sql in statements:
+            try:
+                self.database.execute(sql)
+            except duckdb.Error as exc:
+                raise UserError(f"target: DuckDB refused `{sql}`: {exc}", "fix or remove that setting") from None
+
+    def reconfigure(self, settings: Any) -> bool:
+        if self.database is None:
+            return False
+        previous = set(self.settings.settings)
+        self.settings = settings
+        for name in previous - set(settings.settings):
+            self.database.execute(f"RESET {name}")
+        self._apply(settings)
+        return False
+
+    def teardown(self) -> None:
+        with self._lock:
+            if self.database is not None:
+                try:
+                    self.database.close()
+                finally:
+                    self.database = None
+                    if self.endpoint is not None:
+                        self.endpoint.database = None
+
+    def describe(self) -> dict[str, Any]:
+        import duckdb
+
+        info: dict[str, Any] = {"kind": "duckdb", "embedded": True, "path": str(self._path()),
+                                "python_package": duckdb.__version__}
+        if self.database is None:
+            return info
+        try:
+            conn = self.database.cursor()
+            info["version"] = conn.execute("SELECT version()").fetchall()[0][0]
+            names = ["threads", "memory_limit", "temp_directory", "preserve_insertion_order",
+                     *self.settings.settings]
+            rows = conn.execute(
+                "SELECT name, value FROM duckdb_settings() WHERE name IN (SELECT unnest($1::VARCHAR[]))",
+                [names],
+            ).fetchall()
+            info["effective_settings"] = dict(rows)
+            conn.close()
+        except duckdb.Error as exc:  # describing must never fail a run
+            info["describe_error"] = str(exc)
+        return info
+
+    def processes(self) -> dict[int, str]:
+        return {os.getpid(): "embedded"} if self.database is not None else {}
+
+    def data_paths(self) -> dict[str, Path]:
+        return {"data": self._path().parent}
+
+    def check_alive(self) -> str | None:
+        return None if self.database is not None else "the DuckDB database is closed"
