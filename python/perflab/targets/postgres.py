@@ -251,13 +251,13 @@ def _free_port() -> int:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Alive and not a zombie: a killed postmaster whose parent (init, in a
+    container often a shell that never reaps) has not reaped it is gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return state not in ("Z", "X")
 
 
 def _cmdline(pid: int) -> str:
@@ -335,7 +335,8 @@ class PostgresTarget(Target):
     @classmethod
     def identity(cls, settings: Any) -> str:
         keep = settings.model_dump(exclude={"settings", "restart", "start_timeout"})
-        return json.dumps(keep, sort_keys=True)
+        # The identity is stored (dataset table): never with a password in it.
+        return mask_secrets(json.dumps(keep, sort_keys=True))
 
     @classmethod
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
@@ -521,8 +522,27 @@ class PostgresTarget(Target):
         conf.write_text("\n".join(lines) + "\n")
         _chown(conf, self.run_as)
 
+    def _clear_stale_lock(self) -> None:
+        """A postmaster that was killed leaves postmaster.pid behind, and until
+        its parent reaps it PostgreSQL's own check takes the zombie for a live
+        server. Wait for the reaping; a lock whose process is dead is removed."""
+        assert self.data_dir is not None
+        lock = self.data_dir / "postmaster.pid"
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        if _pid_alive(pid) and "postgres" in _cmdline(pid):
+            self.notes.append(f"stopped a server left running on this data directory (pid {pid})")
+            self._stop_server(pid)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if lock.exists() and not _pid_alive(pid):
+            lock.unlink(missing_ok=True)
+
     def _start(self) -> None:
         assert self.data_dir is not None
+        self._clear_stale_lock()
         if not self.log_path.exists():
             self.log_path.touch()
         _chown(self.log_path, self.run_as)

@@ -27,6 +27,8 @@ from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 # Beyond this many executions per run, per-execution rows are not stored (the
 # metrics still count every execution); an event says so.
 MAX_STORED_EXECUTIONS = 100_000
+# Above this share of its CPU the driver, not the server, may be the bottleneck.
+CLIENT_BOUND_UTIL = 0.8
 
 
 class NamedStatement(StrictModel):
@@ -116,6 +118,8 @@ class SqlWorkload(Workload):
                     _execute(conn, sql, "warmup")
             result.events.append(Event(ctx.now_s(), "measure-start", "warm-up ended; figures start here"))
             measure_start = time.perf_counter()
+            measure_start_t = ctx.now_s()
+            cpu_start = time.process_time()
             deadline = measure_start + s.duration if s.duration else None
             iterations = 0
             seq = 0
@@ -138,12 +142,27 @@ class SqlWorkload(Workload):
                 if iterations % 50 == 0 or s.iterations is not None:
                     ctx.status(f"{iterations} iterations")
             measured_s = time.perf_counter() - measure_start
+            driver_cpu_s = time.process_time() - cpu_start
+            measure_end_t = ctx.now_s()
         if seq > MAX_STORED_EXECUTIONS:
             result.events.append(Event(ctx.now_s(), "truncated",
                                        f"{seq} executions; the first {MAX_STORED_EXECUTIONS} are stored one by one"))
         for second, count in sorted(per_second.items()):
-            result.series.append(SeriesPoint("sql", "statements_per_s", second + 0.5, count))
+            # Only whole seconds inside the measured window: a partial first or
+            # last second would show as a false dip.
+            if second >= measure_start_t and second + 1 <= measure_end_t:
+                result.series.append(SeriesPoint("sql", "statements_per_s", second + 0.5, count))
         all_ms = np.array([x for v in times.values() for x in v]) * 1000
+        # One connection on one thread: the driver's CPU budget is one core.
+        # Process CPU includes the collectors' threads, which cost well under 1%.
+        driver_util = driver_cpu_s / measured_s if measured_s > 0 else 0.0
+        result.add_metric("driver_cpu_s", driver_cpu_s, "s", "perflab's process CPU time while measuring")
+        result.add_metric("driver_cpu_util", driver_util, "fraction", "driver CPU time / measured time (1 core)")
+        if driver_util > CLIENT_BOUND_UTIL:
+            result.flags.append("client-bound")
+            result.events.append(Event(ctx.now_s(), "client-bound",
+                                       f"the driver used {driver_util:.0%} of its one core: figures describe perflab, "
+                                       "not only the server"))
         result.add_metric("iterations", iterations, "count", "body iterations measured")
         result.add_metric("statements", len(all_ms), "count", "statements executed after warm-up")
         result.add_metric("measured_s", measured_s, "s", "time measured, after warm-up")

@@ -1,0 +1,119 @@
+"""Shared fixtures: a real managed PostgreSQL, scratch databases, the CLI.
+
+The server is started by perflab's own PostgresTarget, so the tests exercise
+the same code users run. As root, PostgreSQL runs as `nobody`, so every
+directory a server uses must be traversable by it: `workdir` makes sure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _tempdir(prefix: str) -> Path:
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    d.chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    d = _tempdir("perflab-test-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_target() -> Iterator[tuple[PostgresTarget, PostgresEndpoint]]:
+    d = _tempdir("perflab-pg-session-")
+    target = PostgresTarget(
+        PostgresSettings.model_validate({"kind": "postgres", "settings": {"max_connections": 200}}), d / "target"
+    )
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, PostgresEndpoint)
+        yield target, endpoint
+    finally:
+        target.teardown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def scratch_db(pg_target: tuple[PostgresTarget, PostgresEndpoint]) -> Iterator[PostgresEndpoint]:
+    """A new, empty database on the session server, dropped afterwards."""
+    from psycopg.conninfo import make_conninfo
+
+    _, endpoint = pg_target
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with endpoint.connect() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield replace(endpoint, dbname=name, conninfo=make_conninfo(endpoint.conninfo, dbname=name))
+    with endpoint.connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "perflab.cli", *map(str, args)]
+
+
+@pytest.fixture
+def run_cli():
+    def run(*args: str, check: bool = True, timeout: float = 240, cwd: Path | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            cli_command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
+            env={**os.environ, **(env or {})},
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"perflab {' '.join(map(str, args))} exited {proc.returncode}\n"
+                f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+            )
+        return proc
+
+    return run
+
+
+def postgres_processes(path_fragment: str) -> list[int]:
+    """Live postmasters whose command line names a path containing `path_fragment`."""
+    pids = []
+    for cmd in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmd.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "postgres" in text and path_fragment in text:
+            pids.append(int(cmd.parent.name))
+    return pids
+
+
+def postmasters_under(directory: Path) -> list[int]:
+    """Postmasters whose data directory lies under `directory` (from postmaster.pid files)."""
+    pids = []
+    for pidfile in directory.rglob("postmaster.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"postgres" in cmdline and state not in ("Z", "X"):
+            pids.append(pid)
+    return pids

@@ -1,0 +1,177 @@
+"""The managed and external PostgreSQL target, against real servers."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from conftest import postmasters_under
+from perflab.errors import RunFailure, UserError
+from perflab.targets.postgres import (
+    CREATED_MARK,
+    PostgresSettings,
+    PostgresTarget,
+    _version_of,
+    candidate_bin_dirs,
+    find_bin_dir,
+    process_role,
+    pypi_bin_dir,
+)
+
+
+def settings(**kw: object) -> PostgresSettings:
+    return PostgresSettings.model_validate({"kind": "postgres", **kw})
+
+
+def show(endpoint, name: str) -> str:
+    with endpoint.connect() as conn:
+        return conn.execute(f"SHOW {name}").fetchone()[0]
+
+
+def test_provision_applies_settings_on_a_private_socket(workdir: Path) -> None:
+    target = PostgresTarget(settings(settings={"work_mem": "12MB", "synchronous_commit": False}), workdir / "t")
+    try:
+        ep = target.provision()
+        assert ep.fresh
+        assert show(ep, "work_mem") == "12MB"
+        assert show(ep, "synchronous_commit") == "off"
+        assert show(ep, "listen_addresses") == ""
+        mode = stat.S_IMODE(os.stat(ep.host).st_mode)
+        assert mode == 0o700, oct(mode)
+        info = target.describe()
+        assert info["version"].startswith("PostgreSQL")
+        assert info["effective_settings"]["work_mem"] == "12MB"
+        roles = set(target.processes().values())
+        assert {"postmaster", "checkpointer", "walwriter"} <= roles
+        assert (target.data_dir / CREATED_MARK).exists()
+    finally:
+        target.teardown()
+    assert postmasters_under(workdir) == []
+    assert not Path(ep.host).exists()
+
+
+def test_restart_only_when_settings_change_or_always(workdir: Path) -> None:
+    target = PostgresTarget(settings(settings={"work_mem": "4MB"}), workdir / "t")
+    try:
+        ep = target.provision()
+        pid = target.postmaster_pid()
+        assert target.reconfigure(settings(settings={"work_mem": "4MB"})) is False
+        assert target.postmaster_pid() == pid
+        assert target.reconfigure(settings(settings={"work_mem": "8MB"})) is True
+        assert target.postmaster_pid() != pid
+        assert show(ep, "work_mem") == "8MB"
+        pid = target.postmaster_pid()
+        assert target.reconfigure(settings(settings={"work_mem": "8MB"}, restart="always")) is True
+        assert target.postmaster_pid() != pid
+    finally:
+        target.teardown()
+
+
+def test_wal_dir_and_tcp(workdir: Path) -> None:
+    wal = workdir / "wal"
+    target = PostgresTarget(settings(storage={"wal_dir": str(wal)}, listen="tcp"), workdir / "t")
+    try:
+        ep = target.provision()
+        assert ep.host == "127.0.0.1" and ep.port != 5432
+        assert (target.data_dir / "pg_wal").is_symlink()
+        assert (target.data_dir / "pg_wal").resolve() == wal.resolve()
+        assert target.data_paths()["wal"] == wal.resolve()
+        assert show(ep, "listen_addresses") == "127.0.0.1"
+    finally:
+        target.teardown()
+
+
+def test_a_cluster_perflab_did_not_create_is_not_touched(workdir: Path) -> None:
+    foreign = workdir / "foreign"
+    foreign.mkdir()
+    (foreign / "PG_VERSION").write_text("15\n")
+    target = PostgresTarget(settings(storage={"data_dir": str(foreign)}), workdir / "t")
+    with pytest.raises(UserError, match="did not create"):
+        target.provision()
+    assert sorted(p.name for p in foreign.iterdir()) == ["PG_VERSION"]
+
+
+def test_a_server_left_by_a_killed_perflab_is_stopped_by_the_next(workdir: Path) -> None:
+    first = PostgresTarget(settings(), workdir / "t")
+    first.provision()
+    old_pid = first.postmaster_pid()
+    # perflab dies here without teardown: the server stays up, the pid record stays
+    second = PostgresTarget(settings(), workdir / "t")
+    try:
+        ep = second.provision()
+        assert second.postmaster_pid() != old_pid
+        assert not Path(f"/proc/{old_pid}").exists() or b"postgres" not in Path(f"/proc/{old_pid}/cmdline").read_bytes()
+        assert ep.fresh is False  # the cluster is reused
+        assert any("left running" in n for n in second.notes)
+    finally:
+        second.teardown()
+    assert postmasters_under(workdir) == []
+
+
+def test_a_setting_the_server_rejects_fails_the_run_with_the_log(workdir: Path) -> None:
+    target = PostgresTarget(settings(settings={"shared_buffers": "not-a-size"}), workdir / "t")
+    try:
+        with pytest.raises(RunFailure) as info:
+            target.provision()
+        assert "shared_buffers" in (info.value.log_tail or "")
+    finally:
+        target.teardown()
+    assert postmasters_under(workdir) == []
+
+
+def test_external_target_is_read_only_unless_allowed(scratch_db) -> None:
+    dsn = scratch_db.conninfo + " password=s3cret-pw"
+    target = PostgresTarget(settings(dsn=dsn), Path("/nonexistent"))
+    ep = target.provision()
+    assert ep.read_only
+    assert "s3cret-pw" not in ep.display() and "s3cret-pw" not in str(target.describe())
+    with ep.connect() as conn, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        conn.execute("CREATE TABLE t (a int)")
+    target.teardown()  # stops nothing: perflab did not start it
+    with scratch_db.connect() as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    allowed = PostgresTarget(settings(dsn=dsn, allow_destructive=True), Path("/nonexistent")).provision()
+    with allowed.connect() as conn:
+        conn.execute("CREATE TABLE t (a int)")
+
+
+def test_unreachable_external_target_is_a_user_error() -> None:
+    target = PostgresTarget(settings(dsn="host=/nonexistent-dir port=1 dbname=x password=pw123"), Path("/x"))
+    with pytest.raises(UserError) as info:
+        target.provision()
+    assert "pw123" not in str(info.value)
+
+
+def test_binaries_are_found_newest_first() -> None:
+    dirs = candidate_bin_dirs()
+    fallback = pypi_bin_dir()
+    assert dirs or fallback, "the test command installs PostgreSQL; none was found"
+    versions = [_version_of(d) for d in dirs]
+    assert versions == sorted(versions, reverse=True)
+    assert find_bin_dir(None, "nobody" if os.geteuid() == 0 else None) in [*dirs, fallback]
+
+
+def test_explicit_bin_dir_must_hold_postgres(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="bin_dir"):
+        find_bin_dir(str(tmp_path), None)
+
+
+@pytest.mark.parametrize(
+    ("title", "role"),
+    [
+        ("postgres: checkpointer ", "checkpointer"),
+        ("postgres: background writer ", "background writer"),
+        ("postgres: walwriter ", "walwriter"),
+        ("postgres: autovacuum launcher ", "autovacuum"),
+        ("postgres: autovacuum worker perflab", "autovacuum"),
+        ("postgres: perflab perflab [local] idle", "backend"),
+        ("postgres: logical replication launcher ", "other"),
+        ("/usr/bin/python3", "other"),
+    ],
+)
+def test_process_roles(title: str, role: str) -> None:
+    assert process_role(title) == role

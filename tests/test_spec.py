@@ -1,0 +1,105 @@
+"""Experiment files: every broken file gets one clear message and exit 2."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from perflab import spec
+from perflab.errors import SpecError, UserError
+from perflab.units import parse_duration_s
+
+BROKEN = sorted((Path(__file__).parent / "data" / "broken").glob("*.toml"))
+EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.toml"))
+
+
+def expected(path: Path) -> str:
+    first = path.read_text().splitlines()[0]
+    m = re.match(r"# expect: (.*)", first)
+    assert m, f"{path} must start with '# expect: <message fragment>'"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
+def test_broken_file_is_refused_with_a_clear_message(path: Path, run_cli) -> None:
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("perflab: error:")
+    assert expected(path) in proc.stderr, proc.stderr
+
+
+def test_corpus_is_not_empty() -> None:
+    assert len(BROKEN) >= 20
+
+
+def test_password_in_a_broken_file_is_not_echoed(run_cli) -> None:
+    proc = run_cli("check", Path(__file__).parent / "data" / "broken" / "external_writes.toml", check=False)
+    assert "hunter2" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_examples_are_valid(path: Path) -> None:
+    exp = spec.load(path)
+    assert exp.combinations()
+
+
+def test_every_problem_is_reported_not_only_the_first(tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "x"\nrepetitions = 0\n[target]\nkind = "postgres"\nbin_dirr = "/x"\n'
+        '[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
+    )
+    with pytest.raises(SpecError) as info:
+        spec.load(f)
+    paths = [p for p, _ in info.value.problems]
+    assert "experiment.repetitions" in paths
+
+
+def test_missing_file_and_directory(run_cli, tmp_path: Path) -> None:
+    for arg in (tmp_path / "nope.toml", tmp_path):
+        proc = run_cli("check", arg, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and "fix:" in proc.stderr
+
+
+def test_factor_paths_may_name_server_settings_with_dots(tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "x"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
+        '[factors]\n"target.settings.auto_explain.log_min_duration" = ["10ms", "20ms"]\n'
+    )
+    exp = spec.load(f)
+    run = exp.resolve(exp.combinations()[1])
+    assert run.target.settings == {"auto_explain.log_min_duration": "20ms"}
+
+
+def test_target_kind_can_be_a_factor_when_each_run_validates(tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "x"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
+        '[factors]\n"target.kind" = ["postgres", "mysql"]\n'
+    )
+    with pytest.raises(SpecError) as info:
+        spec.load(f)
+    assert 'factors."target.kind"[1]' in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("60s", 60), ("250ms", 0.25), ("1h30m", 5400), ("1.5m", 90), (12, 12), (0.5, 0.5), ("2d", 172800)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["10 parsecs", "", "-1s", "1h30", True, "fast"])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration_s(text)
+
+
+def test_user_error_has_a_hint() -> None:
+    err = UserError("broken", "do this")
+    assert "fix: do this" in str(err)
