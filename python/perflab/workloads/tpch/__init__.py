@@ -315,7 +315,7 @@ class TpchWorkload(Workload):
                 if reference is None:
                     check = answers.AnswerCheck(q.number, False, "no reference answer for this scale factor")
                 else:
-                    check = answers.compare(q.number, rows, reference)
+                    check = answers.compare(q.number, rows, reference.text, reference.truncated_digits)
             matched += check.passed
             self._answer_checks.append(check)
             if not check.passed:
@@ -471,7 +471,9 @@ class TpchWorkload(Workload):
         try:
             timeout = self.settings.query_timeout
             if endpoint.dialect == "postgres":
-                conn.execute(f"set statement_timeout = {int((timeout or 0) * 1000)}")
+                # statement_timeout is in ms and 0 means none: round a set timeout up to 1 ms.
+                timeout_ms = max(1, round(timeout * 1000)) if timeout else 0
+                conn.execute(f"set statement_timeout = {timeout_ms}")
             if barrier is not None:
                 barrier.wait()
             outcome.started = time.perf_counter()
