@@ -103,3 +103,12 @@ def test_bad_durations(text: object) -> None:
 def test_user_error_has_a_hint() -> None:
     err = UserError("broken", "do this")
     assert "fix: do this" in str(err)
+
+
+def test_experiment_keeps_its_file_path(tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "x"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
+        '[factors]\n"workload.iterations" = [1, 2]\n'
+    )
+    assert spec.load(f).path == f

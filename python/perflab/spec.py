@@ -288,8 +288,8 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
 
     problems: list[tuple[str, str]] = []
     factors: dict[str, list[Any]] = {}
-    for path, values in model.factors.items():
-        where = fmt_path(("factors", path))
+    for fpath, values in model.factors.items():
+        where = fmt_path(("factors", fpath))
         if not isinstance(values, list):
             problems.append((where, f"got {_short(values)}; allowed: a list of values, e.g. [1, 8, 32]"))
         elif not values:
@@ -297,7 +297,7 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
         elif len({json.dumps(v, sort_keys=True, default=str) for v in values}) != len(values):
             problems.append((where, f"got {_short(values)}; a value is listed twice: each must be distinct"))
         else:
-            factors[path] = values
+            factors[fpath] = values
     if problems:
         raise SpecError(problems, source)
 
@@ -306,18 +306,18 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     # Each factor value alone, so a bad value is named by its index, and a
     # path that names nothing is named once.
     factor_problems: list[tuple[str, str]] = []
-    for path, values in factors.items():
-        at = fmt_path(split_factor_path(path))
-        where = fmt_path(("factors", path))
+    for fpath, values in factors.items():
+        at = fmt_path(split_factor_path(fpath))
+        where = fmt_path(("factors", fpath))
         for i, value in enumerate(values):
-            _, errs = _resolve(raw, firsts | {path: value})
+            _, errs = _resolve(raw, firsts | {fpath: value})
             for err_path, text in errs:
                 if err_path == at and text.startswith("unknown key"):
                     factor_problems.append((where, "names nothing: " + text))
                 elif err_path == at or err_path.startswith(at + ".") or err_path.startswith(at + "["):
                     factor_problems.append((f"{where}[{i}]", text))
                 elif (err_path, text) not in base_problems:
-                    factor_problems.append((err_path, f"{text} (with {path} = {_short(value)})"))
+                    factor_problems.append((err_path, f"{text} (with {fpath} = {_short(value)})"))
     at_factors = {fmt_path(split_factor_path(p)) for p in factors}
     problems = [p for p in base_problems if p[0] not in at_factors] + factor_problems
     if problems:

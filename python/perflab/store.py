@@ -21,6 +21,7 @@ from typing import Any
 
 from perflab.errors import UserError
 from perflab.model import Event, RunResult
+from perflab.workloads.base import SeriesSink
 
 STORE_NAME = "perflab.sqlite"
 SCHEMA_VERSION = 1
@@ -355,7 +356,7 @@ def _tx(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("COMMIT")
 
 
-class SeriesWriter:
+class SeriesWriter(SeriesSink):
     """Live series for one run, written in batches from a thread of its own.
 
     Thread-safe `add()`; rows reach the store within `flush_interval_s`, so a
