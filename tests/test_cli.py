@@ -1,0 +1,53 @@
+"""The command line: versions, listing, argument errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perflab import __version__, _engine
+
+
+def test_version_shows_package_and_engine(run_cli) -> None:
+    out = run_cli("--version").stdout
+    assert f"perflab {__version__}" in out and f"engine {_engine.__version__}" in out
+    assert _engine.build_profile in out
+
+
+def test_list_shows_every_registered_kind_with_a_description(run_cli) -> None:
+    from perflab.collectors import COLLECTORS
+    from perflab.targets import TARGETS
+    from perflab.workloads import WORKLOADS
+
+    out = run_cli("list").stdout
+    for registry in (TARGETS, WORKLOADS, COLLECTORS):
+        for entry in registry.entries():
+            line = next(line for line in out.splitlines() if line.strip().startswith(entry.name + " "))
+            assert entry.description in line
+            # every registry line points at a class that imports
+            assert registry.get(entry.name).__name__
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["frobnicate"],
+        ["run"],
+        ["export", "/nonexistent-dir", "--format", "xml"],
+        ["show", "/nonexistent-dir"],
+        ["resume", "/tmp"],
+        ["report", "/nonexistent-dir"],
+    ],
+)
+def test_bad_arguments_exit_2_without_a_traceback(run_cli, args: list[str]) -> None:
+    proc = run_cli(*args, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "error" in proc.stderr
+
+
+def test_show_of_a_directory_without_a_store(run_cli, tmp_path: Path) -> None:
+    proc = run_cli("show", tmp_path, check=False)
+    assert proc.returncode == 2 and "holds no perflab store" in proc.stderr and "fix:" in proc.stderr
