@@ -1,5 +1,8 @@
 """Typed stub of perflab._engine, the Rust extension (crates/engine-py)."""
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 __version__: str
 build_profile: str
 
@@ -31,3 +34,70 @@ def tpch_rf2_keys(scale_factor: float, pair: int, seed: int) -> list[int]:
 def tpch_official_answer_sf1(query: int) -> str | None:
     """The TPC's SF 1 answer to query 1..22 with the validation parameters
     (from the tpchgen crate); None for any other number."""
+
+# ---- TPC-B driver and HDR histograms (crates/engine-py/src/tpcb.rs).
+# Runs and loads release the GIL; every ~200 ms they check signals (and
+# `cancel.is_set()`), stopping every client within about a second.
+
+class _Cancel(Protocol):
+    def is_set(self) -> bool: ...
+
+def tpcb_load(
+    conninfo: str,
+    *,
+    scale: int,
+    fillfactor: int = 100,
+    on_step: Callable[[str], object] | None = None,
+) -> dict[str, Any]:
+    """Load pgbench's data set (drop_tables, create_tables, generate with COPY,
+    vacuum, primary_keys): {"steps": [(step, seconds)], "rows": {table: rows}}.
+    `conninfo` is libpq key=value. ValueError: bad settings; ConnectionError:
+    the server refused or failed."""
+
+def tpcb_run(
+    conninfo: str,
+    *,
+    script: str,
+    scale: int,
+    clients: int,
+    threads: int,
+    protocol: str,
+    t0_ns: int,
+    duration_s: float | None = None,
+    transactions: int | None = None,
+    warmup_s: float = 0.0,
+    rate_tps: float | None = None,
+    latency_limit_ms: float | None = None,
+    max_tries: int = 1,
+    seed: int = 0,
+    progress: Callable[[dict[str, Any]], object] | None = None,
+    cancel: _Cancel | None = None,
+) -> dict[str, Any]:
+    """Drive pgbench's `script` ("tpcb-like", "simple-update", "select-only")
+    with `protocol` ("simple", "extended", "prepared"). `progress` gets one
+    dict per second: t_s (since t0_ns, CLOCK_MONOTONIC), interval_s, warmup,
+    transactions, tps, latency_mean_ms, latency_p99_ms, failed, skipped,
+    lag_mean_ms, clients_running. Returns the measured window's figures:
+    transactions, failed, skipped, late, retries, retried,
+    errors_by_sqlstate {SQLSTATE: n}, measured_s, measure_start_t_s, tps,
+    latency / lag / failed_latency {count, mean_us, stddev_us, min_us, p50_us,
+    p90_us, p95_us, p99_us, p999_us, max_us}, histograms {name: bytes},
+    histogram_encoding, clients, threads, lost_connections, connect_total_s,
+    connect_max_s, connect_phase_s, driver_cpu_s, process_cpu_s, cpu_given_s,
+    client_bound, series [progress dicts after warm-up], events [(t_s, kind,
+    message)]. ConnectionError: a client could not connect or prepare."""
+
+def hdr_merge(parts: list[bytes]) -> bytes:
+    """Merge V2-encoded HDR histograms exactly (same bucket layout)."""
+
+def hdr_summary(data: bytes) -> dict[str, float]:
+    """count, mean_us, stddev_us, min_us, p50_us ... p999_us, max_us."""
+
+def hdr_quantile_us(data: bytes, quantile: float) -> int:
+    """Latency in µs at `quantile` (0..1)."""
+
+def hdr_encode(latencies_us: list[int]) -> bytes:
+    """An encoded histogram of the given latencies (µs)."""
+
+def monotonic_clock_ns() -> int:
+    """CLOCK_MONOTONIC as the engine reads it (the clock of time.monotonic_ns())."""

@@ -3,6 +3,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod tpcb;
 mod tpch;
 
 /// Seconds in a duration string ("90s", "1h30m"); ValueError names what is allowed.
@@ -16,6 +17,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", perflab_engine::VERSION)?;
     m.add("build_profile", perflab_engine::build_profile())?;
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
+    tpcb::register(m)?;
     tpch::register(m)?;
     Ok(())
 }

@@ -2,6 +2,9 @@
 //!
 //! Plain Rust with no knowledge of Python; `crates/engine-py` holds the PyO3 glue.
 
+pub mod hist;
+pub mod pg;
+pub mod tpcb;
 pub mod tpch;
 pub mod units;
 
