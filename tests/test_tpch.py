@@ -234,6 +234,9 @@ def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, wo
     by_hand = 3600 * SF / math.prod(metrics.adjusted_power_intervals(times)) ** (1 / 24)
     assert metric["power_at_size"] == pytest.approx(by_hand, rel=1e-9)
     assert metric["load.total_s"] > 0
+    run_cli("report", out)
+    html = (out / "report.html").read_text()
+    assert "TPC-H" in html and "Power@Size" in html
 
 
 def test_bad_settings_are_named(run_cli: Any, workdir: Path) -> None:

@@ -490,6 +490,12 @@ class TpchWorkload(Workload):
             conn.close()
         return outcome
 
+    @classmethod
+    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+        from perflab.workloads.tpch import report
+
+        return report.sections(store, runs)
+
     # ------------------------------------------------------------ checks
 
     def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:

@@ -1,0 +1,73 @@
+"""The TPC-H workload's report sections, built from the store only: the
+spec's metrics per run, and each query's time per stream."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+METRICS = (("power_at_size", "Power@Size"), ("throughput_at_size", "Throughput@Size"),
+           ("qphh_at_size", "QphH@Size"), ("load.total_s", "load test s"), ("maintenance_s", "maintenance s"))
+QUERY_NAMES = [f"Q{n}" for n in range(1, 23)] + ["RF1", "RF2"]
+
+
+def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    from perflab.report.section import Figure, Section, Table, Text
+
+    if not runs:
+        return []
+    metric_rows = []
+    query_rows: dict[str, list[Any]] = {name: [name] for name in QUERY_NAMES}
+    power_times: dict[int, dict[str, float]] = {}
+    for run in runs:
+        m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
+        factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
+        metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
+                            ", ".join(run["flags"])])
+        by_query: dict[str, list[float]] = {}
+        for q in store.queries(run["id"]):
+            if q["status"] == "ok" and q["seconds"] is not None:
+                by_query.setdefault(q["query"], []).append(q["seconds"])
+                if q["stream"] == 0:
+                    power_times.setdefault(run["id"], {})[q["query"]] = q["seconds"]
+            elif q["query"] in query_rows:
+                by_query.setdefault(q["query"] + "!", []).append(0.0)
+        for name in QUERY_NAMES:
+            times = by_query.get(name)
+            cell = f"{statistics.fmean(times):.3f} ({min(times):.3f}-{max(times):.3f}, n={len(times)})" if times else "-"
+            if name + "!" in by_query:
+                cell += f" [{len(by_query[name + '!'])} not ok]"
+            query_rows[name].append(cell)
+    blocks: list[Any] = [
+        Table(["run", "factors", "status", *[label for _, label in METRICS], "flags"], metric_rows,
+              "TPC-H metrics per run (clause 5.4); runs flagged invalid-metrics have none"),
+    ]
+    blocks.append(Table(["query", *[f"run {r['id']}" for r in runs]], list(query_rows.values()),
+                        "seconds: mean (min-max, n) over every stream the query ran in"))
+    if power_times:
+        blocks.append(_power_figure(power_times, Figure))
+    else:
+        blocks.append(Text("no power test in these runs"))
+    return [Section("TPC-H", blocks)]
+
+
+def _power_figure(power_times: dict[int, dict[str, float]], figure_cls: Any) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.5))
+    runs = sorted(power_times)
+    width = 0.8 / len(runs)
+    for i, run_id in enumerate(runs):
+        times = power_times[run_id]
+        xs = [j + i * width for j in range(len(QUERY_NAMES))]
+        ax.bar(xs, [times.get(name, 0.0) for name in QUERY_NAMES], width=width, label=f"run {run_id}")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(QUERY_NAMES))], QUERY_NAMES, fontsize=7)
+    ax.set_ylabel("seconds (log)")
+    ax.set_yscale("log")
+    if len(runs) <= 10:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return figure_cls("tpch-power-stream", fig, "power test (stream 0): each query's and refresh function's time")
