@@ -52,6 +52,14 @@ WHERE pid <> pg_backend_pid()
 GROUP BY 1, 2
 """
 WAIT_STATEMENT = b"perflab_wait_events"
+# each view as one JSON value, so one statement reads them all
+VIEW_JSON = {
+    "db": "(SELECT row_to_json(v) FROM pg_stat_database v WHERE datname = %(db)s)",
+    "bgwriter": "(SELECT row_to_json(v) FROM pg_stat_bgwriter v)",
+    "checkpointer": "(SELECT row_to_json(v) FROM pg_stat_checkpointer v)",
+    "wal": "(SELECT row_to_json(v) FROM pg_stat_wal v)",
+    "io": "(SELECT json_agg(v) FROM pg_stat_io v)",
+}
 
 
 class PgstatSettings(CollectorSettings):
@@ -83,10 +91,11 @@ class PgstatCollector(SamplingCollector):
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)
         self._conn: Any = None
-        self._views: list[tuple[str, str, tuple[Any, ...]]] = []
+        self._views: list[str] = []
+        self._stats_sql = ""
+        self._dbname = ""
         self._same_db = False
         self._own_xacts = 0
-        self._columns: list[str] = []
         self._notes: list[str] = []
         self._first: dict[str, float] | None = None
         self._last: dict[str, float] | None = None
@@ -98,6 +107,7 @@ class PgstatCollector(SamplingCollector):
         self._wait_ticks_run = 0
         self._wait_names: set[tuple[str, str]] = set()
         self._wait_sampling = False
+        self._wait_pending = False
 
     # ------------------------------------------------------------ set-up
 
@@ -130,27 +140,23 @@ class PgstatCollector(SamplingCollector):
         except Exception as exc:
             raise CollectorUnavailable(f"cannot connect to the server: {exc}") from None
         version = self._conn.info.server_version
-        candidates: list[tuple[str, str, tuple[Any, ...]]] = [
-            ("db", "SELECT * FROM pg_stat_database WHERE datname = %s", (getattr(endpoint, "dbname", ""),)),
-            ("bgwriter", "SELECT * FROM pg_stat_bgwriter", ()),
-        ]
-        if version >= 170000:
-            candidates.append(("checkpointer", "SELECT * FROM pg_stat_checkpointer", ()))
-        if version >= 140000:
-            candidates.append(("wal", "SELECT * FROM pg_stat_wal", ()))
-        if version >= 160000:
-            candidates.append(("io", "SELECT * FROM pg_stat_io", ()))
+        self._dbname = getattr(endpoint, "dbname", "")
+        candidates = ["db", "bgwriter"]
+        candidates += ["checkpointer"] if version >= 170000 else []
+        candidates += ["wal"] if version >= 140000 else []
+        candidates += ["io"] if version >= 160000 else []
         self._notes = []
         self._views = []
-        for view, sql, params in candidates:
+        for view in candidates:
             try:
-                self._query(sql, params)
-                self._views.append((view, sql, params))
+                self._query(f"SELECT {VIEW_JSON[view]}")
+                self._views.append(view)
             except Exception as exc:
                 self._notes.append(f"{view} not sampled: {exc}")
         self._wait_sampling = False
         if self.settings.wait_event_hz > 0:
             try:
+                self._wait_pending = False
                 self._prepare_waits()
                 self._wait_sampling = True
             except Exception as exc:
@@ -158,6 +164,7 @@ class PgstatCollector(SamplingCollector):
         if not self._views:
             self.close()
             raise CollectorUnavailable("; ".join(self._notes) or "no statistics view readable")
+        self._stats_sql = ""
         self._first = self._last = None
         self._last_t_ns = self._next_stats_ns = 0
         self._own_xacts = 0
@@ -178,61 +185,87 @@ class PgstatCollector(SamplingCollector):
 
     # ------------------------------------------------------------ sampling
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        cur = self._conn.execute(sql, params)
+    def _query(self, sql: str) -> tuple[Any, ...]:
+        row = self._conn.execute(sql, {"db": self._dbname}, prepare=True).fetchone()
         self._own_xacts += 1
-        names = [d.name for d in cur.description or ()]
-        self._columns = names
-        return cur.fetchall()
+        return tuple(row or ())
 
     def _read_counters(self) -> dict[str, float]:
+        """All views in one statement (one round trip, one wake-up), each as JSON."""
+        if not self._stats_sql:
+            self._stats_sql = "SELECT " + ", ".join(VIEW_JSON[v] for v in self._views)
         out: dict[str, float] = {}
-        for view, sql, params in self._views:
-            rows = self._query(sql, params)
-            cols = self._columns
+        for view, doc in zip(self._views, self._query(self._stats_sql), strict=True):
             if view == "io":
-                for row in rows:
-                    d = dict(zip(cols, row, strict=True))
-                    prefix = f"io.{str(d['backend_type']).replace(' ', '_')}"
-                    for col, value in _numeric(d).items():
+                for row in doc or ():
+                    prefix = f"io.{str(row['backend_type']).replace(' ', '_')}"
+                    for col, value in _numeric(row).items():
                         if col not in GAUGES:
                             out[f"{prefix}.{col}"] = out.get(f"{prefix}.{col}", 0.0) + value
-            elif rows:
-                for col, value in _numeric(dict(zip(cols, rows[0], strict=True))).items():
+            elif doc:
+                for col, value in _numeric(doc).items():
                     out[f"{view}.{col}"] = value
         return out
 
     def _prepare_waits(self) -> None:
-        """Wait events are sampled ten times a second: through libpq directly
-        (a prepared statement, text results), which costs a third of the CPU of
-        a psycopg cursor per sample (benchmarks/collector_overhead.py)."""
+        """Wait events are sampled ten times a second, so each sample must be
+        cheap: a prepared statement sent through libpq directly, without
+        waiting for the answer, which is read at the next tick. One wake-up
+        per tick instead of two (send, then woken by the reply) halves the
+        sampling thread's CPU (benchmarks/collector_overhead.py)."""
         from psycopg import pq
 
         res = self._conn.pgconn.prepare(WAIT_STATEMENT, WAIT_EVENTS_SQL.encode())
         if res.status != pq.ExecStatus.COMMAND_OK:
             raise RuntimeError(res.error_message.decode(errors="replace").strip())
-        self._sample_waits()
+        self._send_waits()
+        self._finish_waits(block=True)
         self._waits.clear()
         self._wait_ticks = 0
 
-    def _sample_waits(self) -> None:
+    def _send_waits(self) -> None:
+        pgconn = self._conn.pgconn
+        pgconn.send_query_prepared(WAIT_STATEMENT, None)
+        while pgconn.flush() == 1:  # the connection is non-blocking: push it all out
+            pass
+        self._wait_pending = True
+        self._own_xacts += 1
+
+    def _finish_waits(self, *, block: bool) -> None:
+        """Count the wait-event sample sent at the last tick; without `block`,
+        leave it for the next tick when the server has not answered yet."""
         from psycopg import pq
 
-        res = self._conn.pgconn.exec_prepared(WAIT_STATEMENT, None)
-        self._own_xacts += 1
-        if res.status != pq.ExecStatus.TUPLES_OK:
-            raise RuntimeError(res.error_message.decode(errors="replace").strip())
+        if not self._wait_pending:
+            return
+        pgconn = self._conn.pgconn
+        if not block:
+            pgconn.consume_input()
+            if pgconn.is_busy():
+                return
+        self._wait_pending = False
+        res = pgconn.get_result()
+        while pgconn.get_result() is not None:
+            pass
+        if res is None or res.status != pq.ExecStatus.TUPLES_OK:
+            raise RuntimeError(res.error_message.decode(errors="replace").strip() if res else "no result")
         self._wait_ticks += 1
         for i in range(res.ntuples):
-            key = (res.get_value(i, 0).decode(), res.get_value(i, 1).decode())
-            self._waits[key] += int(res.get_value(i, 2))
+            key = (bytes(res.get_value(i, 0) or b"").decode(), bytes(res.get_value(i, 1) or b"").decode())
+            self._waits[key] += int(res.get_value(i, 2) or 0)
 
     def sample(self) -> dict[str, float]:
         t_ns = time.monotonic_ns()
+        stats_due = t_ns >= self._next_stats_ns or self.stopping
         if self._wait_sampling:
-            self._sample_waits()
-        if t_ns < self._next_stats_ns and not self.stopping:
-            return {}
+            # the connection must be free before the views are read
+            self._finish_waits(block=stats_due)
+        values = self._read_stats(t_ns) if stats_due else {}
+        if self._wait_sampling and not self._wait_pending and not self.stopping:
+            self._send_waits()
+        return values
+
+    def _read_stats(self, t_ns: int) -> dict[str, float]:
         self._next_stats_ns = t_ns + int(self.settings.interval * 1e9) - int(self.tick_s() * 0.5e9)
         own_before = self._own_xacts
         now = self._read_counters()
