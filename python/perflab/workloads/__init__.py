@@ -9,6 +9,11 @@ WORKLOADS.register(
     "given SQL statements or files: setup once, then a timed body; per-statement times",
 )
 WORKLOADS.register(
+    "tpcb",
+    "perflab.workloads.tpcb:TpcbWorkload",
+    "pgbench's TPC-B-like transactions (tpcb-like, simple-update, select-only) from a Rust driver",
+)
+WORKLOADS.register(
     "tpch",
     "perflab.workloads.tpch:TpchWorkload",
     "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions",

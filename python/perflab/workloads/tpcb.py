@@ -1,0 +1,352 @@
+"""The `tpcb` workload: pgbench's TPC-B-like transactions, driven from Rust.
+
+Data set, scripts and random draws are pgbench's (PostgreSQL 15): pgbench can
+run on data loaded here and this workload on data `pgbench -i` loaded. The
+load is timed step by step (drop, create, generate with COPY, vacuum, primary
+keys). The run phase is the engine's (`perflab._engine.tpcb_run`): async
+clients on `threads` runtime threads, closed loop or, with `rate`, a Poisson
+schedule with latency measured from each transaction's intended start.
+
+Figures follow pgbench's definitions: TPS counts committed transactions over
+the measured window and excludes connection set-up ("tps ... without initial
+connection time"); connection time is its own metric. The warm-up is run and
+excluded from every figure.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from perflab import _engine
+from perflab.errors import Interrupted, RunFailure, UserError
+from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
+from perflab.targets.base import Endpoint
+from perflab.units import Duration
+from perflab.workloads.base import RunContext, Workload, WorkloadSettings
+
+SCRIPTS = ("tpcb-like", "simple-update", "select-only")
+# Rows per scale unit (pgbench.c: nbranches, ntellers, naccounts).
+BRANCHES_PER_SCALE = 1
+TELLERS_PER_SCALE = 10
+ACCOUNTS_PER_SCALE = 100_000
+# Run length when neither duration nor transactions is given.
+DEFAULT_DURATION_S = 60.0
+SERIES_SOURCE = "tpcb"
+# Engine interval fields stored as per-second series (name -> unit in the name).
+SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
+
+
+class TpcbSettings(WorkloadSettings):
+    kind: Literal["tpcb"]
+    # pgbench -b: which built-in script.
+    script: Literal["tpcb-like", "simple-update", "select-only"] = "tpcb-like"
+    # pgbench -s and -F: the data set.
+    scale: int = Field(default=1, ge=1)
+    fillfactor: int = Field(default=100, ge=10, le=100)
+    # pgbench -c and -j (threads default: min(clients, cores)).
+    clients: int = Field(default=1, ge=1)
+    threads: int | None = Field(default=None, ge=1)
+    # pgbench -T, or -t (transactions per client); default: 60 s.
+    duration: Duration | None = Field(default=None, gt=0)
+    transactions: int | None = Field(default=None, ge=1)
+    warmup: Duration = Field(default=0.0, ge=0)
+    # pgbench -R (total transactions per second, open loop) and -L.
+    rate: float | None = Field(default=None, gt=0)
+    latency_limit: Duration | None = Field(default=None, gt=0)
+    # pgbench -M.
+    protocol: Literal["simple", "extended", "prepared"] = "simple"
+    # pgbench --max-tries: tries of a transaction after serialization failures or deadlocks.
+    max_tries: int = Field(default=1, ge=1)
+    # pgbench without -n: vacuum branches and tellers, empty history before each run.
+    vacuum: bool = True
+    # Random seed of the draws; default: a new one per run (recorded as an event).
+    seed: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TpcbSettings:
+        if self.duration is not None and self.transactions is not None:
+            raise ValueError("got both duration and transactions; allowed: one of them")
+        if self.threads is not None and self.threads > self.clients:
+            raise ValueError(
+                f"threads = {self.threads} is more than clients = {self.clients}; "
+                "allowed: 1..clients (each thread drives at least one client)"
+            )
+        return self
+
+
+def _driver_conninfo(endpoint: Endpoint) -> str:
+    """The endpoint's conninfo as key=value (the engine's form), read-only
+    sessions when the endpoint says so."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params: dict[str, Any] = conninfo_to_dict(getattr(endpoint, "conninfo", ""))
+    if endpoint.read_only and "default_transaction_read_only" not in str(params.get("options", "")):
+        params["options"] = (str(params.get("options", "")) + " -c default_transaction_read_only=on").strip()
+    params.setdefault("application_name", "perflab-tpcb")
+    return make_conninfo("", **params)
+
+
+def _ms(us: float) -> float:
+    return us / 1000.0
+
+
+class TpcbWorkload(Workload):
+    Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
+    description: ClassVar[str] = "pgbench's TPC-B-like transactions (tpcb-like, simple-update, select-only), Rust driver"
+    data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
+    dialects: ClassVar[tuple[str, ...]] = ("postgres",)
+    headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p99_ms")
+
+    settings: TpcbSettings
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self._before: dict[str, int] | None = None
+        self._scale_in_db: int | None = None
+
+    def writes(self) -> bool:
+        # prepare() creates and loads the tables, so even select-only writes.
+        return True
+
+    # ------------------------------------------------------------ load
+
+    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+        s = self.settings
+        if endpoint.read_only:
+            raise UserError(
+                "workload tpcb: the target is read-only and the pgbench tables must be created and loaded",
+                "set target.allow_destructive = true to let perflab load them",
+            )
+        try:
+            report = _engine.tpcb_load(
+                _driver_conninfo(endpoint),
+                scale=s.scale,
+                fillfactor=s.fillfactor,
+                on_step=lambda step: ctx.status(f"load scale {s.scale}: {step.replace('_', ' ')}"),
+            )
+        except ConnectionError as exc:
+            raise RunFailure(f"tpcb load failed: {exc}") from None
+        except ValueError as exc:
+            raise UserError(f"workload tpcb: {exc}") from None
+        return LoadResult(steps=dict(report["steps"]), rows=dict(report["rows"]))
+
+    # ------------------------------------------------------------ run
+
+    def _threads(self) -> int:
+        s = self.settings
+        return s.threads if s.threads is not None else max(1, min(s.clients, os.cpu_count() or 1))
+
+    def _before_run(self, endpoint: Endpoint, result: RunResult, ctx: RunContext) -> int:
+        """pgbench's pre-run housekeeping, the scale found in the tables, and
+        the balance sums the consistency check compares against."""
+        s = self.settings
+        try:
+            with endpoint.connect() as conn:
+                try:
+                    row = conn.execute("SELECT count(*) FROM pgbench_branches").fetchone()
+                except Exception as exc:
+                    raise RunFailure(
+                        f"tpcb: the pgbench tables are not there ({str(exc).strip()}); "
+                        "load them (perflab prepares them, or run pgbench -i)"
+                    ) from None
+                scale = int(row[0]) if row else 0
+                if scale < 1:
+                    raise RunFailure("tpcb: pgbench_branches is empty; load the data set again")
+                if scale != s.scale:
+                    # pgbench does the same: the tables decide the key ranges.
+                    result.events.append(
+                        Event(ctx.now_s(), "scale",
+                              f"workload.scale = {s.scale} but the tables hold scale {scale}; using {scale}")
+                    )
+                if s.vacuum and not endpoint.read_only:
+                    ctx.status("vacuum pgbench_branches, pgbench_tellers; truncate pgbench_history")
+                    conn.execute("VACUUM pgbench_branches")
+                    conn.execute("VACUUM pgbench_tellers")
+                    conn.execute("TRUNCATE pgbench_history")
+                self._before = self._balances(conn)
+        except RunFailure:
+            raise
+        except Exception as exc:
+            raise RunFailure(f"tpcb: cannot prepare the run on {endpoint.display()}: {str(exc).strip()}") from None
+        self._scale_in_db = scale
+        return scale
+
+    @staticmethod
+    def _balances(conn: Any) -> dict[str, int]:
+        row = conn.execute(
+            "SELECT (SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts),"
+            " (SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers),"
+            " (SELECT coalesce(sum(bbalance), 0) FROM pgbench_branches),"
+            " (SELECT coalesce(sum(delta), 0) FROM pgbench_history),"
+            " (SELECT count(*) FROM pgbench_history)"
+        ).fetchone()
+        return dict(zip(("accounts", "tellers", "branches", "history", "history_rows"), map(int, row), strict=True))
+
+    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+        s = self.settings
+        if endpoint.read_only and s.script != "select-only":
+            raise UserError(
+                f"workload tpcb: script {s.script!r} writes and the target is read-only",
+                "use script = \"select-only\", or set target.allow_destructive = true",
+            )
+        result = RunResult(headline=list(self.headline))
+        scale = self._before_run(endpoint, result, ctx)
+        threads = self._threads()
+        seed = s.seed if s.seed is not None else secrets.randbits(63)
+        duration = s.duration
+        if duration is None and s.transactions is None:
+            duration = DEFAULT_DURATION_S
+
+        def progress(interval: dict[str, Any]) -> None:
+            phase = "warm-up" if interval["warmup"] else "progress"
+            line = (
+                f"{phase}: {interval['t_s']:.1f} s, {interval['tps']:.1f} tps, "
+                f"lat {interval['latency_mean_ms']:.3f} ms p99 {interval['latency_p99_ms']:.3f} ms, "
+                f"{interval['failed']} failed"
+            )
+            if s.rate is not None:
+                line += f", lag {interval['lag_mean_ms']:.3f} ms, {interval['skipped']} skipped"
+            ctx.status(line)
+            if not interval["warmup"]:
+                for name in SERIES_FIELDS:
+                    ctx.series.add(SERIES_SOURCE, name, interval["t_s"], float(interval[name]))
+
+        ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
+        try:
+            out = _engine.tpcb_run(
+                _driver_conninfo(endpoint),
+                script=s.script,
+                scale=scale,
+                clients=s.clients,
+                threads=threads,
+                protocol=s.protocol,
+                t0_ns=ctx.t0_ns,
+                duration_s=duration,
+                transactions=s.transactions,
+                warmup_s=s.warmup,
+                rate_tps=s.rate,
+                latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
+                max_tries=s.max_tries,
+                seed=seed,
+                progress=progress,
+                cancel=ctx.cancel,
+            )
+        except ConnectionError as exc:
+            raise RunFailure(f"tpcb: {exc}") from None
+        except ValueError as exc:
+            raise UserError(f"workload tpcb: {exc}") from None
+        except RuntimeError as exc:
+            if ctx.cancel.is_set():
+                raise Interrupted("run cancelled") from None
+            raise RunFailure(f"tpcb: {exc}") from None
+        result.events.append(Event(out["measure_start_t_s"], "seed", f"random seed {seed}"))
+        for t, kind, message in out["events"]:
+            result.events.append(Event(t, kind, message))
+        lost = out["lost_connections"]
+        if lost >= s.clients:
+            first = next((m for _, k, m in out["events"] if k == "lost-connection"), "")
+            raise RunFailure(
+                f"tpcb: all {s.clients} client connections were lost (server down?): {first}"
+            )
+        if lost:
+            result.flags.append("lost-connections")
+        if out["client_bound"]:
+            result.flags.append("client-bound")
+        self._metrics(out, result, threads, scale)
+        return result
+
+    def _metrics(self, out: dict[str, Any], result: RunResult, threads: int, scale: int) -> None:
+        s = self.settings
+        add = result.add_metric
+        tx = out["transactions"]
+        add("tps", out["tps"], "tx/s",
+            "committed transactions per second over the measured window, excluding connection set-up "
+            "(pgbench: tps without initial connection time)", higher_is_better=True)
+        add("transactions", tx, "tx", "committed transactions in the measured window")
+        add("failed", out["failed"], "tx", "transactions ended by an error (after retries)", higher_is_better=False)
+        add("retries", out["retries"], "tries", "retries after serialization failures or deadlocks")
+        add("retried", out["retried"], "tx", "transactions retried at least once")
+        add("measured_s", out["measured_s"], "s", "measured window: end of warm-up to the last completion")
+        lat = out["latency"]
+        base = "from the intended start (open loop, Poisson schedule)" if s.rate else "from send (closed loop)"
+        for key, name in (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),
+                          ("p95_us", "p95"), ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
+            add(f"latency_{name}_ms", _ms(lat[key]), "ms", f"transaction latency {name}, {base}",
+                higher_is_better=False)
+        if s.rate is not None:
+            lag = out["lag"]
+            add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
+            add("lag_mean_ms", _ms(lag["mean_us"]), "ms", "schedule lag: actual minus intended start",
+                higher_is_better=False)
+            add("lag_p99_ms", _ms(lag["p99_us"]), "ms", "schedule lag p99", higher_is_better=False)
+            add("lag_max_ms", _ms(lag["max_us"]), "ms", "schedule lag max", higher_is_better=False)
+        if s.latency_limit is not None:
+            add("late", out["late"], "tx", f"committed later than latency_limit ({s.latency_limit * 1000:g} ms)",
+                higher_is_better=False)
+            if s.rate is not None:
+                add("skipped", out["skipped"], "tx", "schedule slots skipped: already later than latency_limit",
+                    higher_is_better=False)
+        for state, n in out["errors_by_sqlstate"].items():
+            add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
+        add("lost_connections", out["lost_connections"], "clients", "clients whose connection was lost",
+            higher_is_better=False)
+        connections = max(1, out["clients"])
+        add("connect_time_mean_ms", out["connect_total_s"] / connections * 1000, "ms",
+            "mean time to open (and prepare) one client connection; not part of tps", higher_is_better=False)
+        add("connect_phase_s", out["connect_phase_s"], "s", "wall time to connect all clients")
+        add("driver_cpu_s", out["driver_cpu_s"], "s", "CPU time of the driver's threads in the measured window")
+        if tx:
+            add("driver_cpu_per_tx_us", out["driver_cpu_s"] / tx * 1e6, "us",
+                "driver CPU time per committed transaction", higher_is_better=False)
+        given = out["cpu_given_s"]
+        if given > 0:
+            add("driver_cpu_share", out["driver_cpu_s"] / given, "ratio",
+                f"driver CPU over the CPU its {threads} threads could use; above 0.8 the run is client-bound",
+                higher_is_better=False)
+        add("process_cpu_s", out["process_cpu_s"], "s", "CPU time of the whole perflab process in the window")
+        add("clients", s.clients, "clients")
+        add("threads", threads, "threads")
+        add("scale", scale, "scale")
+        encoding = out["histogram_encoding"]
+        for name, data in out["histograms"].items():
+            hist_name = f"latency.{s.script}" if name == "latency" else name
+            result.histograms.append(Histogram(hist_name, "us", encoding, bytes(data)))
+
+    # ------------------------------------------------------------ check
+
+    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
+        """TPC-B's consistency condition for this run, and the row counts.
+
+        Over the run, every account, teller and branch balance changes by the
+        same total, which equals the sum of the deltas the run wrote to history
+        (TPC-B 2.1: consistency conditions 1 and 2, restated for sums). simple-update
+        touches accounts and history only, select-only nothing.
+        """
+        out = CheckResult()
+        if self._before is None or self._scale_in_db is None:
+            return out
+        scale = self._scale_in_db
+        with endpoint.connect() as conn:
+            after = self._balances(conn)
+            counts = conn.execute(
+                "SELECT (SELECT count(*) FROM pgbench_branches), (SELECT count(*) FROM pgbench_tellers),"
+                " (SELECT count(*) FROM pgbench_accounts)"
+            ).fetchone()
+        change = {k: after[k] - self._before[k] for k in after}
+        script = self.settings.script
+        tables = {"tpcb-like": ("accounts", "tellers", "branches"), "simple-update": ("accounts",),
+                  "select-only": ("accounts", "tellers", "branches")}[script]
+        detail = ", ".join(f"{t} {change[t]:+d}" for t in tables) + f", history deltas {change['history']:+d}"
+        out.add("balances", all(change[t] == change["history"] for t in tables), detail)
+        expected = (BRANCHES_PER_SCALE * scale, TELLERS_PER_SCALE * scale, ACCOUNTS_PER_SCALE * scale)
+        got = tuple(int(v) for v in counts)
+        out.add("row_counts", got == expected,
+                f"branches/tellers/accounts {got[0]}/{got[1]}/{got[2]}, expected "
+                f"{expected[0]}/{expected[1]}/{expected[2]}")
+        if script == "select-only":
+            out.add("history_unchanged", change["history_rows"] == 0, f"{change['history_rows']} rows added")
+        return out

@@ -1,0 +1,291 @@
+"""The tpcb workload against a real PostgreSQL, next to the real pgbench.
+
+Scale 1 and runs of 2-3 s keep this short; the speed comparison with pgbench
+is a benchmark (benchmarks/tpcb_vs_pgbench.py), not a test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import ValidationError
+
+from perflab import _engine
+from perflab.errors import Interrupted, RunFailure
+from perflab.runner import interrupt_on_signals
+from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+from perflab.workloads import WORKLOADS
+from perflab.workloads.base import RunContext, SeriesSink
+from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
+
+APPLICATION = "perflab-tpcb"
+
+
+class ListSink(SeriesSink):
+    def __init__(self) -> None:
+        self.points: list[tuple[str, str, float, float]] = []
+
+    def add(self, source: str, name: str, t: float, value: float) -> None:
+        self.points.append((source, name, t, value))
+
+
+def workload(**settings: Any) -> TpcbWorkload:
+    return TpcbWorkload(TpcbSettings.model_validate({"kind": "tpcb", "scale": 1, **settings}))
+
+
+def context(tmp_path: Path, sink: SeriesSink | None = None) -> RunContext:
+    return RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns(), series=sink or ListSink())
+
+
+def pgbench(target: PostgresTarget, endpoint: PostgresEndpoint, *args: str) -> subprocess.CompletedProcess[str]:
+    assert target.bin_dir is not None
+    return subprocess.run(
+        [str(target.bin_dir / "pgbench"), "-h", endpoint.host, "-p", str(endpoint.port), "-U", endpoint.user,
+         *args, endpoint.dbname],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def table_shapes(endpoint: PostgresEndpoint) -> list[tuple[Any, ...]]:
+    """Columns, fill factors and primary keys of the pgbench tables."""
+    with endpoint.connect() as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type, character_maximum_length, is_nullable"
+            " FROM information_schema.columns WHERE table_name LIKE 'pgbench_%'"
+            " ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        options = conn.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname LIKE 'pgbench_%' ORDER BY relname"
+        ).fetchall()
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM pgbench_branches), (SELECT count(*) FROM pgbench_tellers),"
+            " (SELECT count(*) FROM pgbench_accounts), (SELECT count(*) FROM pgbench_accounts WHERE filler IS NULL),"
+            " (SELECT count(*) FROM pgbench_tellers WHERE filler IS NULL)"
+        ).fetchall()
+    return [*columns, *options, *counts]
+
+
+def test_registered_and_settings_say_what_is_allowed() -> None:
+    assert WORKLOADS.get("tpcb") is TpcbWorkload
+    with pytest.raises(ValidationError, match="both duration and transactions"):
+        TpcbSettings.model_validate({"kind": "tpcb", "duration": "5s", "transactions": 10})
+    with pytest.raises(ValidationError, match="more than clients"):
+        TpcbSettings.model_validate({"kind": "tpcb", "clients": 2, "threads": 4})
+    with pytest.raises(ValidationError):
+        TpcbSettings.model_validate({"kind": "tpcb", "script": "tpcc"})
+
+
+def test_perflab_load_is_pgbench_load_and_pgbench_runs_on_it(pg_target, scratch_db, tmp_path) -> None:
+    target, _ = pg_target
+    w = workload(fillfactor=90)
+    load = w.prepare(scratch_db, context(tmp_path))
+    assert list(load.steps) == ["drop_tables", "create_tables", "generate", "vacuum", "primary_keys"]
+    assert load.rows["pgbench_accounts"] == 100_000
+    ours = table_shapes(scratch_db)
+    # pgbench itself runs on perflab's data ...
+    done = pgbench(target, scratch_db, "-n", "-c", "2", "-t", "50")
+    assert done.returncode == 0, done.stderr
+    assert "number of transactions actually processed: 100/100" in done.stdout
+    # ... and `pgbench -i` builds the same tables.
+    done = pgbench(target, scratch_db, "-i", "-s", "1", "-F", "90")
+    assert done.returncode == 0, done.stderr
+    assert table_shapes(scratch_db) == ours
+
+
+def test_perflab_runs_on_pgbench_loaded_data(pg_target, scratch_db, tmp_path) -> None:
+    target, _ = pg_target
+    done = pgbench(target, scratch_db, "-i", "-s", "1")
+    assert done.returncode == 0, done.stderr
+    w = workload(clients=2, transactions=100, protocol="prepared")
+    ctx = context(tmp_path)
+    result = w.run(scratch_db, ctx)
+    assert result.metrics["transactions"].value == 200
+    check = w.check(scratch_db, ctx)
+    assert check.passed, check.checks
+    with scratch_db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pgbench_history").fetchone()[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("script", "protocol"),
+    [("tpcb-like", "simple"), ("simple-update", "extended"), ("select-only", "prepared")],
+)
+def test_each_script_runs_and_the_books_balance(scratch_db, tmp_path, script, protocol) -> None:
+    w = workload(script=script, protocol=protocol, clients=4, threads=2, duration="2s", warmup="1s")
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+    sink = ListSink()
+    ctx.series = sink
+    result = w.run(scratch_db, ctx)
+    m = result.metrics
+    assert m["transactions"].value > 50
+    assert m["failed"].value == 0
+    # TPS is over the measured window only: 2 s, warm-up excluded.
+    assert 1.9 < m["measured_s"].value < 3.0
+    assert m["tps"].value == pytest.approx(m["transactions"].value / m["measured_s"].value)
+    assert m["latency_p50_ms"].value <= m["latency_p99_ms"].value <= m["latency_max_ms"].value
+    assert m["driver_cpu_s"].value > 0 and m["connect_time_mean_ms"].value > 0
+    assert [h.name for h in result.histograms] == [f"latency.{script}"]
+    summary = _engine.hdr_summary(result.histograms[0].data)
+    assert summary["count"] == m["transactions"].value
+    # Per-second series went to the live sink, after the warm-up only (t > 1 s).
+    tps_points = [(t, v) for source, name, t, v in sink.points if (source, name) == ("tpcb", "tps")]
+    assert len(tps_points) >= 1 and all(t > 1.0 for t, _ in tps_points)
+    check = w.check(scratch_db, ctx)
+    assert check.passed, check.checks
+    with scratch_db.connect() as conn:
+        history = conn.execute("SELECT count(*) FROM pgbench_history").fetchone()[0]
+    if script == "select-only":
+        assert history == 0
+    else:  # warm-up and measured transactions all wrote history
+        assert history >= m["transactions"].value
+
+
+def test_histograms_of_runs_merge_exactly(scratch_db, tmp_path) -> None:
+    w = workload(script="select-only", protocol="prepared", clients=2, transactions=300)
+    w.prepare(scratch_db, context(tmp_path))
+    parts = [w.run(scratch_db, context(tmp_path)).histograms[0].data for _ in range(2)]
+    merged = _engine.hdr_summary(_engine.hdr_merge(parts))
+    assert merged["count"] == 1200
+    a, b = (_engine.hdr_summary(p) for p in parts)
+    assert merged["max_us"] == max(a["max_us"], b["max_us"])
+    assert merged["mean_us"] == pytest.approx((a["mean_us"] + b["mean_us"]) / 2, rel=1e-9)
+    # Merging is exact: equal to one histogram of every value.
+    values = [1, 10, 100, 1000, 10_000, 100_000, 3_000_000]
+    halves = [_engine.hdr_encode(values[:3]), _engine.hdr_encode(values[3:])]
+    assert _engine.hdr_summary(_engine.hdr_merge(halves)) == _engine.hdr_summary(_engine.hdr_encode(values))
+
+
+def _server_processes(target: PostgresTarget) -> list[int]:
+    pids = list(target.processes())
+    assert pids, "the server has processes"
+    return pids
+
+
+@pytest.mark.slow
+def test_open_loop_latency_shows_a_stalled_server(pg_target, scratch_db, tmp_path) -> None:
+    """SIGSTOP the server for 2 s under a rate: the transactions scheduled
+    meanwhile are late by up to 2 s, and latency from the intended start says so."""
+    target, _ = pg_target
+    w = workload(script="select-only", protocol="prepared", clients=4, threads=2, duration="5s", rate=200.0)
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+    stopped: list[int] = []
+
+    def stall() -> None:
+        stopped.extend(_server_processes(target))
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(2.0)
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+
+    timer = threading.Timer(1.5, stall)
+    timer.start()
+    try:
+        result = w.run(scratch_db, ctx)
+    finally:
+        timer.join()
+        for pid in stopped:
+            with_suppressed_kill(pid, signal.SIGCONT)
+    m = result.metrics
+    assert m["latency_max_ms"].value > 1500, "the stall shows in full"
+    # About 2 s of the 5 s schedule is stalled: p99 sits in seconds, not milliseconds.
+    assert m["latency_p99_ms"].value > 1000
+    assert m["lag_max_ms"].value > 1000
+    # The rate is still met on average (the backlog drains after SIGCONT).
+    assert m["tps"].value == pytest.approx(200, rel=0.25)
+
+
+def with_suppressed_kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_lost_connection_ends_one_client_and_flags_the_run(scratch_db, tmp_path) -> None:
+    w = workload(script="select-only", protocol="simple", clients=3, duration="3s")
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+
+    def terminate_one() -> None:
+        with psycopg.connect(scratch_db.conninfo, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s AND datname = %s LIMIT 1",
+                (APPLICATION, scratch_db.dbname),
+            )
+
+    timer = threading.Timer(1.0, terminate_one)
+    timer.start()
+    result = w.run(scratch_db, ctx)
+    timer.join()
+    assert "lost-connections" in result.flags
+    assert result.metrics["lost_connections"].value == 1
+    assert any(e.kind == "lost-connection" and "terminat" in e.message for e in result.events)
+    assert result.metrics["transactions"].value > 100, "the other clients went on"
+
+
+def test_unreachable_server_is_a_clear_run_failure(scratch_db, tmp_path) -> None:
+    from dataclasses import replace
+
+    from psycopg.conninfo import make_conninfo
+
+    w = workload(clients=2, duration="1s")
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+    wrong = replace(scratch_db, conninfo=make_conninfo(scratch_db.conninfo, user="no_such_role"))
+    with pytest.raises(RunFailure, match="no_such_role"):
+        w.run(wrong, ctx)
+    # The engine's own message names where it tried and what the server said.
+    with pytest.raises(ConnectionError, match='role "no_such_role" does not exist'):
+        _engine.tpcb_run(wrong.conninfo, script="select-only", scale=1, clients=2, threads=1,
+                         protocol="prepared", t0_ns=ctx.t0_ns, duration_s=1.0)
+
+
+def test_sigint_stops_the_run_within_a_second(scratch_db, tmp_path) -> None:
+    w = workload(script="select-only", protocol="prepared", clients=2, duration="30s")
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with interrupt_on_signals(), pytest.raises(Interrupted):
+        w.run(scratch_db, ctx)
+    assert time.monotonic() - started < 2.5
+    time.sleep(0.3)  # the server notices the closed sockets
+    with scratch_db.connect() as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND datname = %s",
+            (APPLICATION, scratch_db.dbname),
+        ).fetchone()[0]
+    assert left == 0, "every client connection is closed"
+
+
+@pytest.mark.slow
+def test_killing_the_server_fails_the_run_quickly(workdir) -> None:
+    target = PostgresTarget(PostgresSettings.model_validate({"kind": "postgres"}), workdir / "target")
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, PostgresEndpoint)
+        w = workload(clients=4, threads=2, duration="20s")
+        ctx = context(workdir)
+        w.prepare(endpoint, ctx)
+        pids = _server_processes(target)
+        threading.Timer(1.5, lambda: [with_suppressed_kill(p, signal.SIGKILL) for p in pids]).start()
+        started = time.monotonic()
+        with pytest.raises(RunFailure, match="connections were lost"):
+            w.run(endpoint, ctx)
+        assert time.monotonic() - started < 6, "no hang on a dead server"
+    finally:
+        target.teardown()
+        shutil.rmtree(workdir / "target", ignore_errors=True)
