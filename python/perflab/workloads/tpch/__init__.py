@@ -49,6 +49,7 @@ from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
 
 TestName = Literal["load", "power", "throughput"]
+ALL_TESTS: tuple[TestName, ...] = ("load", "power", "throughput")
 DEFAULT_MAINTENANCE = {"postgres": "VACUUM ANALYZE", "duckdb": ""}
 
 
@@ -57,7 +58,7 @@ class TpchSettings(WorkloadSettings):
     scale_factor: float = Field(default=1.0, ge=0.01, le=100000)
     # Which tests each run does. "load" reloads the data in every run (else
     # data loaded by an earlier run with the same scale factor is reused).
-    tests: list[TestName] = Field(default_factory=lambda: ["load", "power", "throughput"], min_length=1)
+    tests: list[TestName] = Field(default_factory=lambda: list(ALL_TESTS), min_length=1)
     # Query streams of the throughput test; default: the spec's minimum for the SF.
     streams: int | None = Field(default=None, ge=1, le=100)
     # Base seed of the substitution parameters; default: the end of the load
@@ -163,8 +164,9 @@ class TpchWorkload(Workload):
             if dialect == "postgres":
                 from perflab import _engine
 
-                loads = _engine.tpch_load_postgres(endpoint.conninfo, sf, list(schema.TABLES), self._jobs())  # type: ignore[attr-defined]
-                load.rows = {d["table"]: int(d["rows"]) for d in loads}
+                conninfo = endpoint.conninfo  # type: ignore[attr-defined]  # a PostgresEndpoint
+                loads = _engine.tpch_load_postgres(conninfo, sf, list(schema.TABLES), self._jobs())
+                load.rows = {str(d["table"]): int(d["rows"]) for d in loads}
             else:
                 load.rows = _load_duckdb(conn, sf, self._jobs())
             load.steps["load"] = time.perf_counter() - started
@@ -439,8 +441,8 @@ class TpchWorkload(Workload):
         result.add_metric("streams", streams, "streams")
         bad = [t for o in outcomes.values() for t in o.times if t.status != "ok"]
         bad += [t for t in refresh_times if t.status != "ok"]
-        for t in bad:
-            invalid.append(f"throughput test: stream {t.stream} {t.query} {t.status}")
+        for q in bad:
+            invalid.append(f"throughput test: stream {q.stream} {q.query} {q.status}")
         if len(refresh_times) != 2 * streams:
             invalid.append("throughput test: the refresh stream did not finish its pairs")
         if bad or only is not None or len(refresh_times) != 2 * streams:
@@ -608,7 +610,7 @@ def _load_duckdb(conn: Any, sf: float, threads: int) -> dict[str, int]:
 
     rows: dict[str, int] = {}
     for table in schema.TABLES:
-        reader = pa.RecordBatchReader.from_stream(_ArrowStream(_engine.tpch_arrow_stream(table, sf, threads)))  # type: ignore[attr-defined]
+        reader = pa.RecordBatchReader.from_stream(_ArrowStream(_engine.tpch_arrow_stream(table, sf, threads)))
         conn.register("perflab_tpch_source", reader)
         try:
             conn.execute(f"insert into {table} select * from perflab_tpch_source")
