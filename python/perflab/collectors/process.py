@@ -35,7 +35,7 @@ from perflab.collectors.base import (
     CollectorUnavailable,
     SamplingCollector,
 )
-from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB
+from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
 from perflab.model import Event, RunResult
 
 ROLES = ("postmaster", "backend", "checkpointer", "walwriter", "background writer", "autovacuum", "other", "driver")
@@ -86,11 +86,6 @@ def role_key(role: str) -> str:
     return role.replace(" ", "_")
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 @dataclass
 class ProcSample:
     start_ticks: int  # starttime: tells a reused pid from the old one
@@ -106,8 +101,8 @@ class ProcSample:
 
 def read_proc(pid: int, with_io: bool) -> ProcSample | None:
     try:
-        stat = _read(f"/proc/{pid}/stat")
-        statm = _read(f"/proc/{pid}/statm").split()
+        stat = read_bytes(f"/proc/{pid}/stat")
+        statm = read_bytes(f"/proc/{pid}/statm").split()
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after the last ")"
@@ -115,7 +110,7 @@ def read_proc(pid: int, with_io: bool) -> ProcSample | None:
     io: dict[bytes, int] = {}
     if with_io:
         try:
-            for line in _read(f"/proc/{pid}/io").splitlines():
+            for line in read_bytes(f"/proc/{pid}/io").splitlines():
                 key, _, value = line.partition(b": ")
                 io[key] = int(value)
         except OSError:
@@ -144,7 +139,7 @@ def children_of(pid: int) -> list[int]:
     out: list[int] = []
     try:
         for tid in tasks:
-            out += [int(c) for c in _read(f"/proc/{pid}/task/{tid}/children").split()]
+            out += [int(c) for c in read_bytes(f"/proc/{pid}/task/{tid}/children").split()]
         return out
     except FileNotFoundError:
         pass
@@ -153,7 +148,7 @@ def children_of(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                stat = _read(f"/proc/{entry}/stat")
+                stat = read_bytes(f"/proc/{entry}/stat")
             except OSError:
                 continue
             if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
@@ -163,7 +158,7 @@ def children_of(pid: int) -> list[int]:
 
 def process_title(pid: int) -> str:
     try:
-        return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
+        return read_bytes(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
 
@@ -203,14 +198,14 @@ class ProcessCollector(SamplingCollector):
         self._fixed = {pid: role for pid, role in given.items() if pid not in children}
         self._fixed[os.getpid()] = "driver"
         try:
-            _read(f"/proc/{os.getpid()}/stat")
+            read_bytes(f"/proc/{os.getpid()}/stat")
         except OSError as exc:
             raise CollectorUnavailable(f"cannot read /proc/{os.getpid()}/stat: {exc.strerror}") from None
         self._with_io = True
         self._notes = []
         for pid in self._postmasters:
             try:
-                _read(f"/proc/{pid}/io")
+                read_bytes(f"/proc/{pid}/io")
             except PermissionError:
                 self._with_io = False
                 self._notes.append(

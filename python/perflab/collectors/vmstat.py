@@ -32,6 +32,7 @@ from perflab.collectors.procfs import (
 from perflab.model import RunResult
 
 PROC_FILES = ("/proc/stat", "/proc/meminfo", "/proc/vmstat", "/proc/loadavg")
+VMSTAT_COUNTERS = ("pgpgin", "pgpgout", "pswpin", "pswpout")
 
 
 class VmstatSettings(CollectorSettings):
@@ -68,7 +69,7 @@ class Reading:
         self.t_ns = time.monotonic_ns()
         self.stat = parse_stat(read_text("/proc/stat"))
         self.mem = parse_kib_table(read_text("/proc/meminfo"))
-        self.vm = parse_name_values(read_text("/proc/vmstat"))
+        self.vm = parse_name_values(read_text("/proc/vmstat"), VMSTAT_COUNTERS)
         self.load1 = float(read_text("/proc/loadavg").split()[0])
 
 
