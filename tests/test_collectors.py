@@ -482,3 +482,13 @@ energy = {{ source = "rapl", rapl_root = "{no_rapl}" }}
 def test_collector_tools_are_installed() -> None:
     for tool in ("vmstat", "iostat"):
         assert shutil.which(tool), f"{tool} missing: .ci/apt-packages lists procps and sysstat"
+
+
+def test_a_collector_that_fails_to_open_is_unavailable_not_an_error() -> None:
+    class Broken(VmstatCollector):
+        def open(self, ctx: CollectorContext) -> None:
+            raise OSError(5, "Input/output error", "/proc/stat")
+
+    ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns())
+    with pytest.raises(CollectorUnavailable, match="could not start: OSError"):
+        Broken("vmstat", VmstatSettings()).start(CollectorContext(run=ctx, endpoint=None, target=None))

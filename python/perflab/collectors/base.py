@@ -118,7 +118,18 @@ class SamplingCollector(Collector):
 
     def start(self, ctx: CollectorContext) -> None:
         self._ctx = ctx
-        self.open(ctx)
+        try:
+            self.open(ctx)
+        except CollectorUnavailable:
+            raise
+        except Exception as exc:
+            # telemetry must never fail a run: whatever stops a collector from
+            # opening (an odd /sys, a refused query) skips it with the reason
+            try:
+                self.close()
+            except Exception:
+                pass
+            raise CollectorUnavailable(f"could not start: {type(exc).__name__}: {exc}") from exc
         self._stop_requested = False
         self._wake = threading.Lock()
         self._wake.acquire()
