@@ -22,6 +22,10 @@ from perflab.targets.base import Endpoint, Target
 from perflab.units import Duration
 from perflab.workloads.base import RunContext
 
+# Server processes that serve perflab's own sampling (pgstat's backend), so
+# the process collector gives them the role "monitor", not "backend".
+MONITOR_PIDS: set[int] = set()
+
 
 class CollectorSettings(StrictModel):
     interval: Duration = Field(default=1.0, gt=0)

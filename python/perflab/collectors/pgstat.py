@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import Field
 
 from perflab.collectors.base import (
+    MONITOR_PIDS,
     CollectorContext,
     CollectorSettings,
     CollectorUnavailable,
@@ -108,6 +109,7 @@ class PgstatCollector(SamplingCollector):
         self._wait_names: set[tuple[str, str]] = set()
         self._wait_sampling = False
         self._wait_pending = False
+        self._backend_pid = 0
 
     # ------------------------------------------------------------ set-up
 
@@ -139,6 +141,8 @@ class PgstatCollector(SamplingCollector):
             self._conn = self._connect(endpoint)
         except Exception as exc:
             raise CollectorUnavailable(f"cannot connect to the server: {exc}") from None
+        self._backend_pid = self._conn.info.backend_pid
+        MONITOR_PIDS.add(self._backend_pid)
         version = self._conn.info.server_version
         self._dbname = getattr(endpoint, "dbname", "")
         candidates = ["db", "bgwriter"]
@@ -173,6 +177,7 @@ class PgstatCollector(SamplingCollector):
         self._wait_names = set()
 
     def close(self) -> None:
+        MONITOR_PIDS.discard(self._backend_pid)
         if self._conn is not None:
             try:
                 self._conn.close()

@@ -4,8 +4,9 @@ Every sample re-reads the postmaster's children (backends come and go), gives
 each a role from its process title (/proc/PID/cmdline, which PostgreSQL sets to
 "postgres: [cluster_name: ]checkpointer" and the like) and sums by role:
 postmaster, backend, checkpointer, walwriter, background writer, autovacuum,
-other; plus perflab's own process, role "driver" (all its threads: the
-engine's drivers and the collectors).
+other, and "monitor" for the backend serving the pgstat collector; plus
+perflab's own process, role "driver" (all its threads: the engine's drivers
+and the collectors).
 
 Per role and interval: cpu_user_pct and cpu_system_pct (% of one core, from
 utime/stime in /proc/PID/stat), rss_anon_mib (private memory, summed: it adds
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perflab.collectors.base import (
+    MONITOR_PIDS,
     CollectorContext,
     CollectorSettings,
     CollectorUnavailable,
@@ -38,7 +40,8 @@ from perflab.collectors.base import (
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
 from perflab.model import Event, RunResult
 
-ROLES = ("postmaster", "backend", "checkpointer", "walwriter", "background writer", "autovacuum", "other", "driver")
+ROLES = ("postmaster", "backend", "checkpointer", "walwriter", "background writer", "autovacuum", "other", "monitor",
+         "driver")
 # Process titles of PostgreSQL's auxiliary processes and background workers
 # (src/backend/postmaster, src/backend/utils/init/miscinit.c GetBackendTypeDesc)
 TITLE_ROLES = (
@@ -223,6 +226,8 @@ class ProcessCollector(SamplingCollector):
         role = self._fixed.get(pid)
         if role is not None:
             return role
+        if pid in MONITOR_PIDS:
+            return "monitor"
         key = (pid, s.start_ticks)
         cached = self._roles_by_key.get(key)
         if cached is not None:
