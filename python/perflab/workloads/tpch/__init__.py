@@ -233,13 +233,18 @@ class TpchWorkload(Workload):
 
         power: float | None = None
         throughput: float | None = None
-        if "power" in s.tests and not ctx.cancel.is_set():
-            if s.validation:
-                self._validation_stream(endpoint, ctx, result, base_seed, only)
-            else:
-                power = self._power_test(endpoint, ctx, result, state, base_seed, only, invalid)
-        if "throughput" in s.tests and not ctx.cancel.is_set():
-            throughput = self._throughput_test(endpoint, ctx, result, state, base_seed, only, invalid)
+        try:
+            if "power" in s.tests and not ctx.cancel.is_set():
+                if s.validation:
+                    self._validation_stream(endpoint, ctx, result, base_seed, only)
+                else:
+                    power = self._power_test(endpoint, ctx, result, state, base_seed, only, invalid)
+            if "throughput" in s.tests and not ctx.cancel.is_set():
+                throughput = self._throughput_test(endpoint, ctx, result, state, base_seed, only, invalid)
+        finally:
+            # Even after a failure: pairs whose RF1 started are used up, so the
+            # next run never re-inserts their keys.
+            self._finish_state(endpoint, state)
         if power is not None and throughput is not None and not invalid:
             qphh = metrics.qphh_at_size(power, throughput)
             result.add_metric("qphh_at_size", qphh, "QphH@Size",
@@ -249,7 +254,6 @@ class TpchWorkload(Workload):
             for reason in dict.fromkeys(invalid):
                 result.events.append(Event(ctx.now_s(), "invalid-metrics", reason))
         _per_query_stats(result)
-        self._finish_state(endpoint, state)
         return result
 
     def _state(self, endpoint: Endpoint) -> _State:
@@ -363,7 +367,6 @@ class TpchWorkload(Workload):
                                 result.queries)
         finally:
             conn.close()
-        self._refresh_pairs_run += 1
         power_s = time.perf_counter() - started
         result.queries.extend(outcome.times)
         result.add_metric("power_test_s", power_s, "s", "power test: RF1, stream 0, RF2", False)
@@ -428,12 +431,12 @@ class TpchWorkload(Workload):
             t.join()
         if errors:
             raise RunFailure(f"throughput test failed: {_short_error(errors[0])}") from errors[0]
-        self._refresh_pairs_run += len({q.seq for q in refresh_times if q.query == "RF1"})
         for n in sorted(outcomes):
             result.queries.extend(outcomes[n].times)
         result.queries.extend(refresh_times)
-        # Clause 5.3.7.x: Ts runs from the start of the first query stream to the
-        # end of the last query or refresh stream.
+        # Ts, the measurement interval Throughput@Size divides by (clause 5.4.2):
+        # from the start of the first query stream to the end of the last query
+        # or refresh stream, whichever ends last.
         starts = [o.started for o in outcomes.values()]
         ends = [o.ended for o in outcomes.values()] + refresh_end
         ts = max(ends) - min(starts)
@@ -457,6 +460,8 @@ class TpchWorkload(Workload):
     def _refresh(self, conn: Any, dialect: str, function: str, pair: int, state: _State, stream: int, seq: int,
                  into: list[QueryTime]) -> float:
         fn = refresh.rf1 if function == "RF1" else refresh.rf2
+        if function == "RF1":
+            self._refresh_pairs_run += 1  # counted before it runs: see run()'s finally
         try:
             timing = fn(conn, dialect, self.settings.scale_factor, pair, state.refresh_seed)
         except Exception as exc:
