@@ -56,14 +56,19 @@ IO_PARTS = (("bi_kib_per_s", "bi (read)", "#2980b9"), ("bo_kib_per_s", "bo (writ
 Series = dict[str, tuple[list[float], list[float]]]  # name -> (t, value)
 
 
-def _load(store: Store, run_id: int, source: str) -> Series:
+def _load(store: Store, run_id: int, source: str, name_like: str = "%") -> Series:
+    """One source's series (names matching a LIKE pattern: pgstat writes ~60
+    series a second and the figure wants its wait events only)."""
     out: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    for row in store.series(run_id, source):
-        if row["value"] is None:
-            continue
-        ts, vs = out[row["name"]]
-        ts.append(row["t"])
-        vs.append(row["value"])
+    rows = store.conn.execute(
+        "SELECT name, t, value FROM series WHERE run_id = ? AND source = ? AND name LIKE ? AND value IS NOT NULL "
+        "ORDER BY name, t",
+        (run_id, source, name_like),
+    )
+    for name, t, value in rows:
+        ts, vs = out[name]
+        ts.append(t)
+        vs.append(value)
     return dict(out)
 
 
@@ -202,8 +207,8 @@ def build_run_figure(store: Store, run_id: int) -> Figure | None:
         _stack_panel(vmstat, CPU_PARTS, "CPU (vmstat, all CPUs)", "% of CPU", 1.0, stacked=True, ymax=100),
         _stack_panel(vmstat, MEMORY_PARTS, "memory (vmstat)", "GiB", 2**20, stacked=True),
         _stack_panel(vmstat, IO_PARTS, "block I/O (vmstat bi/bo)", "MiB/s", 1024, stacked=False),
-        _disk_panel(_load(store, run_id, "diskstats")) if "diskstats" in sources else None,
-        _wait_panel(_load(store, run_id, "pgstat")) if "pgstat" in sources else None,
+        _disk_panel(_load(store, run_id, "diskstats", "%.util_pct")) if "diskstats" in sources else None,
+        _wait_panel(_load(store, run_id, "pgstat", "wait.%")) if "pgstat" in sources else None,
     ]
     present = [p for p in panels if p is not None]
     if not present:
