@@ -1,0 +1,182 @@
+"""perflab's TPC-B driver against pgbench, on one server, same transactions.
+
+Starts one managed PostgreSQL with perflab's own PostgresTarget (and always
+stops it), times `pgbench -i` and perflab's load at the same scale (perflab's
+data is what the runs use), then runs pgbench and perflab alternately: for
+each script and client count, --pairs pairs of runs of --seconds each, the
+same script, prepared protocol for both, pgbench -j equal to perflab's threads
+(min(clients, cores)), no vacuum between runs (-n for pgbench, vacuum=false
+for perflab).
+
+Driver CPU per transaction is the whole driver process's CPU (user + system)
+over the run divided by committed transactions: for pgbench the child's
+rusage (os.wait4), for perflab the growth of this process's getrusage around
+the run (driver threads, the coordinator, the polling Python thread and the
+connection set-up included, as pgbench's figure includes them). perflab's own
+stored metric, driver_cpu_per_tx_us (driver threads, measured window only),
+is printed beside it.
+
+Both drivers share this machine's cores with the server, so TPS is higher when
+the driver takes less CPU. Ratios are perflab / pgbench, the mean of the
+per-pair ratios (each pair ran back to back, so slow phases of a shared
+machine hit both), with the spread over pairs.
+
+    .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--scale 10] [--seconds 10] [--pairs 3]
+        [--clients 1 8 32] [--scripts select-only tpcb-like] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+from perflab.workloads.base import RunContext
+from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
+
+# The issue's targets on a 2-core machine shared by driver and server.
+TARGET_TPS_RATIO = {"select-only": 1.05, "tpcb-like": 1.0}
+TARGET_TPS_RATIO_MIN_CLIENTS = {"select-only": 8, "tpcb-like": 1}
+TARGET_CPU_RATIO = 0.8
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
+                            seconds: int) -> dict[str, float]:
+    """pgbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
+    args = [str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-n", "-M", "prepared",
+            "-b", script, "-c", str(clients), "-j", str(threads), "-T", str(seconds), ep.dbname]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(args, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        text, error = out.read(), err.read()
+    if child.returncode != 0:
+        raise RuntimeError(f"pgbench failed: {error.strip()}")
+    tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))  # type: ignore[union-attr]
+    done = int(re.search(r"actually processed: (\d+)", text).group(1))  # type: ignore[union-attr]
+    cpu_s = usage.ru_utime + usage.ru_stime
+    return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6}
+
+
+def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, seconds: int,
+                workdir: Path) -> dict[str, float]:
+    w = TpcbWorkload(TpcbSettings.model_validate({
+        "kind": "tpcb", "script": script, "clients": clients, "threads": threads, "duration": float(seconds),
+        "protocol": "prepared", "vacuum": False,
+    }))
+    ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    result = w.run(ep, ctx)
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    m = result.metrics
+    done = m["transactions"].value
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
+            "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "flags": ",".join(result.flags)}
+
+
+def spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=int, default=10)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--scripts", nargs="+", default=["select-only", "tpcb-like"])
+    ap.add_argument("--json", type=Path, help="write every run's figures here")
+    args = ap.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="perflab-tpcb-bench-", dir="/tmp"))
+    base.chmod(0o755)  # the server runs as `nobody` when we are root
+    target = PostgresTarget(PostgresSettings.model_validate({
+        "kind": "postgres", "settings": {"max_connections": max(args.clients) + 20, "shared_buffers": "256MB"},
+    }), base / "target")
+    rows: list[dict[str, Any]] = []
+    try:
+        ep = target.provision()
+        assert isinstance(ep, PostgresEndpoint) and target.bin_dir is not None
+        pgbench = target.bin_dir / "pgbench"
+        print(f"server: {target.describe().get('version', '?')}, {cores()} cores, "
+              f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
+        started = time.monotonic()
+        init = subprocess.run([str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-i", "-q",
+                               "-s", str(args.scale), ep.dbname], capture_output=True, text=True)
+        pgbench_load_s = time.monotonic() - started
+        if init.returncode != 0:
+            raise RuntimeError(f"pgbench -i failed: {init.stderr.strip()}")
+        w = TpcbWorkload(TpcbSettings.model_validate({"kind": "tpcb", "scale": args.scale}))
+        load = w.prepare(ep, RunContext(run_number=0, run_dir=base, t0_ns=time.monotonic_ns()))
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in load.steps.items())
+        print(f"load scale {args.scale}: pgbench -i {pgbench_load_s:.2f} s; perflab {load.total_s:.2f} s ({steps})",
+              flush=True)
+        for script in args.scripts:
+            for clients in args.clients:
+                threads = min(clients, cores())
+                for pair in range(args.pairs):
+                    a = run_pgbench(pgbench, ep, script, clients, threads, args.seconds)
+                    b = run_perflab(ep, script, clients, threads, args.seconds, base)
+                    row = {"script": script, "clients": clients, "threads": threads, "pair": pair + 1,
+                           "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]}
+                    rows.append(row)
+                    print(f"  {script:12s} c={clients:<3d} j={threads} pair {pair + 1}: "
+                          f"pgbench {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx | "
+                          f"perflab {b['tps']:9.1f} tps {b['cpu_per_tx_us']:7.2f} us/tx "
+                          f"(engine {b['engine_cpu_per_tx_us']:.2f}) {b['flags']}", flush=True)
+    finally:
+        target.teardown()
+        shutil.rmtree(base, ignore_errors=True)
+
+    print()
+    print(f"{'script':12s} {'clients':>7s} {'j':>2s} | {'pgbench tps':>11s} {'perflab tps':>11s} "
+          f"{'tps ratio':>9s} {'(pairs)':>11s} | {'pgbench us/tx':>13s} {'perflab us/tx':>13s} "
+          f"{'cpu ratio':>9s} {'(pairs)':>11s}")
+    verdicts = []
+    for script in args.scripts:
+        for clients in args.clients:
+            group = [r for r in rows if r["script"] == script and r["clients"] == clients]
+            tps_ratios = [r["perflab"]["tps"] / r["pgbench"]["tps"] for r in group]
+            cpu_ratios = [r["perflab"]["cpu_per_tx_us"] / r["pgbench"]["cpu_per_tx_us"] for r in group]
+            tps_ratio, cpu_ratio = statistics.mean(tps_ratios), statistics.mean(cpu_ratios)
+            print(f"{script:12s} {clients:7d} {group[0]['threads']:2d} | "
+                  f"{statistics.mean(r['pgbench']['tps'] for r in group):11.1f} "
+                  f"{statistics.mean(r['perflab']['tps'] for r in group):11.1f} {tps_ratio:9.3f} "
+                  f"{spread(tps_ratios):>11s} | "
+                  f"{statistics.mean(r['pgbench']['cpu_per_tx_us'] for r in group):13.2f} "
+                  f"{statistics.mean(r['perflab']['cpu_per_tx_us'] for r in group):13.2f} {cpu_ratio:9.3f} "
+                  f"{spread(cpu_ratios):>11s}")
+            if clients >= TARGET_TPS_RATIO_MIN_CLIENTS.get(script, 1) and script in TARGET_TPS_RATIO:
+                goal = TARGET_TPS_RATIO[script]
+                verdicts.append(f"{script} c={clients}: tps ratio {tps_ratio:.3f} "
+                                f"{'meets' if tps_ratio >= goal else 'MISSES'} >= {goal}")
+            verdicts.append(f"{script} c={clients}: cpu ratio {cpu_ratio:.3f} "
+                            f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    print()
+    print("\n".join(verdicts))
+    print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
