@@ -500,3 +500,32 @@ def test_a_collector_that_fails_to_open_is_unavailable_not_an_error() -> None:
     ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns())
     with pytest.raises(CollectorUnavailable, match="could not start: OSError"):
         Broken("vmstat", VmstatSettings()).start(CollectorContext(run=ctx, endpoint=None, target=None))
+
+
+def test_energy_mean_power_is_over_the_measured_window_only(tmp_path: Path) -> None:
+    """A hot warm-up must not inflate the watts (and joules per transaction) of
+    the measured window that follows it."""
+    root = tmp_path / "powercap"
+    package = _zone(root, "intel-rapl:0", "package-0", 0)
+    collector = EnergyCollector("energy", EnergySettings(interval=0.05, rapl_root=str(root)))
+    ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns(), series=ListSink())
+    collector.start(CollectorContext(run=ctx, endpoint=None, target=None))
+    try:
+        energy_uj = 0
+        for _ in range(10):  # warm-up: 1 J every 50 ms, about 20 W
+            energy_uj += 1_000_000
+            _write_atomic(package, f"{energy_uj}\n")
+            time.sleep(0.05)
+        time.sleep(0.06)
+        ctx.measure_start_s = ctx.now_s()
+        for _ in range(20):  # measured: 0.05 J every 50 ms, about 1 W
+            energy_uj += 50_000
+            _write_atomic(package, f"{energy_uj}\n")
+            time.sleep(0.05)
+        ctx.measure_end_s = ctx.now_s()
+    finally:
+        result = collector.stop()
+    watts = result.metrics["energy.watts_mean"]
+    assert "measured window" in watts.description
+    assert 0.3 < watts.value < 3.0, watts.value
+    assert result.metrics["energy.joules"].value == pytest.approx(11.0, rel=0.01)

@@ -166,7 +166,7 @@ def test_sigkill_then_resume_loses_and_duplicates_nothing(workdir: Path, run_cli
     assert [r["attempts"] for r in rows] == [1, 2, 1]
     assert postmasters_under(workdir) == []
     # run 2's samples are from its second attempt only: one per second at most, no duplicates
-    ts = conn.execute("SELECT t FROM series WHERE run_id = 2 AND name = 'statements_per_s'").fetchall()
+    ts = conn.execute("SELECT t FROM series WHERE run_id = 2 AND name = 'qps'").fetchall()
     assert len(ts) == len(set(ts)) and partial >= 0
     assert conn.execute("SELECT count(*) FROM metric WHERE run_id = 2 AND name = 'ins.count'").fetchone()[0] == 1
 

@@ -234,6 +234,9 @@ class Runner:
                     continue
                 running.append(collector)
             result.merge(workload.run(endpoint, ctx))
+            for kind, t in (("measure-start", ctx.measure_start_s), ("measure-end", ctx.measure_end_s)):
+                if t is not None:
+                    result.events.append(Event(t, kind, "measured window (warm-up excluded)"))
         finally:
             for collector in running:
                 try:

@@ -174,6 +174,8 @@ class EnergyCollector(SamplingCollector):
                 self._notes.append(f"no RAPL under {s.rapl_root}: energy is estimated")
         self._last_t_ns = 0
         self._joules = {}
+        self._measured_j = 0.0
+        self._measured_s = 0.0
 
     def _read_uj(self) -> dict[str, int]:
         return {z.label: int(read_text(z.energy_path)) for z in self.zones}
@@ -193,6 +195,7 @@ class EnergyCollector(SamplingCollector):
                     if z.counted:
                         total_w += joules / dt_s
                 values["watts"] = total_w
+                self._count_measured(total_w, dt_s)
             self._last_uj = now_uj
         else:
             now_stat = parse_stat(read_text("/proc/stat"))
@@ -204,11 +207,23 @@ class EnergyCollector(SamplingCollector):
                     self._joules["model"] = self._joules.get("model", 0.0) + watts * dt_s
                     values["watts"] = watts
                     values["cpu_busy_pct"] = 100.0 * busy
+                    self._count_measured(watts, dt_s)
             self._last_stat = now_stat
         if not self._last_t_ns:
             self._first_t_ns = t_ns
         self._last_t_ns = t_ns
         return values
+
+    def _count_measured(self, watts: float, dt_s: float) -> None:
+        """Energy inside the workload's measured window (warm-up excluded), for
+        the mean power that joules per transaction are computed from."""
+        run = self._ctx.run if self._ctx is not None else None
+        if run is None or run.measure_start_s is None:
+            return
+        t = run.now_s()
+        if t - dt_s >= run.measure_start_s and (run.measure_end_s is None or t <= run.measure_end_s + dt_s / 2):
+            self._measured_j += watts * dt_s
+            self._measured_s += dt_s
 
     def _model_watts(self, busy: float) -> float:
         idle_w = self.settings.idle_fraction * self._tdp_watts
@@ -226,8 +241,13 @@ class EnergyCollector(SamplingCollector):
         p = self.name
         result.add_metric(f"{p}.joules", joules, "J", "energy over the run", higher_is_better=False,
                           method=self.method)
-        result.add_metric(f"{p}.watts_mean", joules / seconds, "W", "mean power over the run",
-                          higher_is_better=False, method=self.method)
+        if self._measured_s > 0:
+            result.add_metric(f"{p}.watts_mean", self._measured_j / self._measured_s, "W",
+                              "mean power over the measured window (warm-up excluded)",
+                              higher_is_better=False, method=self.method)
+        else:
+            result.add_metric(f"{p}.watts_mean", joules / seconds, "W", "mean power over the run",
+                              higher_is_better=False, method=self.method)
         for label, j in sorted(self._joules.items()):
             if label != "model":
                 result.add_metric(f"{p}.{label}.joules", j, "J", f"RAPL {label} energy over the run",

@@ -53,6 +53,12 @@ class RunContext:
     cancel: threading.Event = field(default_factory=threading.Event)
     status: Callable[[str], None] = lambda text: None
     warn: Callable[[str], None] = lambda text: None
+    # The measured window on the run's clock, set by the workload when its
+    # warm-up ends and when it stops measuring; everything outside it (warm-up,
+    # connection set-up, checks) is excluded from figures. The runner records
+    # both as events ("measure-start", "measure-end") for the report.
+    measure_start_s: float | None = None
+    measure_end_s: float | None = None
 
     def now_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9

@@ -116,9 +116,8 @@ class SqlWorkload(Workload):
             while s.warmup and time.monotonic() < warm_end and not ctx.cancel.is_set():
                 for _, sql in body:
                     _execute(conn, sql, "warmup")
-            result.events.append(Event(ctx.now_s(), "measure-start", "warm-up ended; figures start here"))
             measure_start = time.perf_counter()
-            measure_start_t = ctx.now_s()
+            measure_start_t = ctx.measure_start_s = ctx.now_s()
             cpu_start = time.process_time()
             deadline = measure_start + s.duration if s.duration else None
             iterations = 0
@@ -143,7 +142,7 @@ class SqlWorkload(Workload):
                     ctx.status(f"{iterations} iterations")
             measured_s = time.perf_counter() - measure_start
             driver_cpu_s = time.process_time() - cpu_start
-            measure_end_t = ctx.now_s()
+            measure_end_t = ctx.measure_end_s = ctx.now_s()
         if seq > MAX_STORED_EXECUTIONS:
             result.events.append(Event(ctx.now_s(), "truncated",
                                        f"{seq} executions; the first {MAX_STORED_EXECUTIONS} are stored one by one"))
@@ -151,7 +150,7 @@ class SqlWorkload(Workload):
             # Only whole seconds inside the measured window: a partial first or
             # last second would show as a false dip.
             if second >= measure_start_t and second + 1 <= measure_end_t:
-                result.series.append(SeriesPoint("sql", "statements_per_s", second + 0.5, count))
+                result.series.append(SeriesPoint("sql", "qps", second + 0.5, count))
         all_ms = np.array([x for v in times.values() for x in v]) * 1000
         # One connection on one thread: the driver's CPU budget is one core.
         # Process CPU includes the collectors' threads, which cost well under 1%.
