@@ -6,7 +6,10 @@ data is what the runs use), then runs pgbench and perflab alternately: for
 each script and client count, --pairs pairs of runs of --seconds each, the
 same script, prepared protocol for both, pgbench -j equal to perflab's threads
 (min(clients, cores)), no vacuum between runs (-n for pgbench, vacuum=false
-for perflab).
+for perflab). The server runs with synchronous_commit=off unless
+--synchronous-commit on: at one client tpcb-like is otherwise bound by the
+WAL flush, whose time on a disk shared with other work varied 7-fold between
+back-to-back runs here and drowned any difference between the drivers.
 
 Driver CPU per transaction is the whole driver process's CPU (user + system)
 over the run divided by committed transactions: for pgbench the child's
@@ -103,21 +106,25 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--scripts", nargs="+", default=["select-only", "tpcb-like"])
+    ap.add_argument("--synchronous-commit", default="off", choices=["on", "off"],
+                    help="off (default): commits do not wait for the WAL flush, so a shared disk's "
+                         "fsync times do not drown the drivers' difference")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="perflab-tpcb-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
     target = PostgresTarget(PostgresSettings.model_validate({
-        "kind": "postgres", "settings": {"max_connections": max(args.clients) + 20, "shared_buffers": "256MB"},
+        "kind": "postgres", "settings": {"max_connections": max(args.clients) + 20, "shared_buffers": "256MB",
+                                         "synchronous_commit": args.synchronous_commit},
     }), base / "target")
     rows: list[dict[str, Any]] = []
     try:
         ep = target.provision()
         assert isinstance(ep, PostgresEndpoint) and target.bin_dir is not None
         pgbench = target.bin_dir / "pgbench"
-        print(f"server: {target.describe().get('version', '?')}, {cores()} cores, "
-              f"load average {os.getloadavg()[0]:.1f} at start", flush=True)
+        print(f"server: {target.describe().get('version', '?')}, synchronous_commit={args.synchronous_commit}, "
+              f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
         started = time.monotonic()
         init = subprocess.run([str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-i", "-q",
                                "-s", str(args.scale), ep.dbname], capture_output=True, text=True)

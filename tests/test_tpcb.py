@@ -150,6 +150,29 @@ def test_each_script_runs_and_the_books_balance(scratch_db, tmp_path, script, pr
         assert history >= m["transactions"].value
 
 
+def test_serialization_failures_are_retried_and_counted_by_sqlstate(scratch_db, tmp_path) -> None:
+    """Under SERIALIZABLE, clients updating scale 1's single branch row collide
+    (SQLSTATE 40001): with max_tries they are retried, without they fail."""
+    from dataclasses import replace
+
+    from psycopg.conninfo import make_conninfo
+
+    serializable = replace(scratch_db, conninfo=make_conninfo(
+        scratch_db.conninfo, options="-c default_transaction_isolation=serializable"))
+    ctx = context(tmp_path)
+    workload().prepare(scratch_db, ctx)
+    once = workload(clients=4, threads=2, duration="2s", protocol="prepared").run(serializable, ctx)
+    assert once.metrics["errors.40001"].value > 0
+    assert once.metrics["failed"].value == once.metrics["errors.40001"].value
+    assert [h.name for h in once.histograms] == ["latency.tpcb-like", "failed_latency"]
+    retried = workload(clients=4, threads=2, duration="2s", protocol="prepared", max_tries=50)
+    result = retried.run(serializable, ctx)
+    assert result.metrics["retries"].value > 0
+    assert result.metrics["failed"].value < once.metrics["failed"].value
+    check = retried.check(serializable, ctx)
+    assert check.passed, check.checks
+
+
 def test_histograms_of_runs_merge_exactly(scratch_db, tmp_path) -> None:
     w = workload(script="select-only", protocol="prepared", clients=2, transactions=300)
     w.prepare(scratch_db, context(tmp_path))

@@ -138,7 +138,7 @@ class TpcbWorkload(Workload):
 
     def _threads(self) -> int:
         s = self.settings
-        return s.threads if s.threads is not None else max(1, min(s.clients, os.cpu_count() or 1))
+        return s.threads if s.threads is not None else max(1, min(s.clients, len(os.sched_getaffinity(0))))
 
     def _before_run(self, endpoint: Endpoint, result: RunResult, ctx: RunContext) -> int:
         """pgbench's pre-run housekeeping, the scale found in the tables, and
@@ -213,7 +213,8 @@ class TpcbWorkload(Workload):
             ctx.status(line)
             if not interval["warmup"]:
                 for name in SERIES_FIELDS:
-                    ctx.series.add(SERIES_SOURCE, name, interval["t_s"], float(interval[name]))
+                    if name != "lag_mean_ms" or s.rate is not None:  # no schedule, no lag
+                        ctx.series.add(SERIES_SOURCE, name, interval["t_s"], float(interval[name]))
 
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
         try:
@@ -315,6 +316,35 @@ class TpcbWorkload(Workload):
         for name, data in out["histograms"].items():
             hist_name = f"latency.{s.script}" if name == "latency" else name
             result.histograms.append(Histogram(hist_name, "us", encoding, bytes(data)))
+
+    # ------------------------------------------------------------ report
+
+    @classmethod
+    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+        """A table of each run's figures, from the store only (the report plots
+        the per-second series of every source itself)."""
+        from perflab.report.section import Section, Table, Text
+
+        if not runs:
+            return []
+        columns = (("tps", "tps"), ("latency_p50_ms", "p50 ms"), ("latency_p99_ms", "p99 ms"),
+                   ("latency_max_ms", "max ms"), ("failed", "failed"), ("lost_connections", "lost"),
+                   ("connect_time_mean_ms", "connect ms"), ("driver_cpu_per_tx_us", "driver CPU us/tx"))
+        rows = []
+        for run in runs:
+            m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
+            factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
+            rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in columns],
+                         ", ".join(run["flags"])])
+        blocks: list[Any] = [
+            Text("TPS counts committed transactions over the measured window and excludes connection "
+                 "set-up, as pgbench's \"tps (without initial connection time)\"; connection time is its own "
+                 "metric. Latency runs from send in closed loop, and from each transaction's intended start "
+                 "when a rate is set, so a stalled server shows as latency. The warm-up is excluded."),
+            Table(["run", "factors", "status", *[label for _, label in columns], "flags"], rows,
+                  "TPC-B-like runs (pgbench's built-in scripts)"),
+        ]
+        return [Section("TPC-B", blocks)]
 
     # ------------------------------------------------------------ check
 
