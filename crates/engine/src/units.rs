@@ -35,13 +35,19 @@ fn unit_seconds(unit: &str) -> Option<f64> {
 /// Parse a duration into seconds. A bare number means seconds. Every part needs a
 /// unit once a unit is used ("1h30m"); negative or non-finite values are refused.
 pub fn parse_duration_s(text: &str) -> Result<f64, DurationError> {
-    let err = || DurationError { given: text.to_string() };
+    let err = || DurationError {
+        given: text.to_string(),
+    };
     let s = text.trim();
     if s.is_empty() {
         return Err(err());
     }
     if let Ok(v) = s.parse::<f64>() {
-        return if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(err()) };
+        return if v.is_finite() && v >= 0.0 {
+            Ok(v)
+        } else {
+            Err(err())
+        };
     }
     let mut total = 0.0;
     let mut rest = s;
@@ -89,7 +95,16 @@ mod tests {
 
     #[test]
     fn refused() {
-        for bad in ["", "10 parsecs", "s", "-5s", "1h30", "ten seconds", "inf", "NaN"] {
+        for bad in [
+            "",
+            "10 parsecs",
+            "s",
+            "-5s",
+            "1h30",
+            "ten seconds",
+            "inf",
+            "NaN",
+        ] {
             assert!(parse_duration_s(bad).is_err(), "{bad} should be refused");
         }
     }
