@@ -58,6 +58,20 @@ def wait_for(predicate, timeout: float = 60) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def start_in_background(f: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(cli_command("run", f, "--out", out, "--quiet", "--no-report"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_until_running(out: Path, index: int) -> None:
+    """Until run `index` (0-based) of the store in `out` is running."""
+    wait_for(lambda: (out / "perflab.sqlite").exists() and runs(out)[index]["status"] == "running")
+
+
+def timed_experiment(workdir: Path) -> Path:
+    return experiment(workdir, reps=3, workload='duration = "3s"', factors='"workload.warmup" = ["0s"]')
+
+
 def test_run_show_export(workdir: Path, run_cli) -> None:
     out = workdir / "out"
     proc = run_cli("run", experiment(workdir, reps=2), "--out", out, "--no-report")
@@ -108,9 +122,9 @@ def test_a_failed_run_is_stored_and_the_experiment_goes_on(workdir: Path, run_cl
 def test_a_server_killed_mid_run_fails_that_run_only(workdir: Path, run_cli) -> None:
     out = workdir / "out"
     f = experiment(workdir, reps=2, workload='duration = "4s"', factors='"workload.warmup" = ["0s"]')
-    proc = subprocess.Popen(cli_command("run", f, "--out", out, "--quiet", "--no-report"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: (out / "perflab.sqlite").exists() and runs(out)[0]["status"] == "running" and postmasters_under(workdir))
+    proc = start_in_background(f, out)
+    wait_until_running(out, 0)
+    wait_for(lambda: postmasters_under(workdir))
     time.sleep(1.5)
     for pid in postmasters_under(workdir):
         subprocess.run(["kill", "-9", str(pid)], check=True)
@@ -124,10 +138,8 @@ def test_a_server_killed_mid_run_fails_that_run_only(workdir: Path, run_cli) -> 
 
 def test_sigint_stops_the_server_and_keeps_finished_runs(workdir: Path, run_cli) -> None:
     out = workdir / "out"
-    f = experiment(workdir, reps=3, workload='duration = "3s"', factors='"workload.warmup" = ["0s"]')
-    proc = subprocess.Popen(cli_command("run", f, "--out", out, "--quiet", "--no-report"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: (out / "perflab.sqlite").exists() and runs(out)[1]["status"] == "running")
+    proc = start_in_background(timed_experiment(workdir), out)
+    wait_until_running(out, 1)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     t = time.monotonic()
@@ -147,10 +159,8 @@ def test_sigint_stops_the_server_and_keeps_finished_runs(workdir: Path, run_cli)
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(workdir: Path, run_cli) -> None:
     out = workdir / "out"
-    f = experiment(workdir, reps=3, workload='duration = "3s"', factors='"workload.warmup" = ["0s"]')
-    proc = subprocess.Popen(cli_command("run", f, "--out", out, "--quiet", "--no-report"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: (out / "perflab.sqlite").exists() and runs(out)[1]["status"] == "running")
+    proc = start_in_background(timed_experiment(workdir), out)
+    wait_until_running(out, 1)
     time.sleep(1.5)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
