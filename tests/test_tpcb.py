@@ -19,9 +19,11 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
+from conftest import postmasters_under
 from perflab import _engine
 from perflab.errors import Interrupted, RunFailure
 from perflab.runner import interrupt_on_signals
+from perflab.store import Store
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import RunContext, SeriesSink
@@ -312,3 +314,61 @@ def test_killing_the_server_fails_the_run_quickly(workdir) -> None:
     finally:
         target.teardown()
         shutil.rmtree(workdir / "target", ignore_errors=True)
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_the_experiment_goes_on_after_the_server_is_killed(workdir, run_cli) -> None:
+    """Through the CLI: the server is killed in run 1's run phase; run 1 is
+    stored failed with a clear error, run 2 gets a new server and is done."""
+    experiment = workdir / "kill.toml"
+    experiment.write_text(
+        '[experiment]\nname = "kill"\nrepetitions = 2\norder = "sequential"\n\n'
+        '[target]\nkind = "postgres"\n\n'
+        '[workload]\nkind = "tpcb"\nscale = 1\nclients = 2\nduration = "4s"\n'
+    )
+    out = workdir / "out"
+    killed: list[int] = []
+
+    def kill_in_run_phase() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            time.sleep(0.2)
+            for pid in postmasters_under(out):
+                lines = (next(out.rglob("postmaster.pid"))).read_text().splitlines()
+                try:
+                    with psycopg.connect(host=lines[4], port=int(lines[3]), user="perflab", dbname="postgres",
+                                         autocommit=True, connect_timeout=2) as conn:
+                        clients = conn.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (APPLICATION,)
+                        ).fetchone()[0]
+                except psycopg.Error:
+                    continue
+                if clients >= 2:  # both clients connected: the run phase
+                    time.sleep(1.0)
+                    for victim in [pid, *_children_of(pid)]:
+                        with_suppressed_kill(victim, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+
+    killer = threading.Thread(target=kill_in_run_phase)
+    killer.start()
+    done = run_cli("run", experiment, "--out", out, "--quiet", "--no-report", check=False, timeout=300)
+    killer.join()
+    assert killed, f"the server was never seen in its run phase\n{done.stdout}\n{done.stderr}"
+    store = Store.open(out)
+    runs = {r["id"]: r for r in store.runs()}
+    assert runs[1]["status"] == "failed"
+    assert "connections were lost" in runs[1]["error"]
+    assert runs[2]["status"] == "done", runs[2]
+    assert not postmasters_under(out), "no server left running"
