@@ -133,6 +133,10 @@ def test_each_script_runs_and_the_books_balance(scratch_db, tmp_path, script, pr
     assert m["failed"].value == 0
     # TPS is over the measured window only: 2 s, warm-up excluded.
     assert 1.9 < m["measured_s"].value < 3.0
+    # The context carries the measured window for collectors: after the 1 s warm-up.
+    assert ctx.measure_start_s is not None and ctx.measure_end_s is not None
+    assert ctx.measure_start_s >= 1.0
+    assert ctx.measure_end_s - ctx.measure_start_s == pytest.approx(m["measured_s"].value)
     assert m["tps"].value == pytest.approx(m["transactions"].value / m["measured_s"].value)
     assert m["latency_p50_ms"].value <= m["latency_p99_ms"].value <= m["latency_max_ms"].value
     assert m["driver_cpu_s"].value > 0 and m["connect_time_mean_ms"].value > 0

@@ -244,6 +244,10 @@ class TpcbWorkload(Workload):
             if ctx.cancel.is_set():
                 raise Interrupted("run cancelled") from None
             raise RunFailure(f"tpcb: {exc}") from None
+        # The measured window on the run's clock: after warm-up and connection
+        # set-up, to the last measured completion (collectors use it too).
+        ctx.measure_start_s = out["measure_start_t_s"]
+        ctx.measure_end_s = out["measure_start_t_s"] + out["measured_s"]
         result.events.append(Event(out["measure_start_t_s"], "seed", f"random seed {seed}"))
         for t, kind, message in out["events"]:
             result.events.append(Event(t, kind, message))
