@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from perflab.analysis.stats import DEFAULT_SEED, Summary, summarize
 
@@ -20,7 +20,7 @@ def is_numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def numeric_factors(factor_values: dict[str, Sequence[Any]]) -> list[str]:
+def numeric_factors(factor_values: Mapping[str, Sequence[Any]]) -> list[str]:
     """Factors whose values are all numbers and that take at least two values:
     the ones a curve can be drawn against."""
     return [
@@ -73,7 +73,7 @@ def scaling_curves(
         others = {k: v for k, v in factors.items() if k != factor}
         key = json.dumps(others, sort_keys=True, default=str)
         others_of[key] = others
-        groups.setdefault(key, {}).setdefault(float(x), []).append(float(value))
+        groups.setdefault(key, {}).setdefault(float(cast(float, x)), []).append(float(value))
     curves = []
     for key in sorted(groups):
         points = [CurvePoint(x, summarize(vals, seed=seed)) for x, vals in sorted(groups[key].items())]

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
+import numpy.typing as npt
+
+# Figures as lists or numpy arrays.
+Values = Sequence[float] | npt.NDArray[np.float64]
 
 CONFIDENCE = 0.95
 # Below this many values the percentile bootstrap under-covers badly (it cannot
@@ -154,12 +158,12 @@ class Interval:
         return not (self.low <= value <= self.high)
 
 
-def _values(values: Sequence[float]) -> np.ndarray:
+def _values(values: Values) -> np.ndarray:
     arr = np.asarray([v for v in values if v is not None], dtype=float)
     return arr[np.isfinite(arr)]
 
 
-def _sample(values: Sequence[float], confidence: float) -> tuple[np.ndarray, float, Interval | None]:
+def _sample(values: Values, confidence: float) -> tuple[np.ndarray, float, Interval | None]:
     """The finite values and their mean; with one value, the (empty) interval too."""
     x = _values(values)
     if len(x) == 0:
@@ -170,7 +174,7 @@ def _sample(values: Sequence[float], confidence: float) -> tuple[np.ndarray, flo
     return x, mean, None
 
 
-def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+def t_interval(values: Values, confidence: float = CONFIDENCE) -> Interval:
     """Mean +- t_{(1+c)/2, n-1} * s / sqrt(n)."""
     x, mean, single = _sample(values, confidence)
     if single is not None:
@@ -181,7 +185,7 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Inter
 
 
 def bootstrap_interval(
-    values: Sequence[float],
+    values: Values,
     confidence: float = CONFIDENCE,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -198,7 +202,7 @@ def bootstrap_interval(
     return Interval(mean, float(low), float(high), confidence, "bootstrap-percentile")
 
 
-def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
+def mean_interval(values: Values, confidence: float = CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
     """The report's interval of a mean: Student t when n < BOOTSTRAP_MIN_N (the
     usual case of 3-10 repetitions), the seeded percentile bootstrap otherwise,
     which does not assume the runs' figures are normal."""
@@ -238,7 +242,7 @@ def ratio_interval(
 # --------------------------------------------------------------------- spread, outliers
 
 
-def coefficient_of_variation(values: Sequence[float]) -> float:
+def coefficient_of_variation(values: Values) -> float:
     """Sample standard deviation over the mean (NaN when n < 2 or the mean is 0)."""
     x = _values(values)
     if len(x) < 2:

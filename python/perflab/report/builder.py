@@ -428,8 +428,8 @@ class ReportBuilder:
         parts = []
         rows, labels, server_cores, driver_cores = [], [], [], []
         for combo in d.combinations:
-            splits = [(self.cpu_split(r), d.runs_by_id[r]["seconds"]) for r in combo.run_ids]
-            splits = [(s, secs) for s, secs in splits if s is not None and secs]
+            measured = [(self.cpu_split(r), d.runs_by_id[r]["seconds"]) for r in combo.run_ids]
+            splits = [(s, secs) for s, secs in measured if s is not None and secs]
             if not splits:
                 continue
             server_s = sum(s[0] for s, _ in splits) / len(splits)

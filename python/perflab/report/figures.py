@@ -97,7 +97,7 @@ def _nines(percentile: float) -> float:
     return -math.log10(1.0 - percentile / 100.0)
 
 
-def spectrum_figure(lines: list[tuple[str, Sequence[float], Sequence[float]]], unit: str, title: str) -> Figure:
+def spectrum_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]], unit: str, title: str) -> Figure:
     """lines: (label, percentiles, latencies)."""
     fig = new_figure()
     ax = fig.add_subplot()
@@ -114,7 +114,7 @@ def spectrum_figure(lines: list[tuple[str, Sequence[float], Sequence[float]]], u
     return fig
 
 
-def series_figure(lines: list[tuple[str, Sequence[float], Sequence[float]]], ylabel: str, title: str) -> Figure:
+def series_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]], ylabel: str, title: str) -> Figure:
     """lines: (label, t_s, values) on the run's clock."""
     fig = new_figure(width_in=WIDTH_IN + (2.6 if len(lines) > 1 else 0), height_in=3.4)
     ax = fig.add_subplot()
