@@ -62,7 +62,7 @@ def classic_load(bin_dir: Path, conninfo: str, sf: float, scratch: Path) -> dict
     for table in schema.TABLES:
         psql(bin_dir, conninfo, "-c", f"\\copy {table} from '{tbl / (table + '.tbl')}' with (delimiter '|')")
     steps["load (psql \\copy)"] = time.perf_counter() - t
-    for step in [*schema.key_steps("postgres"), schema.analyze_step("postgres")]:
+    for step in schema.load_steps("postgres"):
         t = time.perf_counter()
         for sql in step.statements:
             psql(bin_dir, conninfo, "-c", sql)

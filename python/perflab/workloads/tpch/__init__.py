@@ -171,10 +171,10 @@ class TpchWorkload(Workload):
                 load.rows = _load_duckdb(conn, sf, self._jobs())
             load.steps["load"] = time.perf_counter() - started
 
-            for step in [*schema.key_steps(dialect), schema.analyze_step(dialect)]:
+            for step in schema.load_steps(dialect):
                 ctx.status(f"tpch: {step.name}")
                 started = time.perf_counter()
-                self._run_parallel(endpoint, step.statements)
+                self._run_step(endpoint, step)
                 load.steps[step.name] = time.perf_counter() - started
 
             load_end = dt.datetime.now()
@@ -187,9 +187,10 @@ class TpchWorkload(Workload):
         self._loaded_in_this_run = True
         return load
 
-    def _run_parallel(self, endpoint: Endpoint, statements: tuple[str, ...]) -> None:
-        """Independent statements, each on its own session, `load_jobs` at a time
+    def _run_step(self, endpoint: Endpoint, step: schema.Step) -> None:
+        """A step's statements each on its own session, `load_jobs` at a time
         (DuckDB parallelises each statement itself: one at a time there)."""
+        statements = step.statements
         if endpoint.dialect != "postgres" or len(statements) == 1:
             conn = endpoint.connect()
             try:
