@@ -43,14 +43,11 @@ duration = "10s"
 """
 
 
-def _encode_histogram(latencies_us: np.ndarray) -> Histogram | None:
-    """An HDR histogram through the engine, when this perflab's engine has one."""
+def _encode_histogram(latencies_us: np.ndarray) -> Histogram:
+    """An HDR histogram of modelled latencies, encoded by the engine."""
     from perflab import _engine
 
-    encode = getattr(_engine, "histogram_from_values_us", None)
-    if encode is None:
-        return None
-    return Histogram("latency", "us", "hdr-v2-deflate", bytes(encode([int(v) for v in latencies_us])))
+    return Histogram("latency", "us", "hdr-v2-deflate", bytes(_engine.hdr_encode([int(v) for v in latencies_us])))
 
 
 def build_store(
@@ -112,9 +109,7 @@ def build_store(
                                 ("id_pct", 45.0 - (user - 40))):
                 result.series.append(SeriesPoint("vmstat", name, t, value))
         if histograms:
-            hist = _encode_histogram(rng.lognormal(np.log(latency_ms * 1000), 0.5, size=2000))
-            if hist is not None:
-                result.histograms.append(hist)
+            result.histograms.append(_encode_histogram(rng.lognormal(np.log(latency_ms * 1000), 0.5, size=2000)))
         for q in range(queries):
             result.queries.append(QueryTime(0, q + 1, f"q{q + 1}", float(rng.uniform(0.01, 0.2)), "ok",
                                             f"SELECT {q + 1}"))

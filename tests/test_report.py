@@ -117,3 +117,24 @@ def test_single_runs_and_no_numeric_factor_get_notes_not_errors(tmp_path: Path) 
 def test_report_of_a_directory_without_a_store_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no perflab store"):
         write_report(tmp_path)
+
+
+def test_latency_percentiles_merge_the_repetitions_exactly() -> None:
+    from perflab import _engine
+    from perflab.report import latency
+
+    fast = _engine.hdr_encode([100] * 90)
+    slow = _engine.hdr_encode([5000] * 10)
+    values, count = latency.merged_percentiles([fast, slow], [50.0, 89.0, 95.0, 99.0])
+    assert count == 100
+    assert values[0] == pytest.approx(100, rel=0.01) and values[1] == pytest.approx(100, rel=0.01)
+    assert values[2] == pytest.approx(5000, rel=0.01) and values[3] == pytest.approx(5000, rel=0.01)
+    with pytest.raises(latency.HistogramsUnavailable):
+        latency.merged_percentiles([fast], [50.0], encoding="other")
+
+
+def test_report_draws_the_latency_spectrum(durability_report: tuple[Path, str]) -> None:
+    out, html = durability_report
+    assert "percentile spectrum (all repetitions merged)" in html
+    assert "spectrum skipped" not in html
+    assert list((out / "figures").glob("latency-spectrum-*.svg"))

@@ -334,11 +334,13 @@ class ReportBuilder:
         d = self.data
         by_name: dict[str, dict[int, list[bytes]]] = {}
         units: dict[str, str] = {}
+        encodings: dict[str, str] = {}
         for combo in d.combinations:
             for run_id in combo.run_ids:
                 for hist in self.store.histograms(run_id):
                     by_name.setdefault(hist["name"], {}).setdefault(combo.index, []).append(hist["data"])
                     units[hist["name"]] = hist["unit"]
+                    encodings[hist["name"]] = hist["encoding"]
         if not by_name:
             return []
         parts = []
@@ -349,7 +351,7 @@ class ReportBuilder:
             try:
                 for index, blobs in sorted(per_combo.items()):
                     combo = combos[index]
-                    values, count = latency.merged_percentiles(blobs, figures.SPECTRUM_PERCENTILES)
+                    values, count = latency.merged_percentiles(blobs, figures.SPECTRUM_PERCENTILES, encodings[name])
                     lines.append((combo.label(), figures.SPECTRUM_PERCENTILES, values))
                     at = dict(zip(figures.SPECTRUM_PERCENTILES, values, strict=True))
                     rows.append([index, combo.label(), len(blobs), count,

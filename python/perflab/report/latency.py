@@ -2,9 +2,9 @@
 
 Histograms of one combination's repetitions are merged exactly by the engine
 (every perflab histogram has the same bucket layout), so the spectrum of a
-combination is that of every transaction in all of its runs. The engine's
-histogram functions are looked up when used: a perflab built without them
-skips the spectrum and says why, instead of failing the report.
+combination is that of every transaction in all of its runs. A histogram in an
+encoding this engine does not read is skipped with the reason, instead of
+failing the report.
 """
 
 from __future__ import annotations
@@ -13,26 +13,21 @@ from collections.abc import Sequence
 
 from perflab import _engine
 
+# The encoding the engine writes and reads (crates/engine/src/hist.rs).
+HDR_ENCODING = "hdr-v2-deflate"
+
 
 class HistogramsUnavailable(Exception):
     pass
 
 
-def _function(name: str):  # type: ignore[no-untyped-def]
-    fn = getattr(_engine, name, None)
-    if fn is None:
-        raise HistogramsUnavailable(
-            f"this perflab's engine has no {name}() (perflab._engine {_engine.__version__}); "
-            "rebuild it with `maturin develop --release`"
-        )
-    return fn
-
-
-def merged_percentiles(blobs: Sequence[bytes], percentiles: Sequence[float]) -> tuple[list[float], int]:
+def merged_percentiles(
+    blobs: Sequence[bytes], percentiles: Sequence[float], encoding: str = HDR_ENCODING
+) -> tuple[list[float], int]:
     """Values at `percentiles` (0-100) of the merged histograms, in the
     histograms' unit, and the number of values recorded."""
-    merge = _function("histogram_merge")
-    quantiles = _function("histogram_quantiles")
-    merged = merge(list(blobs)) if len(blobs) > 1 else blobs[0]
-    values, count = quantiles(merged, [p / 100.0 for p in percentiles])
-    return [float(v) for v in values], int(count)
+    if encoding != HDR_ENCODING:
+        raise HistogramsUnavailable(f"histograms encoded as {encoding!r}; this engine reads {HDR_ENCODING!r}")
+    merged = _engine.hdr_merge(list(blobs)) if len(blobs) > 1 else blobs[0]
+    values = [float(_engine.hdr_quantile_us(merged, p / 100.0)) for p in percentiles]
+    return values, int(_engine.hdr_summary(merged)["count"])
