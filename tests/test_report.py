@@ -138,3 +138,28 @@ def test_report_draws_the_latency_spectrum(durability_report: tuple[Path, str]) 
     assert "percentile spectrum (all repetitions merged)" in html
     assert "spectrum skipped" not in html
     assert list((out / "figures").glob("latency-spectrum-*.svg"))
+
+
+def test_figure_names_from_metric_names_with_dots_become_file_names() -> None:
+    from perflab.report.figures import file_name
+
+    assert file_name("latency-spectrum-latency.tpcb-like") == "latency-spectrum-latency_tpcb-like"
+    assert file_name("degradation-1-ins.mean_ms") == "degradation-1-ins_mean_ms"
+    with pytest.raises(ValueError):
+        file_name("..")
+
+
+def test_report_of_a_real_tpcb_experiment(workdir: Path, run_cli) -> None:
+    """The engine's histogram names hold dots (latency.tpcb-like) and reach
+    figure file names; the report must draw them, not fail."""
+    f = workdir / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "dots"\nrepetitions = 3\n[target]\nkind = "postgres"\n'
+        '[workload]\nkind = "tpcb"\nscale = 1\nduration = "1s"\nclients = 2\n[collect]\n'
+    )
+    out = workdir / "out"
+    run_cli("run", f, "--out", out, "--quiet")
+    html = (out / "report.html").read_text()
+    assert "percentile spectrum" in html
+    assert list((out / "figures").glob("latency-spectrum-latency_tpcb-like.svg"))
+    assert list((out / "figures").glob("degradation-*"))

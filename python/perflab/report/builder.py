@@ -61,6 +61,7 @@ class ReportBuilder:
     # ------------------------------------------------------------------ helpers
 
     def figure(self, fig: Any, name: str, caption: str) -> str:
+        name = figures.file_name(name)
         base, n = name, 2
         while name in self._figure_names:  # two workloads may pick one name
             name, n = f"{base}-{n}", n + 1
@@ -401,7 +402,7 @@ class ReportBuilder:
                 f"{source}.{name} over the run, after warm-up, for the run of each combination "
                 "nearest its median (the others are in the store: perflab export --table series)."
             )
-            parts.append(self.figure(fig, f"series-{source}-{name}".replace(".", "_"), caption))
+            parts.append(self.figure(fig, f"series-{source}-{name}", caption))
         if len(keys) > MAX_SERIES_FIGURES:
             rest = ", ".join(f"{s}.{n}" for s, n in keys[MAX_SERIES_FIGURES:])
             parts.append(h.note(f"Not drawn (in the store): {rest}"))

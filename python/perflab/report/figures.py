@@ -24,7 +24,9 @@ SPECTRUM_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 WIDTH_IN, HEIGHT_IN = 7.2, 3.9
 PNG_DPI = 110
-NAME_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+# Figure file names are made from metric, histogram and series names, which
+# may hold dots or other marks ("latency.tpcb-like", "ins.mean_ms").
+NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
 
 def new_figure(width_in: float = WIDTH_IN, height_in: float = HEIGHT_IN) -> Figure:
@@ -40,10 +42,17 @@ def _style(ax: matplotlib.axes.Axes) -> None:
         ax.spines[side].set_visible(False)
 
 
+def file_name(name: str) -> str:
+    """A figure's file name: `name` with every run of other characters as '_'."""
+    safe = NAME_UNSAFE.sub("_", name).strip("_")
+    if not safe:
+        raise ValueError(f"figure name {name!r} has no letter or digit")
+    return safe
+
+
 def save(fig: Figure, figures_dir: Path, name: str) -> str:
     """Write figures/<name>.svg and .png; return the SVG element for inlining."""
-    if not NAME_OK.match(name):
-        raise ValueError(f"figure name {name!r}: use letters, digits, '-' and '_'")
+    name = file_name(name)
     figures_dir.mkdir(parents=True, exist_ok=True)
     # A salt per figure keeps the ids matplotlib gives clip paths and markers
     # distinct between the SVGs inlined in one page; no date keeps files stable.
