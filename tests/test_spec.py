@@ -56,6 +56,7 @@ def test_every_problem_is_reported_not_only_the_first(tmp_path: Path) -> None:
         spec.load(f)
     paths = [p for p, _ in info.value.problems]
     assert "experiment.repetitions" in paths
+    assert "target.bin_dirr" in paths
 
 
 def test_missing_file_and_directory(run_cli, tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from perflab.collectors import COLLECTORS
 from perflab.errors import SpecError, UserError
@@ -36,12 +36,26 @@ else:  # pragma: no cover
 FACTOR_ROOTS = ("target", "workload", "collect")
 
 
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
 class ExperimentSection(StrictModel):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=100)
+    name: str
     description: str = ""
     repetitions: int = Field(default=1, ge=1)
     order: Literal["sequential", "random"] = "sequential"
     seed: int | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_file_name(cls, value: str) -> str:
+        # It names the output directory (results/NAME-TIMESTAMP).
+        if not NAME_PATTERN.match(value):
+            raise ValueError(
+                f"got {value!r}; allowed: up to 100 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit (it names the output directory)"
+            )
+        return value
 
 
 class FileModel(StrictModel):
@@ -281,14 +295,16 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{source}: not valid TOML: {exc}", "fix the TOML syntax at that line") from None
-    try:
-        model = FileModel.model_validate(raw)
-    except ValidationError as exc:
-        raise SpecError(pydantic_problems(exc, (), FileModel), source) from None
-
     problems: list[tuple[str, str]] = []
+    try:
+        model: FileModel | None = FileModel.model_validate(raw)
+    except ValidationError as exc:
+        model = None
+        problems += pydantic_problems(exc, (), FileModel)
+
     factors: dict[str, list[Any]] = {}
-    for fpath, values in model.factors.items():
+    raw_factors = raw.get("factors", {})
+    for fpath, values in (raw_factors.items() if isinstance(raw_factors, dict) else []):
         where = fmt_path(("factors", fpath))
         if not isinstance(values, list):
             problems.append((where, f"got {_short(values)}; allowed: a list of values, e.g. [1, 8, 32]"))
@@ -298,8 +314,14 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
             problems.append((where, f"got {_short(values)}; a value is listed twice: each must be distinct"))
         else:
             factors[fpath] = values
-    if problems:
-        raise SpecError(problems, source)
+    if model is None or problems:
+        # Report the target's and workload's problems too, not only the first section's.
+        reported = {p for p, _ in problems}
+        if isinstance(raw.get("target"), dict) and isinstance(raw.get("workload"), dict):
+            _, more = _resolve(raw, {p: v[0] for p, v in factors.items()})
+            problems += [(p, t) for p, t in more if p not in reported]
+        raise SpecError(list(dict.fromkeys(problems)), source)
+    assert model is not None
 
     firsts = {p: v[0] for p, v in factors.items()}
     _, base_problems = _resolve(raw, firsts)
