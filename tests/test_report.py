@@ -163,3 +163,17 @@ def test_report_of_a_real_tpcb_experiment(workdir: Path, run_cli) -> None:
     assert "percentile spectrum" in html
     assert list((out / "figures").glob("latency-spectrum-latency_tpcb-like.svg"))
     assert list((out / "figures").glob("degradation-*"))
+
+
+def test_a_series_that_is_zero_throughout_gets_a_line_not_a_figure(workdir: Path, run_cli) -> None:
+    f = workdir / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "flat"\n[target]\nkind = "postgres"\n'
+        '[workload]\nkind = "tpcb"\nscale = 1\nduration = "2s"\n[collect]\n'
+    )
+    out = workdir / "out"
+    run_cli("run", f, "--out", out, "--quiet")
+    html = (out / "report.html").read_text()
+    assert "0 throughout, in every run shown: tpcb.failed" in html
+    assert not list((out / "figures").glob("series-tpcb-failed.*"))
+    assert list((out / "figures").glob("series-tpcb-tps.svg"))

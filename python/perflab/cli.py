@@ -169,9 +169,9 @@ def _execute(store: Any, exp: Any, runs: list[Any], base_dir: Path, args: argpar
         return EXIT_INTERRUPTED
     failed = sum(1 for r in store.runs() if r["status"] == "failed")
     print(f"finished: {counts['done']} done, {counts['failed']} failed in this session; store: {store.path}")
-    if not args.no_report:
-        _report(store.dir, quiet=True)
     print(f"output: {store.dir}")
+    if not args.no_report:
+        _report(store.dir, quiet=True)  # last line: where the report is
     return EXIT_FAILED_RUNS if failed else 0
 
 

@@ -394,8 +394,12 @@ class ReportBuilder:
             for key, (t, v) in points.items():
                 per_name.setdefault(key, []).append((f"{combo.label()} (run #{run_id})", t, v))
         parts = []
+        # A series that is 0 throughout (failed transactions, say) says so in a line, not a figure.
+        flat = sorted(k for k, lines in per_name.items() if all(x == 0 for _, _, v in lines for x in v))
+        if flat:
+            parts.append(h.note("0 throughout, in every run shown: " + ", ".join(f"{s}.{n}" for s, n in flat)))
         # latency series first: that is what this section is about
-        keys = sorted(per_name, key=lambda k: (0 if "latency" in k[1] else 1, k))
+        keys = sorted((k for k in per_name if k not in flat), key=lambda k: (0 if "latency" in k[1] else 1, k))
         for source, name in keys[:MAX_SERIES_FIGURES]:
             fig = figures.series_figure(per_name[(source, name)], name, f"{source}: {name} over time")
             caption = (
