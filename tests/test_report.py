@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from conftest import cli_command
 from perflab.analysis.stats import t_interval
 from perflab.errors import UserError
 from perflab.report import write_report
@@ -149,31 +154,33 @@ def test_figure_names_from_metric_names_with_dots_become_file_names() -> None:
         file_name("..")
 
 
-def test_report_of_a_real_tpcb_experiment(workdir: Path, run_cli) -> None:
+@pytest.fixture(scope="module")
+def tpcb_report() -> Iterator[tuple[Path, str]]:
+    """A real tpcb experiment (3 short runs on a managed PostgreSQL) and its report."""
+    d = Path(tempfile.mkdtemp(prefix="perflab-report-", dir="/tmp"))
+    d.chmod(0o755)
+    f = d / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "real"\nrepetitions = 3\n[target]\nkind = "postgres"\n'
+        '[workload]\nkind = "tpcb"\nscale = 1\nduration = "2s"\nclients = 2\n[collect]\n'
+    )
+    out = d / "out"
+    subprocess.run(cli_command("run", f, "--out", out, "--quiet"), check=True, capture_output=True, timeout=240)
+    yield out, (out / "report.html").read_text()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_report_of_a_real_tpcb_experiment(tpcb_report: tuple[Path, str]) -> None:
     """The engine's histogram names hold dots (latency.tpcb-like) and reach
     figure file names; the report must draw them, not fail."""
-    f = workdir / "e.toml"
-    f.write_text(
-        '[experiment]\nname = "dots"\nrepetitions = 3\n[target]\nkind = "postgres"\n'
-        '[workload]\nkind = "tpcb"\nscale = 1\nduration = "1s"\nclients = 2\n[collect]\n'
-    )
-    out = workdir / "out"
-    run_cli("run", f, "--out", out, "--quiet")
-    html = (out / "report.html").read_text()
+    out, html = tpcb_report
     assert "percentile spectrum" in html
     assert list((out / "figures").glob("latency-spectrum-latency_tpcb-like.svg"))
     assert list((out / "figures").glob("degradation-*"))
 
 
-def test_a_series_that_is_zero_throughout_gets_a_line_not_a_figure(workdir: Path, run_cli) -> None:
-    f = workdir / "e.toml"
-    f.write_text(
-        '[experiment]\nname = "flat"\n[target]\nkind = "postgres"\n'
-        '[workload]\nkind = "tpcb"\nscale = 1\nduration = "2s"\n[collect]\n'
-    )
-    out = workdir / "out"
-    run_cli("run", f, "--out", out, "--quiet")
-    html = (out / "report.html").read_text()
+def test_a_series_that_is_zero_throughout_gets_a_line_not_a_figure(tpcb_report: tuple[Path, str]) -> None:
+    out, html = tpcb_report
     assert "0 throughout, in every run shown: tpcb.failed" in html
     assert not list((out / "figures").glob("series-tpcb-failed.*"))
     assert list((out / "figures").glob("series-tpcb-tps.svg"))
