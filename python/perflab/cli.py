@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.errors import EXIT_USAGE, Interrupted, UserError
+from perflab.export import FORMATS, TABLES
 
 EXIT_FAILED_RUNS = 1
 EXIT_INTERRUPTED = 130
@@ -57,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="metrics, series or per-query times in long form")
     ex.add_argument("dir", type=Path)
-    ex.add_argument("--format", choices=("csv", "json", "parquet"), default="csv")
-    ex.add_argument("--table", choices=("metrics", "series", "queries"), default="metrics")
+    ex.add_argument("--format", choices=FORMATS, default="csv")
+    ex.add_argument("--table", choices=TABLES, default="metrics")
     ex.add_argument("--output", type=Path, help="write to FILE instead of stdout (required for parquet)")
 
     sub.add_parser("list", help="registered targets, workloads and collectors")

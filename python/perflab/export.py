@@ -82,8 +82,8 @@ def write_parquet(columns: list[str], rows: Any, path: Path) -> int:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise UserError("--format parquet needs pyarrow, which is not installed",
-                        "pip install 'perflab[parquet]' (or pyarrow), or export --format csv") from None
+        raise UserError("--format parquet needs pyarrow (a perflab dependency), which is not installed",
+                        "run ./dev setup to install perflab's dependencies, or export --format csv") from None
     data: dict[str, list[Any]] = {c: [] for c in columns}
     count = 0
     for row in rows:
@@ -113,17 +113,16 @@ def export(store: Store, fmt: str, out: TextIO, table: str = "metrics", output: 
                             "give --output FILE.parquet")
         return write_parquet(columns, rows, output)
     if output is None:
-        return write(store, fmt, out, columns=columns, rows=rows)
+        return write(fmt, out, columns, rows)
     try:
         with open(output, "w", newline="", encoding="utf-8") as f:
-            return write(store, fmt, f, columns=columns, rows=rows)
+            return write(fmt, f, columns, rows)
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror}", "give --output a writable path") from None
 
 
-def write(store: Store, fmt: str, out: TextIO, columns: list[str] | None = None, rows: Any = None) -> int:
-    if columns is None or rows is None:
-        columns, rows = metric_rows(store)
+def write(fmt: str, out: TextIO, columns: list[str], rows: Any) -> int:
+    """Rows as csv or json (streamed: `rows` may be a generator)."""
     count = 0
     if fmt == "csv":
         writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
