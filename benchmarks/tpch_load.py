@@ -89,6 +89,20 @@ def queries_and_power(endpoint, sf: float, run_dir: Path) -> dict[str, object]:
     return out
 
 
+def add_steps(rows: list[tuple[str, str, str]], what: str, steps: dict[str, float], digits: int = 1) -> float:
+    """One table row per timed step, then the total; returns the total."""
+    for step, seconds in steps.items():
+        rows.append((what, step, f"{seconds:.{digits}f}"))
+    total = sum(steps.values())
+    rows.append((what, "TOTAL", f"{total:.1f}"))
+    return total
+
+
+def add_figures(rows: list[tuple[str, str, str]], what: str, figures: dict[str, object]) -> None:
+    for name, value in figures.items():
+        rows.append((what, name, f"{value:.1f}" if isinstance(value, float) else str(value)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sf", type=float, default=1.0)
@@ -110,21 +124,12 @@ def main() -> int:
         ctx = RunContext(run_number=1, run_dir=scratch, t0_ns=time.monotonic_ns())
 
         load = TpchWorkload(TpchSettings(kind="tpch", scale_factor=sf, tests=["power"])).prepare(endpoint, ctx)
-        perflab_total = load.total_s
-        for step, s in load.steps.items():
-            rows.append(("perflab -> PostgreSQL", step, f"{s:.1f}"))
-        rows.append(("perflab -> PostgreSQL", "TOTAL", f"{perflab_total:.1f}"))
-
-        classic = classic_load(target.bin_dir, classic_conninfo, sf, scratch)
-        classic_total = sum(classic.values())
-        for step, s in classic.items():
-            rows.append(("classic -> PostgreSQL", step, f"{s:.1f}"))
-        rows.append(("classic -> PostgreSQL", "TOTAL", f"{classic_total:.1f}"))
+        perflab_total = add_steps(rows, "perflab -> PostgreSQL", load.steps)
+        classic_total = add_steps(rows, "classic -> PostgreSQL", classic_load(target.bin_dir, classic_conninfo,
+                                                                              sf, scratch))
         rows.append(("ratio", "perflab / classic", f"{perflab_total / classic_total:.2f}x (target <= 0.70x)"))
-
         if not args.skip_power:
-            for k, v in queries_and_power(endpoint, sf, scratch).items():
-                rows.append(("PostgreSQL", k, f"{v:.1f}" if isinstance(v, float) else str(v)))
+            add_figures(rows, "PostgreSQL", queries_and_power(endpoint, sf, scratch))
     finally:
         target.teardown()
 
@@ -133,12 +138,9 @@ def main() -> int:
         dep = duck.provision()
         ctx = RunContext(run_number=1, run_dir=scratch, t0_ns=time.monotonic_ns())
         dload = TpchWorkload(TpchSettings(kind="tpch", scale_factor=sf, tests=["power"])).prepare(dep, ctx)
-        for step, s in dload.steps.items():
-            rows.append(("perflab -> DuckDB", step, f"{s:.2f}"))
-        rows.append(("perflab -> DuckDB", "TOTAL", f"{dload.total_s:.1f}"))
+        add_steps(rows, "perflab -> DuckDB", dload.steps, digits=2)
         if not args.skip_power:
-            for k, v in queries_and_power(dep, sf, scratch).items():
-                rows.append(("DuckDB", k, f"{v:.1f}" if isinstance(v, float) else str(v)))
+            add_figures(rows, "DuckDB", queries_and_power(dep, sf, scratch))
     finally:
         duck.teardown()
         shutil.rmtree(scratch, ignore_errors=True)
