@@ -49,7 +49,6 @@ class CollectorUnavailable(Exception):
 
 class Collector(abc.ABC):
     Settings: ClassVar[type[CollectorSettings]] = CollectorSettings
-    description: ClassVar[str] = ""
     # Collectors on by default when an experiment has no [collect] table;
     # `default_for` limits it to target dialects (None: every target).
     default_on: ClassVar[bool] = False

@@ -174,7 +174,6 @@ class _Reading:
 
 class DiskstatsCollector(SamplingCollector):
     Settings = DiskstatsSettings
-    description = "per-device reads/writes per second, KiB/s, await, aqu-sz, %util (as iostat -x)"
     default_on = True
 
     def __init__(self, name: str, settings: Any) -> None:

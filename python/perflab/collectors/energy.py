@@ -124,7 +124,6 @@ def per_work_metrics(metrics: dict[str, Metric], prefix: str = "energy") -> dict
 
 class EnergyCollector(SamplingCollector):
     Settings = EnergySettings
-    description = "joules and watts from RAPL (package, DRAM), or estimated from CPU use and TDP"
 
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)

@@ -85,7 +85,6 @@ def _unit(column: str) -> str:
 
 class PgstatCollector(SamplingCollector):
     Settings = PgstatSettings
-    description = "PostgreSQL statistics views per interval (database, bgwriter, checkpointer, WAL, I/O) and wait events"
     default_on = True
     default_for = ("postgres",)
 

@@ -178,7 +178,6 @@ class RoleTotals:
 
 class ProcessCollector(SamplingCollector):
     Settings = ProcessSettings
-    description = "CPU, memory and I/O of the server's processes by role (postmaster, backends, ...) and of perflab"
     default_on = True
 
     def __init__(self, name: str, settings: Any) -> None:

@@ -116,7 +116,6 @@ def gauges(r: Reading) -> dict[str, float]:
 
 class VmstatCollector(SamplingCollector):
     Settings = VmstatSettings
-    description = "CPU us/sy/id/wa/st, memory, swap, bi/bo, interrupts and context switches (as vmstat)"
     default_on = True
 
     def __init__(self, name: str, settings: Any) -> None:

@@ -45,7 +45,6 @@ class Target(abc.ABC):
     `identity` is unchanged and calls `reconfigure` with each run's settings."""
 
     Settings: ClassVar[type[TargetSettings]]
-    description: ClassVar[str] = ""
     # The SQL dialect its endpoints speak; workloads list the dialects they drive.
     dialect: ClassVar[str]
 

@@ -83,7 +83,6 @@ class DuckDbEndpoint(Endpoint):
 
 class DuckDbTarget(Target):
     Settings: ClassVar[type[TargetSettings]] = DuckDbSettings
-    description: ClassVar[str] = "DuckDB, embedded in perflab's process: a database file, no server"
     dialect: ClassVar[str] = "duckdb"
 
     settings: DuckDbSettings

@@ -310,7 +310,6 @@ def process_role(cmdline: str) -> str:
 
 class PostgresTarget(Target):
     Settings: ClassVar[type[TargetSettings]] = PostgresSettings
-    description: ClassVar[str] = "PostgreSQL: managed (initdb/pg_ctl by perflab) or external by dsn"
     dialect: ClassVar[str] = "postgres"
 
     settings: PostgresSettings

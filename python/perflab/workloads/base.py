@@ -66,7 +66,6 @@ class RunContext:
 
 class Workload(abc.ABC):
     Settings: ClassVar[type[WorkloadSettings]]
-    description: ClassVar[str] = ""
     # Settings fields that define the data set: prepared data is reused across
     # runs while these (and the target) are unchanged.
     data_fields: ClassVar[tuple[str, ...]] = ()

@@ -66,7 +66,6 @@ def _read(base_dir: Path, name: str, what: str) -> str:
 
 class SqlWorkload(Workload):
     Settings: ClassVar[type[WorkloadSettings]] = SqlSettings
-    description: ClassVar[str] = "given SQL statements or files: setup once, then a timed body; per-statement times"
     data_fields: ClassVar[tuple[str, ...]] = ("setup", "setup_files")
     dialects: ClassVar[tuple[str, ...]] = ("postgres", "duckdb")
     headline: ClassVar[tuple[str, ...]] = ("statements_per_s", "statement_mean_ms")

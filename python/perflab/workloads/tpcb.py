@@ -96,7 +96,6 @@ def _ms(us: float) -> float:
 
 class TpcbWorkload(Workload):
     Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
-    description: ClassVar[str] = "pgbench's TPC-B-like transactions (tpcb-like, simple-update, select-only), Rust driver"
     data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
     dialects: ClassVar[tuple[str, ...]] = ("postgres",)
     headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p99_ms")

@@ -121,9 +121,6 @@ class _StreamOutcome:
 
 class TpchWorkload(Workload):
     Settings: ClassVar[type[WorkloadSettings]] = TpchSettings
-    description: ClassVar[str] = (
-        "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions"
-    )
     data_fields: ClassVar[tuple[str, ...]] = ("scale_factor",)
     dialects: ClassVar[tuple[str, ...]] = ("postgres", "duckdb")
     headline: ClassVar[tuple[str, ...]] = ("qphh_at_size", "power_at_size", "throughput_at_size", "load.total_s")
