@@ -194,3 +194,11 @@ def test_passwords_never_reach_the_store(workdir: Path, run_cli, scratch_db) -> 
     assert [r["status"] for r in runs(out)] == ["done"]
     # resume needs the password: taken from the unchanged original file
     assert run_cli("resume", out, "--no-report").returncode == 0
+
+
+def test_a_restart_for_new_settings_is_an_event_of_that_run(workdir: Path, run_cli) -> None:
+    out = workdir / "out"
+    run_cli("run", experiment(workdir, workload="iterations = 2"), "--out", out, "--no-report")
+    conn = sqlite3.connect(out / "perflab.sqlite")
+    restarts = conn.execute("SELECT run_id FROM event WHERE kind = 'restart'").fetchall()
+    assert restarts == [(2,)]  # synchronous_commit on -> off before run 2

@@ -117,7 +117,7 @@ class Runner:
         described: dict[str, Any] | None = None
         target: Target | None = None
         try:
-            target, endpoint, identity = self._target_for(spec)
+            target, endpoint, identity = self._target_for(spec, result)
             described = target.describe()
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
@@ -167,13 +167,13 @@ class Runner:
 
     # ------------------------------------------------------------ pieces
 
-    def _target_for(self, spec: RunSpec) -> tuple[Target, Endpoint, str]:
+    def _target_for(self, spec: RunSpec, result: RunResult) -> tuple[Target, Endpoint, str]:
         cls = TARGETS.get(spec.target.kind)
         identity = f"{spec.target.kind}:{cls.identity(spec.target)}"
         active = self.active
         if active is not None and active.identity == identity and active.target.check_alive() is None:
             if active.target.reconfigure(spec.target):
-                self._event(None, "restart", "server restarted with this run's settings")
+                result.events.append(Event(0.0, "restart", "server restarted with this run's settings"))
             return active.target, active.endpoint, identity
         self._release_target()
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
@@ -267,6 +267,3 @@ class Runner:
             write_run_figure(self.store, run_id, run_dir / "telemetry.png")
         except Exception as exc:  # a figure must never fail an experiment
             self.progress.warn(f"run {run_id}: telemetry figure not written: {exc}")
-
-    def _event(self, run_id: int | None, kind: str, message: str) -> None:
-        self.store.add_event(run_id, kind=kind, message=message)
