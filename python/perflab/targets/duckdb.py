@@ -25,6 +25,9 @@ from perflab.targets.base import Endpoint, Target, TargetSettings
 SettingValue = str | int | float | bool
 SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
 DATABASE_FILE = "perflab.duckdb"
+# Beside a database file perflab created: a file without it is someone else's,
+# opened read-only unless the experiment says allow_destructive = true.
+CREATED_MARK_SUFFIX = ".perflab-created"
 
 
 class DuckDbSettings(TargetSettings):
@@ -37,6 +40,8 @@ class DuckDbSettings(TargetSettings):
     memory_limit: str | None = None
     # Any other DuckDB setting, applied with SET name = value.
     settings: dict[str, SettingValue] = Field(default_factory=dict)
+    # Let perflab write to a database file it did not create.
+    allow_destructive: bool = False
 
     @field_validator("settings")
     @classmethod
@@ -49,6 +54,15 @@ class DuckDbSettings(TargetSettings):
             if name in ("threads", "memory_limit"):
                 raise ValueError(f"got {name!r} in settings; allowed: set it as target.{name}")
         return value
+
+
+def _mark(path: Path) -> Path:
+    return path.with_name(path.name + CREATED_MARK_SUFFIX)
+
+
+def _foreign(path: Path) -> bool:
+    """An existing database file that perflab did not create."""
+    return path.exists() and not _mark(path).exists()
 
 
 def _sql_value(value: SettingValue) -> str:
@@ -98,6 +112,17 @@ class DuckDbTarget(Target):
         # threads, memory_limit and settings are applied with SET between runs.
         return f"duckdb:{settings.path}"
 
+    @classmethod
+    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+        if settings.path and _foreign(Path(settings.path).expanduser()) and workload.writes() \
+                and not settings.allow_destructive:
+            return [(
+                "target.allow_destructive",
+                f"workload {workload.settings.kind!r} writes, and {settings.path} is a DuckDB database perflab "
+                "did not create; allowed: true, to let it (its tables are created and dropped there)",
+            )]
+        return []
+
     def _path(self) -> Path:
         if self.settings.path:
             return Path(self.settings.path).expanduser().resolve()
@@ -114,15 +139,19 @@ class DuckDbTarget(Target):
         except OSError as exc:
             raise UserError(f"target.path: cannot create {path.parent}: {exc}", "give a writable directory") from None
         fresh = not path.exists()
+        read_only = _foreign(path) and not self.settings.allow_destructive
         try:
-            self.database = duckdb.connect(str(path))
+            self.database = duckdb.connect(str(path), read_only=read_only)
         except duckdb.Error as exc:
             raise UserError(
                 f"target.path: cannot open DuckDB database {path}: {exc}",
                 "give a DuckDB database file perflab may write (or none, for one in the output directory)",
             ) from None
+        if fresh:
+            _mark(path).write_text("created by perflab; perflab may drop and recreate its tables\n")
         self._apply(self.settings)
-        self.endpoint = DuckDbEndpoint(dialect="duckdb", fresh=fresh, path=str(path), database=self.database)
+        self.endpoint = DuckDbEndpoint(dialect="duckdb", fresh=fresh, read_only=read_only, path=str(path),
+                                       database=self.database)
         return self.endpoint
 
     def _apply(self, settings: DuckDbSettings) -> None:
