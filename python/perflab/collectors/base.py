@@ -136,19 +136,27 @@ class SamplingCollector(Collector):
         self._stop_requested = False
         self._wake = threading.Lock()
         self._wake.acquire()
-        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        # The first sample (the baseline every rate and counter delta starts
+        # from) is taken here, before start() returns: everything the caller
+        # does after start() is inside the sampled span, however late the
+        # thread is first scheduled on a busy machine.
+        self.stopping = False
+        cpu_start_s = time.thread_time()
+        first_ns = time.monotonic_ns()
+        self._tick(ctx.run)
+        self.sampling_cpu_s = time.thread_time() - cpu_start_s
+        self._thread = threading.Thread(target=self._loop, args=(first_ns,), name=f"collector-{self.name}",
+                                        daemon=True)
         self._thread.start()
 
-    def _loop(self) -> None:
+    def _loop(self, first_ns: int) -> None:
         assert self._ctx is not None
         ctx = self._ctx.run
         interval_ns = int(self.tick_s() * 1e9)
-        next_ns = time.monotonic_ns()
+        next_ns = first_ns
+        cpu_before_s = self.sampling_cpu_s
         cpu_start_s = time.thread_time()
-        self.stopping = False
         while not self._stop_requested:
-            self._tick(ctx)
-            self.sampling_cpu_s = time.thread_time() - cpu_start_s
             next_ns += interval_ns
             delay = (next_ns - time.monotonic_ns()) / 1e9
             if delay <= 0:  # fell behind: skip missed ticks rather than burst
@@ -157,11 +165,13 @@ class SamplingCollector(Collector):
                     break
             elif self._wake.acquire(timeout=delay):
                 break
+            self._tick(ctx)
+            self.sampling_cpu_s = cpu_before_s + time.thread_time() - cpu_start_s
         # one last sample at the moment of stopping, so the series and the
         # summaries cover the whole run, not up to the last whole interval
         self.stopping = True
         self._tick(ctx)
-        self.sampling_cpu_s = time.thread_time() - cpu_start_s
+        self.sampling_cpu_s = cpu_before_s + time.thread_time() - cpu_start_s
 
     def _tick(self, ctx: RunContext) -> None:
         t = ctx.now_s()
