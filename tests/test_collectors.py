@@ -287,6 +287,65 @@ def test_pgstat_counts_commits_and_samples_lock_waits(scratch_db: Any) -> None:
     assert result.metrics["pgstat.sampling_cpu_s"].value >= 0
 
 
+def _pg16_bin_dir(workdir: Path) -> Path:
+    """PostgreSQL 16 from the pgserver wheel that ./dev installs into the venv
+    (Debian 12 ships only 15), copied where the server's user can reach it when
+    the tests run as root (the server then runs as `nobody`, and /root is 0700)."""
+    from perflab.targets.postgres import pypi_bin_dir
+
+    bin_dir = pypi_bin_dir()
+    if bin_dir is None:
+        pytest.fail("the pgserver wheel is missing from the venv: run ./dev setup")
+    if os.geteuid() != 0:
+        return bin_dir
+    # the wheel's binaries find their libraries at $ORIGIN/../../../pgserver.libs
+    site = bin_dir.parents[2]
+    copy = workdir / "site-packages"
+    for part in ("pgserver/pginstall", "pgserver.libs"):
+        shutil.copytree(site / part, copy / part, symlinks=True)
+    for path in [copy, *copy.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | (0o055 if path.is_dir() else 0o044))
+    return copy / "pgserver" / "pginstall" / "bin"
+
+
+@pytest.mark.slow
+def test_pgstat_reads_pg_stat_io_on_a_server_that_has_it(workdir: Path) -> None:
+    """pg_stat_io exists from PostgreSQL 16: its per-backend-type counters
+    become series, and the earlier views are still read beside it."""
+    from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+
+    settings = PostgresSettings.model_validate({"kind": "postgres", "bin_dir": str(_pg16_bin_dir(workdir)),
+                                                "settings": {"shared_buffers": "16MB"}})
+    target = PostgresTarget(settings, workdir / "target")
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, PostgresEndpoint)
+        with endpoint.connect() as conn:
+            assert conn.info.server_version >= 160000
+
+        def work() -> None:
+            with endpoint.connect() as conn:
+                conn.execute("CREATE TABLE filler AS SELECT g AS id, repeat('x', 200) AS pad "
+                             "FROM generate_series(1, 200000) g")  # ~50 MB through 16 MB of buffers
+                conn.execute("CHECKPOINT")
+                conn.execute("SELECT count(*) FROM filler").fetchone()
+            time.sleep(1.2)
+
+        points, result = collect(PgstatCollector("pgstat", PgstatSettings(interval=0.5, wait_event_hz=0)), work,
+                                 endpoint=endpoint)
+    finally:
+        target.teardown()
+    io_series = {name for name in points if name.startswith("io.")}
+    assert any(name.startswith("io.client_backend.") for name in io_series), sorted(io_series)
+    assert any(name.endswith(("writes_per_s", "extends_per_s")) and max(v for _, v in points[name]) > 0
+               for name in io_series), sorted(io_series)
+    assert any(name.startswith("io.checkpointer.") for name in io_series), sorted(io_series)
+    assert "pgstat.bgwriter.buffers_clean" in result.metrics or "pgstat.bgwriter.maxwritten_clean" in result.metrics
+    assert result.metrics["pgstat.wal.wal_bytes"].value > 10e6
+    assert not [e for e in result.events if "not sampled" in e.message], result.events
+
+
 def test_pgstat_is_unavailable_without_a_postgres_endpoint() -> None:
     collector = PgstatCollector("pgstat", PgstatSettings())
     ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns())
