@@ -17,8 +17,9 @@ PostgreSQL
   faster than the scale factor; the lineitem (l_partkey, l_suppkey) index
   turns each of those runs into an index scan, which is what keeps them
   usable. At SF 1 (benchmarks/tpch_load.py, 2 shared CPUs) neither is among
-  the slowest three of the power test (Q18 14.2 s, Q1 4.4 s, Q9 3.7 s); the
-  benchmark prints the slowest queries of each run.
+  the slowest three of the power test (Q18, Q1 and Q13 on a quiet machine;
+  the benchmark prints the slowest queries of each run and
+  benchmarks/README.md keeps the figures).
 
 DuckDB
 - no keys and no indexes: DuckDB's ART indexes slow its bulk load and its
