@@ -65,33 +65,29 @@ def path_arrow(sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, in
     return steps, counts(conn)
 
 
-def _generate(fmt: str, sf: float, out: Path) -> float:
+def _files_then_load(fmt: str, load_sql: str, sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, int]]:
+    """tpchgen-cli writes `fmt` files, then `load_sql` (with {table} and
+    {file}) loads each table from its file."""
+    files = scratch / fmt
     t = time.perf_counter()
-    subprocess.run([str(TPCHGEN_CLI), fmt, "-s", f"{sf:g}", "--output-dir", str(out)], check=True,
+    subprocess.run([str(TPCHGEN_CLI), fmt, "-s", f"{sf:g}", "--output-dir", str(files)], check=True,
                    capture_output=True)
-    return time.perf_counter() - t
+    generate_s = time.perf_counter() - t
+    conn = fresh(scratch / f"{fmt}.duckdb")
+    t = time.perf_counter()
+    for table in schema.TABLES:
+        conn.execute(load_sql.format(table=table, file=files / f"{table}.{fmt}"))
+    return {"generate": generate_s, "load": time.perf_counter() - t}, counts(conn)
 
 
 def path_tbl(sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, int]]:
-    files = scratch / "tbl"
-    generate_s = _generate("tbl", sf, files)
-    conn = fresh(scratch / "tbl.duckdb")
-    t = time.perf_counter()
-    for table in schema.TABLES:
-        # dbgen's lines end with '|'; DuckDB's CSV reader accepts that as it is
-        # (no sed pass as PostgreSQL's COPY needs), and the row counts are checked
-        conn.execute(f"copy {table} from '{files / (table + '.tbl')}' (delimiter '|', header false)")
-    return {"generate": generate_s, "load": time.perf_counter() - t}, counts(conn)
+    # dbgen's lines end with '|'; DuckDB's CSV reader accepts that as it is
+    # (no sed pass as PostgreSQL's COPY needs), and the row counts are checked
+    return _files_then_load("tbl", "copy {table} from '{file}' (delimiter '|', header false)", sf, scratch)
 
 
 def path_parquet(sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, int]]:
-    files = scratch / "parquet"
-    generate_s = _generate("parquet", sf, files)
-    conn = fresh(scratch / "parquet.duckdb")
-    t = time.perf_counter()
-    for table in schema.TABLES:
-        conn.execute(f"insert into {table} select * from read_parquet('{files / (table + '.parquet')}')")
-    return {"generate": generate_s, "load": time.perf_counter() - t}, counts(conn)
+    return _files_then_load("parquet", "insert into {table} select * from read_parquet('{file}')", sf, scratch)
 
 
 PATHS: dict[str, Callable[[float, Path], tuple[dict[str, float], dict[str, int]]]] = {
