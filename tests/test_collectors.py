@@ -487,6 +487,23 @@ def test_telemetry_figure_has_its_panels_and_is_written(tmp_path: Path) -> None:
     assert path.stat().st_size > 40_000
 
 
+def test_a_run_shorter_than_the_interval_still_shows_its_one_sample(tmp_path: Path) -> None:
+    """One vmstat sample at t = 4 s covers the run from its start: the CPU
+    stack must fill 0..4 s, not vanish as a zero-width area."""
+    store = Store.create(tmp_path / "out", name="short", spec_text="", spec_path=None, seed=1, factors=[], host={})
+    store.add_plan([_PlannedRun()])
+    store.start_run(1, time.monotonic_ns())
+    writer = store.series_writer(1)
+    for name, value in (("us_pct", 70.0), ("sy_pct", 20.0), ("wa_pct", 0.0), ("st_pct", 0.0), ("id_pct", 10.0)):
+        writer.add("vmstat", name, 4.0, value)
+    writer.close()
+    fig = build_run_figure(store, 1)
+    assert fig is not None
+    cpu = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("CPU"))
+    (x0, y0), (x1, y1) = cpu.collections[0].get_datalim(cpu.transData).get_points()
+    assert (x0, x1) == pytest.approx((0.0, 4.0)) and (y0, y1) == pytest.approx((0.0, 70.0))
+
+
 def test_telemetry_figure_is_not_written_for_a_run_without_series(tmp_path: Path) -> None:
     store = Store.create(tmp_path / "out", name="empty", spec_text="", spec_path=None, seed=1, factors=[], host={})
     store.add_plan([_PlannedRun()])

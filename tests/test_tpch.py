@@ -240,6 +240,21 @@ def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, wo
     run_cli("report", out)
     html = (out / "report.html").read_text()
     assert "TPC-H" in html and "Power@Size" in html
+    assert ">None<" not in html  # metrics a power-only run has not are shown as missing
+
+
+def test_report_of_a_throughput_test_draws_each_stream(run_cli: Any, workdir: Path) -> None:
+    exp = workdir / "tpch.toml"
+    exp.write_text(
+        '[experiment]\nname = "tpch-streams"\n\n[target]\nkind = "duckdb"\n\n'
+        '[workload]\nkind = "tpch"\nscale_factor = 0.01\ntests = ["load", "throughput"]\nstreams = 2\nseed = 1\n'
+    )
+    out = workdir / "out"
+    run_cli("run", exp, "--out", out, "--quiet")
+    html = (out / "report.html").read_text()
+    assert (out / "figures" / "tpch-throughput-streams.png").stat().st_size > 0
+    assert "throughput test of run 1" in html and "no power test in these runs" in html
+    assert ">None<" not in html
 
 
 def test_bad_settings_are_named(run_cli: Any, workdir: Path) -> None:

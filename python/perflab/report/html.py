@@ -55,7 +55,7 @@ class Raw(str):
 def cell(value: Any) -> str:
     if isinstance(value, Raw):
         return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
         return f'<td class="num">{esc(fmt(value))}</td>'
     return f"<td>{esc(value)}</td>"
 

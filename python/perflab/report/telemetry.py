@@ -96,6 +96,12 @@ def _aligned(series: Series, names: Sequence[str], *, zero_when_absent: bool = F
     for n in names:
         lookup = dict(zip(*series[n], strict=True)) if n in series else {}
         columns.append([lookup.get(t, 0.0) for t in ts])
+    if len(ts) == 1 and ts[0] > 0:
+        # a run shorter than the interval has one sample, covering the time
+        # since the collector started at the run's start: draw it over that
+        # span instead of as an invisible zero-width area
+        ts = [0.0, ts[0]]
+        columns = [[col[0], col[0]] for col in columns]
     return ts, columns
 
 
@@ -177,7 +183,8 @@ def _per_name_panel(lines: list[tuple[str, list[float], list[float]]], title: st
                 ax.stackplot([t / scale for t in ts], *columns, labels=[label for label, _, _ in lines], linewidth=0)
         else:
             for label, ts, vs in lines:
-                ax.plot([t / scale for t in ts], vs, label=label, linewidth=1.0)
+                # a lone sample has no line to draw: mark it
+                ax.plot([t / scale for t in ts], vs, label=label, linewidth=1.0, marker="o" if len(ts) == 1 else None)
         ax.set_ylim(bottom=0)
         _style(ax, ylabel)
         _legend(ax)

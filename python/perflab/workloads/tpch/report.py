@@ -12,13 +12,14 @@ QUERY_NAMES = [f"Q{n}" for n in range(1, 23)] + ["RF1", "RF2"]
 
 
 def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
-    from perflab.report.section import Figure, Section, Table, Text
+    from perflab.report.section import Section, Table, Text
 
     if not runs:
         return []
     metric_rows = []
     query_rows: dict[str, list[Any]] = {name: [name] for name in QUERY_NAMES}
     power_times: dict[int, dict[str, float]] = {}
+    stream_times: dict[int, dict[int, dict[str, float]]] = {}  # run -> stream -> query -> s
     for run in runs:
         m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
         factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
@@ -30,6 +31,9 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
                 by_query.setdefault(q["query"], []).append(q["seconds"])
                 if q["stream"] == 0:
                     power_times.setdefault(run["id"], {})[q["query"]] = q["seconds"]
+                else:
+                    per_query = stream_times.setdefault(run["id"], {}).setdefault(q["stream"], {})
+                    per_query[q["query"]] = per_query.get(q["query"], 0.0) + q["seconds"]
             elif q["query"] in query_rows:
                 by_query.setdefault(q["query"] + "!", []).append(0.0)
         for name in QUERY_NAMES:
@@ -45,29 +49,40 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     blocks.append(Table(["query", *[f"run {r['id']}" for r in runs]], list(query_rows.values()),
                         "seconds: mean (min-max, n) over every stream the query ran in"))
     if power_times:
-        blocks.append(_power_figure(power_times, Figure))
+        blocks.append(_bars_figure({f"run {r}": power_times[r] for r in sorted(power_times)}, "tpch-power-stream",
+                                   "power test (stream 0): each query's and refresh function's time"))
     else:
         blocks.append(Text("no power test in these runs"))
+    if stream_times:
+        last = max(stream_times)
+        streams = stream_times[last]
+        blocks.append(_bars_figure(
+            {f"stream {n}" + (" (refresh)" if set(streams[n]) <= {"RF1", "RF2"} else ""): streams[n]
+             for n in sorted(streams)}, "tpch-throughput-streams",
+            f"throughput test of run {last} (the last run that had one): each query's time per stream; the "
+            "refresh stream (numbered S + 1) shows the sum of its RF1 and of its RF2 times"))
     return [Section("TPC-H", blocks)]
 
 
-def _power_figure(power_times: dict[int, dict[str, float]], figure_cls: Any) -> Any:
+def _bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str) -> Any:
+    """Grouped bars: for each query and refresh function, one bar per group
+    (a run, or a stream), on a log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from perflab.report.section import Figure
+
     fig, ax = plt.subplots(figsize=(10, 3.5))
-    runs = sorted(power_times)
-    width = 0.8 / len(runs)
-    for i, run_id in enumerate(runs):
-        times = power_times[run_id]
+    width = 0.8 / len(groups)
+    for i, (label, times) in enumerate(groups.items()):
         xs = [j + i * width for j in range(len(QUERY_NAMES))]
-        ax.bar(xs, [times.get(name, 0.0) for name in QUERY_NAMES], width=width, label=f"run {run_id}")
+        ax.bar(xs, [times.get(q, 0.0) for q in QUERY_NAMES], width=width, label=label)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(QUERY_NAMES))], QUERY_NAMES, fontsize=7)
     ax.set_ylabel("seconds (log)")
     ax.set_yscale("log")
-    if len(runs) <= 10:
-        ax.legend(fontsize=7)
+    if len(groups) <= 12:
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    return figure_cls("tpch-power-stream", fig, "power test (stream 0): each query's and refresh function's time")
+    return Figure(name, fig, caption)
