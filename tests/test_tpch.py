@@ -219,16 +219,22 @@ def test_a_query_over_the_timeout_invalidates_the_metrics(endpoint: Any, workdir
     assert "power_at_size" not in result.metrics and "qphh_at_size" not in result.metrics
 
 
-def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, workdir: Path) -> None:
-    import sqlite3
-
+def _run_small_experiment(run_cli: Any, workdir: Path, workload_lines: str, *run_args: str) -> Path:
+    """`perflab run` of an SF 0.01 TPC-H experiment on DuckDB; its output directory."""
     exp = workdir / "tpch.toml"
     exp.write_text(
         '[experiment]\nname = "tpch-small"\n\n[target]\nkind = "duckdb"\n\n'
-        '[workload]\nkind = "tpch"\nscale_factor = 0.01\ntests = ["load", "power"]\nseed = 1\n'
+        f'[workload]\nkind = "tpch"\nscale_factor = 0.01\nseed = 1\n{workload_lines}\n'
     )
     out = workdir / "out"
-    run_cli("run", exp, "--out", out, "--quiet", "--no-report")
+    run_cli("run", exp, "--out", out, "--quiet", *run_args)
+    return out
+
+
+def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, workdir: Path) -> None:
+    import sqlite3
+
+    out = _run_small_experiment(run_cli, workdir, 'tests = ["load", "power"]', "--no-report")
     db = sqlite3.connect(out / "perflab.sqlite")
     metric = dict(db.execute("select name, value from metric").fetchall())
     times = [t for (t,) in db.execute("select seconds from query where stream = 0 and status = 'ok'")]
@@ -244,13 +250,7 @@ def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, wo
 
 
 def test_report_of_a_throughput_test_draws_each_stream(run_cli: Any, workdir: Path) -> None:
-    exp = workdir / "tpch.toml"
-    exp.write_text(
-        '[experiment]\nname = "tpch-streams"\n\n[target]\nkind = "duckdb"\n\n'
-        '[workload]\nkind = "tpch"\nscale_factor = 0.01\ntests = ["load", "throughput"]\nstreams = 2\nseed = 1\n'
-    )
-    out = workdir / "out"
-    run_cli("run", exp, "--out", out, "--quiet")
+    out = _run_small_experiment(run_cli, workdir, 'tests = ["load", "throughput"]\nstreams = 2')
     html = (out / "report.html").read_text()
     assert (out / "figures" / "tpch-throughput-streams.png").stat().st_size > 0
     assert "throughput test of run 1" in html and "no power test in these runs" in html
