@@ -69,3 +69,24 @@ def test_series_parquet_round_trips(store_dir: Path, tmp_path: Path) -> None:
     table = pq.read_table(out)
     assert table.num_rows == 3 * 4 * 7
     assert str(table.schema.field("t").type) == "double"
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: Path) -> None:
+    """Schema 2 added query.started_s; a store written before still opens,
+    exports and keeps every row (its queries have no start time)."""
+    import sqlite3
+
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=1, series_points=2, queries=3,
+                      fail_runs=(), histograms=False)
+    db = sqlite3.connect(out / "perflab.sqlite")
+    with db:
+        db.execute("ALTER TABLE query DROP COLUMN started_s")
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.close()
+    proc = _export(str(out), "--table", "queries", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert len(rows) == 3 and all(r["started_s"] is None for r in rows)
+    db = sqlite3.connect(out / "perflab.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    db.close()

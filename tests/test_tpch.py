@@ -250,7 +250,19 @@ def test_experiment_run_stores_times_that_give_its_power_metric(run_cli: Any, wo
 
 
 def test_report_of_a_throughput_test_draws_each_stream(run_cli: Any, workdir: Path) -> None:
+    import sqlite3
+
     out = _run_small_experiment(run_cli, workdir, 'tests = ["load", "throughput"]\nstreams = 2')
+    # Ts and Throughput@Size by hand from the stored start and time of each query
+    db = sqlite3.connect(out / "perflab.sqlite")
+    metric = dict(db.execute("select name, value from metric").fetchall())
+    rows = db.execute("select stream, query, started_s, seconds from query where status = 'ok'").fetchall()
+    db.close()
+    assert len(rows) == 2 * 22 + 2 * 2  # two query streams, one refresh stream of two pairs
+    first_start = min(start for stream, _, start, _ in rows if stream in (1, 2))
+    ts = max(start + seconds for _, _, start, seconds in rows) - first_start
+    assert metric["throughput_test_s"] == pytest.approx(ts, rel=1e-12)
+    assert metric["throughput_at_size"] == pytest.approx(2 * 22 * 3600 / ts * SF, rel=1e-12)
     html = (out / "report.html").read_text()
     assert (out / "figures" / "tpch-throughput-streams.png").stat().st_size > 0
     assert "throughput test of run 1" in html and "no power test in these runs" in html

@@ -62,7 +62,7 @@ def series_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
 def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
     columns, run_part = _run_columns(store)
     runs = {r["id"]: run_part(r) for r in store.runs()}
-    fields = ["stream", "seq", "query", "seconds", "status", "error", "text"]
+    fields = ["stream", "seq", "query", "started_s", "seconds", "status", "error", "text"]
     rows = (runs[q["run_id"]] | {f: q[f] for f in fields} for q in store.queries())
     return [*columns, *fields], rows
 

@@ -51,7 +51,7 @@ class Histogram:
 @dataclass
 class QueryTime:
     """One statement or query execution: its stream, its place in the stream,
-    its text as run, and how long it took."""
+    its text as run, when it started and how long it took."""
 
     stream: int
     seq: int
@@ -60,6 +60,7 @@ class QueryTime:
     status: str = "ok"  # ok | error | timeout
     text: str | None = None
     error: str | None = None
+    started_s: float | None = None  # on the run's clock (seconds since its t0)
 
 
 @dataclass

@@ -24,7 +24,8 @@ from perflab.model import Event, RunResult
 from perflab.workloads.base import SeriesSink
 
 STORE_NAME = "perflab.sqlite"
-SCHEMA_VERSION = 1
+# 2: query.started_s (stores of version 1 are upgraded in place when opened)
+SCHEMA_VERSION = 2
 RUN_STATUSES = ("planned", "running", "done", "failed")
 
 SCHEMA = """
@@ -90,7 +91,8 @@ CREATE TABLE query (
     seconds REAL,
     status TEXT NOT NULL,             -- ok | error | timeout
     text TEXT,                        -- the statement as run (parameters substituted)
-    error TEXT
+    error TEXT,
+    started_s REAL                    -- start on the run's clock (s since its t0)
 );
 CREATE INDEX query_by_run ON query (run_id, stream, seq);
 CREATE TABLE event (
@@ -120,6 +122,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+def _upgrade_from_1(conn: sqlite3.Connection) -> None:
+    """Schema 1 to 2: queries gained their start time (NULL for those stored
+    before); nothing stored is changed."""
+    with conn:
+        conn.execute("ALTER TABLE query ADD COLUMN started_s REAL")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
 class Store:
@@ -174,6 +184,9 @@ class Store:
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{path}: not a readable perflab store: {exc}", "give a perflab output directory") from None
+        if version is not None and int(version[0]) == 1:
+            _upgrade_from_1(conn)
+            version = (str(SCHEMA_VERSION),)
         if version is None or int(version[0]) != SCHEMA_VERSION:
             raise UserError(
                 f"{path}: store schema {version[0] if version else '?'} is not {SCHEMA_VERSION}",
@@ -273,8 +286,10 @@ class Store:
                 [(run_id, h.name, h.unit, h.encoding, h.data) for h in result.histograms],
             )
             self.conn.executemany(
-                "INSERT INTO query VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error) for q in result.queries],
+                "INSERT INTO query (run_id, stream, seq, query, seconds, status, text, error, started_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error, q.started_s)
+                 for q in result.queries],
             )
             for ev in result.events:
                 self._event(run_id, ev.t, ev.kind, ev.message)

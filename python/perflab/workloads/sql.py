@@ -127,6 +127,7 @@ class SqlWorkload(Workload):
                 if deadline is not None and time.perf_counter() >= deadline:
                     break
                 for name, sql in body:
+                    started_s = ctx.now_s()
                     t = time.perf_counter()
                     _execute(conn, sql, name)
                     elapsed = time.perf_counter() - t
@@ -135,7 +136,8 @@ class SqlWorkload(Workload):
                     per_second[second] = per_second.get(second, 0) + 1
                     seq += 1
                     if seq <= MAX_STORED_EXECUTIONS:
-                        result.queries.append(QueryTime(stream=0, seq=seq, query=name, seconds=elapsed))
+                        result.queries.append(QueryTime(stream=0, seq=seq, query=name, seconds=elapsed,
+                                                        started_s=started_s))
                 iterations += 1
                 if iterations % 50 == 0 or s.iterations is not None:
                     ctx.status(f"{iterations} iterations")

@@ -34,6 +34,7 @@ import os
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,8 +116,6 @@ class _StreamOutcome:
     times: list[QueryTime] = field(default_factory=list)
     results: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
     columns: dict[int, list[str]] = field(default_factory=dict)
-    started: float = 0.0
-    ended: float = 0.0
 
 
 class TpchWorkload(Workload):
@@ -359,9 +358,9 @@ class TpchWorkload(Workload):
         started = time.perf_counter()
         conn = endpoint.connect()
         try:
-            rf1 = self._refresh(conn, endpoint.dialect, "RF1", pair, state, 0, 0, result.queries)
+            rf1 = self._refresh(ctx, conn, endpoint.dialect, "RF1", pair, state, 0, 0, result.queries)
             outcome = self._query_stream(endpoint, ctx, queries)
-            rf2 = self._refresh(conn, endpoint.dialect, "RF2", pair, state, 0, len(qgen.QUERY_ORDER[0]) + 1,
+            rf2 = self._refresh(ctx, conn, endpoint.dialect, "RF2", pair, state, 0, len(qgen.QUERY_ORDER[0]) + 1,
                                 result.queries)
         finally:
             conn.close()
@@ -388,7 +387,6 @@ class TpchWorkload(Workload):
         outcomes: dict[int, _StreamOutcome] = {}
         refresh_times: list[QueryTime] = []
         errors: list[BaseException] = []
-        refresh_end = [0.0]
         barrier = threading.Barrier(streams + 1)
 
         def query_stream(n: int) -> None:
@@ -410,11 +408,10 @@ class TpchWorkload(Workload):
                             break
                         pair = first_pair + k
                         for seq, function in ((2 * k + 1, "RF1"), (2 * k + 2, "RF2")):
-                            self._refresh(conn, endpoint.dialect, function, pair, state, streams + 1, seq,
+                            self._refresh(ctx, conn, endpoint.dialect, function, pair, state, streams + 1, seq,
                                           refresh_times)
                 finally:
                     conn.close()
-                refresh_end[0] = time.perf_counter()
             except threading.BrokenBarrierError:
                 pass
             except BaseException as exc:
@@ -434,10 +431,9 @@ class TpchWorkload(Workload):
         result.queries.extend(refresh_times)
         # Ts, the measurement interval Throughput@Size divides by (clause 5.4.2):
         # from the start of the first query stream to the end of the last query
-        # or refresh stream, whichever ends last.
-        starts = [o.started for o in outcomes.values()]
-        ends = [o.ended for o in outcomes.values()] + refresh_end
-        ts = max(ends) - min(starts)
+        # or refresh stream, whichever ends last. Taken from the stored start
+        # and time of each query, so anyone can recompute it from the store.
+        ts = _measurement_interval([t for o in outcomes.values() for t in o.times], refresh_times)
         result.add_metric("throughput_test_s", ts, "s", f"throughput test Ts: {streams} query streams + refresh stream", False)
         result.add_metric("streams", streams, "streams")
         bad = [t for o in outcomes.values() for t in o.times if t.status != "ok"]
@@ -455,18 +451,20 @@ class TpchWorkload(Workload):
 
     # ------------------------------------------------------------ execution
 
-    def _refresh(self, conn: Any, dialect: str, function: str, pair: int, state: _State, stream: int, seq: int,
-                 into: list[QueryTime]) -> float:
+    def _refresh(self, ctx: RunContext, conn: Any, dialect: str, function: str, pair: int, state: _State,
+                 stream: int, seq: int, into: list[QueryTime]) -> float:
         fn = refresh.rf1 if function == "RF1" else refresh.rf2
         if function == "RF1":
             self._refresh_pairs_run += 1  # counted before it runs: see run()'s finally
+        started_s = ctx.now_s()
         try:
             timing = fn(conn, dialect, self.settings.scale_factor, pair, state.refresh_seed)
         except Exception as exc:
             raise RunFailure(f"{function} of refresh pair {pair} failed: {_short_error(exc)}") from exc
         verb = "inserted" if function == "RF1" else "deleted"
         into.append(QueryTime(stream, seq, function, timing.seconds, "ok",
-                              text=f"{function} pair {pair}: {verb} {timing.orders} orders, {timing.lineitems} lineitems"))
+                              text=f"{function} pair {pair}: {verb} {timing.orders} orders, {timing.lineitems} lineitems",
+                              started_s=started_s))
         return timing.seconds
 
     def _query_stream(self, endpoint: Endpoint, ctx: RunContext, queries: list[qgen.StreamQuery],
@@ -481,16 +479,14 @@ class TpchWorkload(Workload):
                 conn.execute(f"set statement_timeout = {timeout_ms}")
             if barrier is not None:
                 barrier.wait()
-            outcome.started = time.perf_counter()
             for q in queries:
                 if ctx.cancel.is_set():
                     break
-                qt, rows, columns = _timed_query(endpoint, conn, q, timeout)
+                qt, rows, columns = _timed_query(endpoint, conn, q, timeout, ctx.now_s)
                 outcome.times.append(qt)
                 if keep_results and rows is not None:
                     outcome.results[q.number] = rows
                     outcome.columns[q.number] = columns
-            outcome.ended = time.perf_counter()
         finally:
             conn.close()
         return outcome
@@ -510,14 +506,25 @@ class TpchWorkload(Workload):
         return check
 
 
-def _timed_query(endpoint: Endpoint, conn: Any, q: qgen.StreamQuery,
-                 timeout_s: float | None) -> tuple[QueryTime, list[tuple[Any, ...]] | None, list[str]]:
-    """Run one query to its last row; time from submission to the last row."""
+def _measurement_interval(query_times: list[QueryTime], refresh_times: list[QueryTime]) -> float:
+    """Ts of clause 5.4.2 from the stored records: the first query stream's
+    start to the end of whichever query or refresh function ended last."""
+    starts = [t.started_s for t in query_times if t.started_s is not None]
+    ends = [t.started_s + t.seconds for t in [*query_times, *refresh_times]
+            if t.started_s is not None and t.seconds is not None]
+    return max(ends) - min(starts) if starts and ends else 0.0
+
+
+def _timed_query(endpoint: Endpoint, conn: Any, q: qgen.StreamQuery, timeout_s: float | None,
+                 now_s: Callable[[], float]) -> tuple[QueryTime, list[tuple[Any, ...]] | None, list[str]]:
+    """Run one query to its last row; time from submission to the last row.
+    `now_s` is the run's clock, for the start that is stored with the time."""
     timer: threading.Timer | None = None
     if endpoint.dialect == "duckdb" and timeout_s:
         # DuckDB has no statement timeout: interrupt the connection from a timer.
         timer = threading.Timer(timeout_s, conn.interrupt)
         timer.daemon = True
+    started_s = now_s()
     started = time.perf_counter()
     try:
         if timer is not None:
@@ -526,11 +533,12 @@ def _timed_query(endpoint: Endpoint, conn: Any, q: qgen.StreamQuery,
         rows = cur.fetchall()
         seconds = time.perf_counter() - started
         columns = [d[0] for d in (cur.description or [])]
-        return QueryTime(q.stream, q.seq, q.name, seconds, "ok", text=q.text), rows, columns
+        return QueryTime(q.stream, q.seq, q.name, seconds, "ok", text=q.text, started_s=started_s), rows, columns
     except Exception as exc:
         seconds = time.perf_counter() - started
         status = "timeout" if _is_timeout(exc, endpoint.dialect) else "error"
-        return QueryTime(q.stream, q.seq, q.name, seconds, status, text=q.text, error=_short_error(exc)), None, []
+        return (QueryTime(q.stream, q.seq, q.name, seconds, status, text=q.text, error=_short_error(exc),
+                          started_s=started_s), None, [])
     finally:
         if timer is not None:
             timer.cancel()
