@@ -32,7 +32,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
-use crate::uring::Ring;
+use crate::uring::{Ring, RingUser};
 
 /// Connection parameters, parsed from a libpq key=value conninfo string.
 #[derive(Clone, PartialEq)]
@@ -340,7 +340,7 @@ enum Io {
     /// Registered with tokio's epoll reactor (read readiness).
     Epoll(AsyncFd<Sock>),
     /// Deregistered from epoll; round trips go through the thread's ring.
-    Ring(Sock, Rc<Ring>),
+    Ring(Sock, RingUser),
     /// Only while switching from one to the other.
     Switching,
 }
@@ -540,7 +540,7 @@ impl PgConn {
     pub fn use_ring(&mut self, ring: Rc<Ring>) -> Result<(), PgError> {
         match std::mem::replace(&mut self.io, Io::Switching) {
             Io::Epoll(fd) => {
-                self.io = Io::Ring(fd.into_inner(), ring);
+                self.io = Io::Ring(fd.into_inner(), ring.attach());
                 Ok(())
             }
             other => {
@@ -594,8 +594,8 @@ impl PgConn {
                 self.rbuf.resize(bigger, 0);
             }
         }
-        if let Io::Ring(_, ring) = &self.io {
-            let ring = ring.clone();
+        if let Io::Ring(_, user) = &self.io {
+            let ring = user.ring().clone();
             return self.fill_ring(&ring).await;
         }
         let Io::Epoll(sock) = &self.io else {
