@@ -80,9 +80,10 @@ impl std::str::FromStr for IoChoice {
 /// Whether `auto` uses io_uring when it works. Measured with
 /// benchmarks/tpcb_vs_pgbench.py (benchmarks/README.md), io_uring used less
 /// CPU per transaction than epoll at 1, 8 and 32 clients; it stays opt-in
-/// because one full run of tests/test_tpcb.py hung once on it (a worker
-/// asleep in io_uring_enter with an operation that never completed), not
-/// reproduced since and not explained yet.
+/// because of a known, unexplained hang: when the server is SIGKILLed during
+/// a run (tests/test_tpcb.py::test_killing_the_server_fails_the_run_quickly),
+/// now and then a worker stays asleep in io_uring_enter with an operation
+/// that never completes, even after the coordinator shuts the sockets down.
 pub const AUTO_PREFERS_URING: bool = false;
 
 /// The I/O method a run uses, and the words that say so in its results.
