@@ -353,7 +353,7 @@ impl Ring {
     /// nothing but a completion can make any of them runnable.
     fn all_users_waiting(&self) -> bool {
         let users = self.users.get();
-        users > 0 && self.in_flight.get() - self.abandoned.get() >= users
+        users > 0 && self.in_flight.get().saturating_sub(self.abandoned.get()) >= users
     }
 
     /// Submit what is pending, let the kernel finish the receives it
@@ -541,12 +541,28 @@ impl Future for RoundTrip {
 
 impl Drop for RoundTrip {
     fn drop(&mut self) {
-        if !self.done {
-            if let Some(op) = self.ring.ops.borrow_mut()[self.index].as_mut() {
+        if self.done {
+            return;
+        }
+        let mut ops = self.ring.ops.borrow_mut();
+        let completed = match ops[self.index].as_mut() {
+            // Completed but never polled to the end: the kernel is done with
+            // the buffers and `in_flight` already counts it out, so the slot
+            // is simply freed (counting it abandoned would leave
+            // `abandoned` above `in_flight` for good).
+            Some(op) if op.recv_result.is_some() => true,
+            Some(op) => {
                 op.abandoned = true;
                 self.ring.abandoned.set(self.ring.abandoned.get() + 1);
                 op.waker = None;
+                false
             }
+            None => false,
+        };
+        if completed {
+            ops[self.index] = None;
+            drop(ops);
+            self.ring.free.borrow_mut().push(self.index);
         }
     }
 }
