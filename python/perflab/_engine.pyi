@@ -70,6 +70,7 @@ def tpcb_run(
     latency_limit_ms: float | None = None,
     max_tries: int = 1,
     seed: int = 0,
+    io: str = "epoll",
     progress: Callable[[dict[str, Any]], object] | None = None,
     cancel: _Cancel | None = None,
 ) -> dict[str, Any]:
@@ -84,8 +85,10 @@ def tpcb_run(
     p90_us, p95_us, p99_us, p999_us, max_us}, histograms {name: bytes},
     histogram_encoding, clients, threads, lost_connections, connect_total_s,
     connect_max_s, connect_phase_s, driver_cpu_s, process_cpu_s, cpu_given_s,
-    client_bound, series [progress dicts after warm-up], events [(t_s, kind,
-    message)]. ConnectionError: a client could not connect or prepare."""
+    client_bound, io (the socket I/O used, in words), io_enters_per_tx,
+    series [progress dicts after warm-up], events [(t_s, kind, message)].
+    `io`: "epoll", "uring" (ValueError when io_uring is unavailable) or "auto".
+    ConnectionError: a client could not connect or prepare."""
 
 def hdr_merge(parts: list[bytes]) -> bytes:
     """Merge V2-encoded HDR histograms exactly (same bucket layout)."""

@@ -113,6 +113,8 @@ fn summary_dict<'py>(py: Python<'py>, s: &TpcbSummary) -> PyResult<Bound<'py, Py
     d.set_item("process_cpu_s", s.process_cpu_s)?;
     d.set_item("cpu_given_s", s.cpu_given_s)?;
     d.set_item("client_bound", s.client_bound)?;
+    d.set_item("io", s.io.as_str())?;
+    d.set_item("io_enters_per_tx", s.io_enters_per_tx)?;
     let series = PyList::empty(py);
     for r in &s.series {
         series.append(interval_dict(py, r)?)?;
@@ -131,7 +133,7 @@ fn summary_dict<'py>(py: Python<'py>, s: &TpcbSummary) -> PyResult<Bound<'py, Py
 #[pyo3(signature = (
     conninfo, *, script, scale, clients, threads, protocol, t0_ns,
     duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None,
-    latency_limit_ms=None, max_tries=1, seed=0, progress=None, cancel=None
+    latency_limit_ms=None, max_tries=1, seed=0, io="epoll", progress=None, cancel=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn tpcb_run<'py>(
@@ -150,6 +152,7 @@ fn tpcb_run<'py>(
     latency_limit_ms: Option<f64>,
     max_tries: u32,
     seed: u64,
+    io: &str,
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -170,6 +173,7 @@ fn tpcb_run<'py>(
         max_tries,
         seed,
         t0_ns,
+        io: io.parse().map_err(PyValueError::new_err)?,
     };
     let run = TpcbRun::start(cfg).map_err(driver_error)?;
     loop {

@@ -7,6 +7,7 @@ pub mod pg;
 pub mod tpcb;
 pub mod tpch;
 pub mod units;
+pub mod uring;
 
 /// Version of the engine crate, checked against the Python package at import.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

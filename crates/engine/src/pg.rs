@@ -15,6 +15,11 @@
 //! measured with perf stat (select-only, 8 clients on 2 threads, a shared
 //! 2-core machine) it did not lower context switches or CPU per transaction
 //! beyond the noise, so the simpler path stays.
+//!
+//! With `use_ring` (the TPC-B driver under `io = "uring"`, after set-up), a
+//! connection leaves epoll and its round trips go through the thread's
+//! io_uring instead: `round_trip` leaves the request in `wbuf` and the first
+//! read sends it, linked to the receive (see `crate::uring`).
 
 use bytes::BytesMut;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
@@ -22,9 +27,12 @@ use postgres_protocol::message::frontend;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+
+use crate::uring::{Ring, RingUser};
 
 /// Connection parameters, parsed from a libpq key=value conninfo string.
 #[derive(Clone, PartialEq)]
@@ -327,9 +335,19 @@ fn wait_writable(fd: RawFd, timeout_ms: i32) {
     unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
 }
 
+/// How a connection reaches its socket.
+enum Io {
+    /// Registered with tokio's epoll reactor (read readiness).
+    Epoll(AsyncFd<Sock>),
+    /// Deregistered from epoll; round trips go through the thread's ring.
+    Ring(Sock, RingUser),
+    /// Only while switching from one to the other.
+    Switching,
+}
+
 /// One server connection, driven from a tokio runtime with IO enabled.
 pub struct PgConn {
-    sock: AsyncFd<Sock>,
+    io: Io,
     rbuf: Vec<u8>,
     rstart: usize,
     rend: usize,
@@ -382,8 +400,10 @@ impl PgConn {
             // the send buffer full (large COPY chunks) wait with poll(2).
             // SAFETY: the socket is owned by the AsyncFd for its whole life and
             // its fd never changes (std TcpStream/UnixStream own their fd).
-            sock: unsafe { AsyncFd::register_with_interest(sock, Interest::READABLE) }
-                .map_err(|e| PgError::Connect(e.to_string()))?,
+            io: Io::Epoll(
+                unsafe { AsyncFd::register_with_interest(sock, Interest::READABLE) }
+                    .map_err(|e| PgError::Connect(e.to_string()))?,
+            ),
             rbuf: vec![0; READ_BUFFER_BYTES],
             rstart: 0,
             rend: 0,
@@ -503,15 +523,40 @@ impl PgConn {
         }
     }
 
+    fn sock(&self) -> &Sock {
+        match &self.io {
+            Io::Epoll(fd) => fd.get_ref(),
+            Io::Ring(sock, _) => sock,
+            Io::Switching => unreachable!("a connection is never used while switching"),
+        }
+    }
+
     pub fn raw_fd(&self) -> RawFd {
-        self.sock.get_ref().as_raw_fd()
+        self.sock().as_raw_fd()
+    }
+
+    /// From now on, do round trips through `ring` (the socket leaves tokio's
+    /// epoll, so its replies raise no epoll events).
+    pub fn use_ring(&mut self, ring: Rc<Ring>) -> Result<(), PgError> {
+        match std::mem::replace(&mut self.io, Io::Switching) {
+            Io::Epoll(fd) => {
+                self.io = Io::Ring(fd.into_inner(), ring.attach());
+                Ok(())
+            }
+            other => {
+                self.io = other;
+                Err(PgError::Protocol(
+                    "the connection already uses a ring".into(),
+                ))
+            }
+        }
     }
 
     /// Write all of `wbuf` and clear it.
     pub async fn flush(&mut self) -> Result<(), PgError> {
         let mut written = 0;
         while written < self.wbuf.len() {
-            match self.sock.get_ref().write(&self.wbuf[written..]) {
+            match self.sock().write(&self.wbuf[written..]) {
                 Ok(0) => return Err(PgError::Lost("the server closed the connection".into())),
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -549,8 +594,15 @@ impl PgConn {
                 self.rbuf.resize(bigger, 0);
             }
         }
+        if let Io::Ring(_, user) = &self.io {
+            let ring = user.ring().clone();
+            return self.fill_ring(&ring).await;
+        }
+        let Io::Epoll(sock) = &self.io else {
+            unreachable!("a connection is never used while switching")
+        };
         loop {
-            let mut guard = self.sock.readable().await.map_err(lost)?;
+            let mut guard = sock.readable().await.map_err(lost)?;
             let space = &mut self.rbuf[self.rend..];
             match guard.try_io(|s| s.get_ref().read(space)) {
                 Ok(Ok(0)) => {
@@ -563,6 +615,39 @@ impl PgConn {
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Err(self.explain_lost(e.to_string())),
                 Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// `fill` through the ring: one receive, preceded by sending `wbuf` when a
+    /// round trip left it unsent (one linked pair, submitted with the other
+    /// clients' at the end of the runtime's tick).
+    async fn fill_ring(&mut self, ring: &Rc<Ring>) -> Result<(), PgError> {
+        let fd = self.raw_fd();
+        loop {
+            let send = std::mem::take(&mut self.wbuf);
+            let sent_len = send.len();
+            let recv = std::mem::take(&mut self.rbuf);
+            let done = ring.round_trip(fd, send, recv, self.rend).await;
+            self.rbuf = done.recv_buf;
+            self.wbuf = done.send_buf;
+            if let Some(res) = done.send_failed {
+                let why = if res < 0 {
+                    io::Error::from_raw_os_error(-res).to_string()
+                } else {
+                    format!("short send ({res} of {sent_len} bytes)")
+                };
+                return Err(self.explain_lost(why));
+            }
+            self.wbuf.clear();
+            match done.recv_result {
+                0 => return Err(self.explain_lost("the server closed the connection".into())),
+                n if n > 0 => {
+                    self.rend += n as usize;
+                    return Ok(());
+                }
+                e if e == -libc::EINTR || e == -libc::EAGAIN => continue,
+                e => return Err(self.explain_lost(io::Error::from_raw_os_error(-e).to_string())),
             }
         }
     }
@@ -595,7 +680,10 @@ impl PgConn {
     /// Send `wbuf`, then read up to and including ReadyForQuery. Returns the
     /// first ErrorResponse of the exchange, if any.
     pub async fn round_trip(&mut self) -> Result<Option<SqlError>, PgError> {
-        self.flush().await?;
+        if !matches!(self.io, Io::Ring(..)) {
+            self.flush().await?;
+        }
+        // With a ring, the first read sends wbuf in the same submission.
         self.read_until_ready().await
     }
 
@@ -746,7 +834,7 @@ impl PgConn {
 
     /// Say goodbye (Terminate) so the server logs a clean disconnect; best effort.
     pub fn terminate(&mut self) {
-        let _ = self.sock.get_ref().write(&[b'X', 0, 0, 0, 4]);
+        let _ = self.sock().write(&[b'X', 0, 0, 0, 4]);
     }
 }
 

@@ -65,6 +65,11 @@ class TpcbSettings(WorkloadSettings):
     vacuum: bool = True
     # Random seed of the draws; default: a new one per run (recorded as an event).
     seed: int | None = Field(default=None, ge=0)
+    # Socket I/O of the measured round trips: "epoll" (tokio's reactor), "uring"
+    # (io_uring, one submission per runtime tick for all ready clients; the run
+    # fails if io_uring is unavailable), "auto" (the engine's choice, falling
+    # back to epoll). Recorded as the run's "io" event.
+    io: Literal["auto", "uring", "epoll"] = "auto"
 
     @model_validator(mode="after")
     def _consistent(self) -> TpcbSettings:
@@ -232,6 +237,7 @@ class TpcbWorkload(Workload):
                 latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
                 max_tries=s.max_tries,
                 seed=seed,
+                io=s.io,
                 progress=progress,
                 cancel=ctx.cancel,
             )
@@ -248,6 +254,7 @@ class TpcbWorkload(Workload):
         ctx.measure_start_s = out["measure_start_t_s"]
         ctx.measure_end_s = out["measure_start_t_s"] + out["measured_s"]
         result.events.append(Event(out["measure_start_t_s"], "seed", f"random seed {seed}"))
+        result.events.append(Event(out["measure_start_t_s"], "io", f"io: {out['io']}"))
         for t, kind, message in out["events"]:
             result.events.append(Event(t, kind, message))
         lost = out["lost_connections"]
@@ -312,6 +319,9 @@ class TpcbWorkload(Workload):
                 f"driver CPU over the CPU its {threads} threads could use; above 0.8 the run is client-bound",
                 higher_is_better=False)
         add("process_cpu_s", out["process_cpu_s"], "s", "CPU time of the whole perflab process in the window")
+        if out["io"].startswith("io_uring") and tx:
+            add("io_enters_per_tx", out["io_enters_per_tx"], "calls",
+                f"io_uring_enter calls per committed transaction ({out['io']})", higher_is_better=False)
         add("clients", s.clients, "clients")
         add("threads", threads, "threads")
         add("scale", scale, "scale")

@@ -22,6 +22,7 @@ use super::random::Prng;
 use super::{compile_script, Draws, Protocol, Script, Statement};
 use crate::hist::{LatencyHistogram, LatencySummary};
 use crate::pg::{ConnInfo, PgConn, PgError};
+use crate::uring::{self, IoChoice, IoMethod, Ring};
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashSet};
 use std::os::fd::RawFd;
@@ -64,6 +65,8 @@ pub struct TpcbConfig {
     pub seed: u64,
     /// The run's origin on CLOCK_MONOTONIC, in ns (Python's time.monotonic_ns()).
     pub t0_ns: u64,
+    /// Socket I/O of the measured round trips: epoll, or batched io_uring.
+    pub io: IoChoice,
 }
 
 impl TpcbConfig {
@@ -169,6 +172,10 @@ pub struct TpcbSummary {
     pub events: Vec<EngineEvent>,
     /// Measured window start, seconds since t0.
     pub measure_start_t_s: f64,
+    /// The socket I/O the run used, in words ("io_uring (batched submission)").
+    pub io: String,
+    /// io_uring_enter calls per committed transaction (0 under epoll).
+    pub io_enters_per_tx: f64,
 }
 
 impl TpcbSummary {
@@ -274,6 +281,9 @@ struct Shared {
     workers_done: AtomicUsize,
     /// Instant <-> CLOCK_MONOTONIC: the same clock, different origins.
     clock_base: (Instant, u64),
+    io: IoMethod,
+    /// io_uring_enter calls of all worker threads.
+    io_enters: AtomicUsize,
 }
 
 impl Shared {
@@ -350,6 +360,8 @@ impl TpcbRun {
         let info =
             ConnInfo::parse(&cfg.conninfo).map_err(|e| DriverError::Config(e.to_string()))?;
         let threads = cfg.threads as usize;
+        let io = uring::choose_io(cfg.io, uring::AUTO_PREFERS_URING, uring::probe)
+            .map_err(DriverError::Config)?;
         let shared = Arc::new(Shared {
             statements: compile_script(cfg.script),
             info,
@@ -365,6 +377,8 @@ impl TpcbRun {
             timing: OnceLock::new(),
             workers_done: AtomicUsize::new(0),
             clock_base: (Instant::now(), monotonic_ns()),
+            io,
+            io_enters: AtomicUsize::new(0),
             cfg,
         });
         let (tx, rx) = mpsc::channel();
@@ -697,6 +711,12 @@ fn summarise(
             })
             .collect(),
         measure_start_t_s: shared.t_s(timing.measure_from),
+        io: shared.io.describe(),
+        io_enters_per_tx: if total.ok > 0 {
+            shared.io_enters.load(Ordering::SeqCst) as f64 / total.ok as f64
+        } else {
+            0.0
+        },
     }
 }
 
@@ -714,9 +734,14 @@ struct ThreadCtx {
 
 fn worker(shared: Arc<Shared>, index: usize, clients: Vec<u32>) {
     shared.cpu_clocks.lock().unwrap()[index] = thread_cpu_clock();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if shared.io.is_uring() {
+        // The batching point: what this tick's clients queued goes to the
+        // kernel in one io_uring_enter, as the runtime is about to sleep.
+        builder.on_thread_park(uring::submit_thread_ring);
+    }
+    let runtime = builder.build();
     let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
@@ -785,6 +810,30 @@ fn worker(shared: Arc<Shared>, index: usize, clients: Vec<u32>) {
                 cfg.seed ^ (0x5EED_0000 + index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
             )),
         });
+        let mut conns = conns;
+        let mut reaper = None;
+        let mut ring_used = None;
+        if shared.io.is_uring() {
+            match Ring::new(conns.len()) {
+                Ok(ring) => {
+                    for (_, conn) in conns.iter_mut() {
+                        // Cannot fail: each connection switches once.
+                        let _ = conn.use_ring(ring.clone());
+                    }
+                    uring::set_thread_ring(Some(ring.clone()));
+                    reaper = Some(tokio::task::spawn_local(ring.clone().reap_forever()));
+                    ring_used = Some(ring);
+                }
+                Err(why) => {
+                    // The probe worked, this thread's ring did not: run on epoll.
+                    shared.stats[index].lock().unwrap().events.push((
+                        Instant::now(),
+                        "io-fallback".into(),
+                        format!("thread {index}: io_uring ring not set up ({why}); using epoll"),
+                    ));
+                }
+            }
+        }
         let mut running = Vec::new();
         for (client, conn) in conns {
             running.push(tokio::task::spawn_local(client_loop(
@@ -795,6 +844,15 @@ fn worker(shared: Arc<Shared>, index: usize, clients: Vec<u32>) {
         }
         for handle in running {
             let _ = handle.await;
+        }
+        if let Some(reaper) = reaper {
+            reaper.abort();
+        }
+        uring::set_thread_ring(None);
+        if let Some(ring) = ring_used {
+            shared
+                .io_enters
+                .fetch_add(ring.enters() as usize, Ordering::SeqCst);
         }
     });
     shared.stats[index].lock().unwrap().cpu_at_end_s = clock_s(libc::CLOCK_THREAD_CPUTIME_ID);
