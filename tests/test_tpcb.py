@@ -341,12 +341,7 @@ def test_sigint_stops_the_run_within_a_second(scratch_db, tmp_path, io) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("io", [
-    "epoll",
-    pytest.param("uring", marks=pytest.mark.skip(
-        reason="known bug: on io_uring this run hangs now and then (1 run in 5 here): a worker sleeps in "
-               "io_uring_enter with an operation that never completes; see benchmarks/README.md")),
-])
+@pytest.mark.parametrize("io", IO_METHODS)
 def test_killing_the_server_fails_the_run_quickly(workdir, io) -> None:
     target = PostgresTarget(PostgresSettings.model_validate({"kind": "postgres"}), workdir / "target")
     try:
