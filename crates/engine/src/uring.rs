@@ -5,8 +5,9 @@
 //! `recv` (perf: 86%), including the context switch when the backend woken by
 //! `send` preempts the driver on its return to user space. Here each worker
 //! thread (one tokio current_thread runtime) owns one ring. A client's round
-//! trip pushes a `send` linked to a `recv` (IOSQE_IO_LINK; the round trip is
-//! done when both completions are in, see `Op::complete`; the recv with
+//! trip pushes a `send` linked to a `recv` (IOSQE_IO_LINK, the send with
+//! CQE_SKIP_SUCCESS, so one completion per round trip, the send's when it
+//! fails, see `reap`; the recv with
 //! RECVSEND_POLL_FIRST, as the reply cannot be there yet) and awaits the
 //! completion; nothing enters the kernel then.
 //!
@@ -81,9 +82,8 @@ impl std::str::FromStr for IoChoice {
 /// benchmarks/tpcb_vs_pgbench.py (benchmarks/README.md), io_uring used less
 /// CPU per transaction than epoll at 1, 8 and 32 clients. It stays opt-in
 /// for now: the hang it had under a killed server (a failed send suppressed
-/// its linked receive's completion, see `round_trip`) was fixed on the last
-/// day of its first round, and the path needs more runs on more machines,
-/// and a re-measurement with two completions per round trip, before it
+/// its linked receive's completion, see `reap`) was fixed on the last day of
+/// its first round, and the path needs more runs on more machines before it
 /// becomes the default.
 pub const AUTO_PREFERS_URING: bool = false;
 
@@ -141,22 +141,31 @@ pub fn probe() -> Result<(), String> {
 /// One in-flight or finished operation (a linked send + recv, or a recv).
 struct Op {
     waker: Option<Waker>,
-    /// The send's result when it failed or was short (None: it sent everything).
+    /// The send's result when it failed or was short (only then does the
+    /// send post a completion: CQE_SKIP_SUCCESS).
     send_result: Option<i32>,
-    /// A send was linked and its completion has not arrived yet.
-    send_pending: bool,
     /// The receive's result: bytes, 0 at end of stream, or -errno.
     recv_result: Option<i32>,
     send_buf: Vec<u8>,
     recv_buf: Vec<u8>,
     /// The future was dropped: free the slot when the completion arrives.
     abandoned: bool,
+    /// Ended by its send's failure: the slot is never reused (see `reap`).
+    retired: bool,
 }
 
 impl Op {
-    /// Both completions are in: the kernel is done with the buffers.
-    fn complete(&self) -> bool {
-        self.recv_result.is_some() && !self.send_pending
+    /// What stays in a retired slot: nothing the kernel could touch.
+    fn tombstone() -> Op {
+        Op {
+            waker: None,
+            send_result: None,
+            recv_result: Some(-libc::ECANCELED),
+            send_buf: Vec::new(),
+            recv_buf: Vec::new(),
+            abandoned: false,
+            retired: true,
+        }
     }
 }
 
@@ -204,6 +213,9 @@ impl Ring {
             ),
             Err(e) => return Err(describe_setup_error(e)),
         };
+        if !uring.params().is_feature_skip_cqe_on_success() {
+            return Err("the kernel's io_uring lacks CQE_SKIP_SUCCESS (Linux 5.17+)".into());
+        }
         if !uring.params().is_feature_nodrop() {
             return Err("the kernel's io_uring lacks FEAT_NODROP (Linux 5.5+)".into());
         }
@@ -292,11 +304,11 @@ impl Ring {
             let op = Op {
                 waker: None,
                 send_result: None,
-                send_pending: !send_buf_is_empty,
                 recv_result: None,
                 send_buf,
                 recv_buf: Vec::new(),
                 abandoned: false,
+                retired: false,
             };
             match self.free.borrow_mut().pop() {
                 Some(i) => {
@@ -330,12 +342,13 @@ impl Ring {
             } else {
                 // MSG_WAITALL: a short send is retried by the kernel, or fails
                 // the link (and so cancels the receive) instead of passing as done.
-                // No CQE_SKIP_SUCCESS on the send: when a request with it fails,
-                // the kernel also suppresses the completions of the linked
-                // requests it cancels (REQ_F_SKIP_LINK_CQES), so a send failing
-                // on a dead server left its receive without any completion and
-                // the client waiting for good. Each round trip now gets both
-                // completions (one more CQE to read, no extra system call).
+                // CQE_SKIP_SUCCESS: a send posts a completion only when it
+                // fails, and then the kernel also suppresses the completion of
+                // the receive it cancels (REQ_F_SKIP_LINK_CQES), so the send's
+                // failure ends the round trip (see `reap`). Posting every
+                // send's completion instead ends a closed-loop enter early
+                // (min_complete is met by the sends at submission): measured,
+                // it cost a third of the batching gain at 32 clients.
                 let send = opcode::Send::new(
                     types::Fd(fd),
                     op.send_buf.as_ptr(),
@@ -343,7 +356,7 @@ impl Ring {
                 )
                 .flags(libc::MSG_WAITALL | libc::MSG_NOSIGNAL)
                 .build()
-                .flags(squeue::Flags::IO_LINK)
+                .flags(squeue::Flags::IO_LINK | squeue::Flags::SKIP_SUCCESS)
                 .user_data(user);
                 drop(ops);
                 self.push(&[send, recv]);
@@ -416,26 +429,27 @@ impl Ring {
                 let Some(op) = ops.get_mut(index).and_then(|o| o.as_mut()) else {
                     continue;
                 };
+                if op.recv_result.is_some() {
+                    // A retired slot's late receive completion (a kernel that
+                    // does post it after all), or nothing this op expects.
+                    continue;
+                }
                 if cqe.user_data() & RECV_BIT == 0 {
-                    if !op.send_pending {
-                        continue; // not this op's send (the slot was reused): cannot happen
-                    }
-                    op.send_pending = false;
-                    let sent = cqe.result();
-                    if sent < 0 || sent as usize != op.send_buf.len() {
-                        op.send_result = Some(sent);
-                    }
+                    // The send failed (or was short): the linked receive was
+                    // cancelled and its completion suppressed, so the round
+                    // trip ends here. The slot is retired, never reused, in
+                    // case a kernel posts that receive's completion anyway.
+                    op.send_result = Some(cqe.result());
+                    op.recv_result = Some(-libc::ECANCELED);
+                    op.retired = true;
                 } else {
                     op.recv_result = Some(cqe.result());
-                }
-                if !op.complete() {
-                    continue;
                 }
                 self.in_flight.set(self.in_flight.get() - 1);
                 if op.abandoned {
                     self.abandoned.set(self.abandoned.get() - 1);
-                    ops[index] = None;
-                    self.free.borrow_mut().push(index);
+                    let retired = op.retired;
+                    self.release(&mut ops, index, retired);
                 } else if let Some(w) = op.waker.take() {
                     wakers.push(w);
                 }
@@ -446,6 +460,17 @@ impl Ring {
             w.wake();
         }
         woken
+    }
+
+    /// The slot of a finished operation: free for reuse, or, when retired,
+    /// kept as a tombstone that ignores any late completion.
+    fn release(&self, ops: &mut [Option<Op>], index: usize, retired: bool) {
+        if retired {
+            ops[index] = Some(Op::tombstone());
+        } else {
+            ops[index] = None;
+            self.free.borrow_mut().push(index);
+        }
     }
 
     /// The reaper: run as a task on the ring's runtime while clients use it.
@@ -514,7 +539,7 @@ impl Drop for Ring {
     fn drop(&mut self) {
         // Buffers the kernel may still write into are leaked, never freed.
         for op in self.ops.get_mut().iter_mut().flatten() {
-            if !op.complete() {
+            if op.recv_result.is_none() {
                 std::mem::forget(std::mem::take(&mut op.send_buf));
                 std::mem::forget(std::mem::take(&mut op.recv_buf));
             }
@@ -543,10 +568,10 @@ impl Future for RoundTrip {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Completed> {
         let mut ops = self.ring.ops.borrow_mut();
         let op = ops[self.index].as_mut().expect("op of a live future");
-        if let (true, Some(recv_result)) = (op.complete(), op.recv_result) {
+        if let Some(recv_result) = op.recv_result {
             let op = ops[self.index].take().expect("op");
+            self.ring.release(&mut ops, self.index, op.retired);
             drop(ops);
-            self.ring.free.borrow_mut().push(self.index);
             self.done = true;
             return Poll::Ready(Completed {
                 send_failed: op.send_result,
@@ -572,21 +597,19 @@ impl Drop for RoundTrip {
         let completed = match ops[self.index].as_mut() {
             // Completed but never polled to the end: the kernel is done with
             // the buffers and `in_flight` already counts it out, so the slot
-            // is simply freed (counting it abandoned would leave
-            // `abandoned` above `in_flight` for good).
-            Some(op) if op.complete() => true,
+            // is released (counting it abandoned would leave `abandoned`
+            // above `in_flight` for good).
+            Some(op) if op.recv_result.is_some() => Some(op.retired),
             Some(op) => {
                 op.abandoned = true;
                 self.ring.abandoned.set(self.ring.abandoned.get() + 1);
                 op.waker = None;
-                false
+                None
             }
-            None => false,
+            None => None,
         };
-        if completed {
-            ops[self.index] = None;
-            drop(ops);
-            self.ring.free.borrow_mut().push(self.index);
+        if let Some(retired) = completed {
+            self.ring.release(&mut ops, self.index, retired);
         }
     }
 }
