@@ -201,4 +201,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perflab.runner import Interrupted, interrupt_on_signals
+
+    # Ctrl-C and SIGTERM run main's `finally`, which stops the server it started
+    with interrupt_on_signals():
+        try:
+            sys.exit(main())
+        except Interrupted:
+            sys.exit(130)
