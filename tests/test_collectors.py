@@ -139,7 +139,10 @@ def test_vmstat_figures_match_the_systems_vmstat_over_the_same_window(tmp_path: 
     for col in ("us", "sy", "id", "wa"):
         compare(f"{col}_pct", col, 0, 10)
     compare("bo_kib_per_s", "bo", 0.35, 500)
-    compare("bi_kib_per_s", "bi", 0.5, 500)
+    # bi is not what the window loads (the writer loads bo): a cold-cache
+    # read burst of a few MB at an edge of one window and not the other (a
+    # fresh clone's first imports) must not fail the comparison of the method
+    compare("bi_kib_per_s", "bi", 0.5, 1024)
     compare("cs_per_s", "cs", 0.35, 200)
     compare("in_per_s", "in", 0.35, 200)
     for col in ("free", "buff", "cache"):

@@ -201,12 +201,17 @@ class EnergyCollector(SamplingCollector):
             if self._last_t_ns:
                 dt_s = (t_ns - self._last_t_ns) / 1e9
                 busy = cpu_busy_fraction(self._last_stat, now_stat)
-                if busy is not None:
-                    watts = self._model_watts(busy)
-                    self._joules["model"] = self._joules.get("model", 0.0) + watts * dt_s
-                    values["watts"] = watts
-                    values["cpu_busy_pct"] = 100.0 * busy
-                    self._count_measured(watts, dt_s)
+                if busy is None:
+                    # no clock tick since the last sample (the stop sample
+                    # can come a moment after a regular one): keep the last
+                    # sample as the baseline rather than count this span
+                    # with no energy in it
+                    return values
+                watts = self._model_watts(busy)
+                self._joules["model"] = self._joules.get("model", 0.0) + watts * dt_s
+                values["watts"] = watts
+                values["cpu_busy_pct"] = 100.0 * busy
+                self._count_measured(watts, dt_s)
             self._last_stat = now_stat
         if not self._last_t_ns:
             self._first_t_ns = t_ns
