@@ -173,7 +173,7 @@ def test_each_script_runs_and_the_books_balance(scratch_db, tmp_path, script, pr
     assert m["driver_cpu_s"].value > 0 and m["connect_time_mean_ms"].value > 0
     assert [h.name for h in result.histograms] == [f"latency.{script}"]
     summary = _engine.hdr_summary(result.histograms[0].data)
-    assert summary["count"] == m["transactions"].value
+    assert summary.count == m["transactions"].value
     # Per-second series went to the live sink, after the warm-up only (t > 1 s).
     tps_points = [(t, v) for source, name, t, v in sink.points if (source, name) == ("tpcb", "tps")]
     assert len(tps_points) >= 1 and all(t > 1.0 for t, _ in tps_points)
@@ -215,10 +215,10 @@ def test_histograms_of_runs_merge_exactly(scratch_db, tmp_path) -> None:
     w.prepare(scratch_db, context(tmp_path))
     parts = [w.run(scratch_db, context(tmp_path)).histograms[0].data for _ in range(2)]
     merged = _engine.hdr_summary(_engine.hdr_merge(parts))
-    assert merged["count"] == 1200
+    assert merged.count == 1200
     a, b = (_engine.hdr_summary(p) for p in parts)
-    assert merged["max_us"] == max(a["max_us"], b["max_us"])
-    assert merged["mean_us"] == pytest.approx((a["mean_us"] + b["mean_us"]) / 2, rel=1e-9)
+    assert merged.max_us == max(a.max_us, b.max_us)
+    assert merged.mean_us == pytest.approx((a.mean_us + b.mean_us) / 2, rel=1e-9)
     # Merging is exact: equal to one histogram of every value.
     values = [1, 10, 100, 1000, 10_000, 100_000, 3_000_000]
     halves = [_engine.hdr_encode(values[:3]), _engine.hdr_encode(values[3:])]

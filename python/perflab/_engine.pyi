@@ -1,10 +1,123 @@
 """Typed stub of perflab._engine, the Rust extension (crates/engine-py)."""
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol, final
 
 __version__: str
 build_profile: str
+
+# ---- Errors (crates/engine-py/src/errors.rs): every engine error is one of these.
+
+class ConfigError(ValueError):
+    """Bad settings for the engine; the message says what is allowed."""
+
+class EngineConnectionError(ConnectionError):
+    """The target could not be reached, refused, or failed during set-up."""
+
+class Interrupted(BaseException):
+    """SIGINT, SIGTERM or the caller's cancel (perflab.errors.Interrupted is this class)."""
+
+class EngineError(RuntimeError):
+    """The engine failed for a reason that is neither the settings nor the target."""
+
+# ---- Results (crates/engine-py/src/results.rs): frozen, typed.
+
+@final
+class LatencySummary:
+    """Count, mean, spread and percentiles of one HDR histogram, in µs."""
+    count: int
+    mean_us: float
+    stddev_us: float
+    min_us: int
+    p50_us: int
+    p90_us: int
+    p95_us: int
+    p99_us: int
+    p999_us: int
+    max_us: int
+
+@final
+class Interval:
+    """One second of a run; t_s is its end, seconds since t0_ns on CLOCK_MONOTONIC."""
+    t_s: float
+    interval_s: float
+    warmup: bool
+    transactions: int
+    tps: float
+    latency_mean_ms: float
+    latency_p99_ms: float
+    failed: int
+    skipped: int
+    lag_mean_ms: float
+    clients_running: int
+    transactions_by_type: list[int]
+
+@final
+class DriverEvent:
+    t_s: float
+    kind: str
+    message: str
+
+@final
+class TxTypeResult:
+    """One transaction type over the measured window; `histogram` is its
+    latency histogram, encoded as DriverResult.histogram_encoding says."""
+    name: str
+    committed: int
+    failed: int
+    latency: LatencySummary
+    histogram: bytes
+
+@final
+class DriverResult:
+    """Everything a harness run measured, over the measured window (warm-up
+    and connection set-up excluded)."""
+    transactions: int
+    failed: int
+    skipped: int
+    late: int
+    retries: int
+    retried: int
+    errors_by_kind: dict[str, int]
+    measured_s: float
+    measure_start_t_s: float
+    tps: float
+    latency: LatencySummary
+    lag: LatencySummary
+    failed_latency: LatencySummary
+    latency_histogram: bytes
+    lag_histogram: bytes | None
+    failed_histogram: bytes | None
+    histogram_encoding: str
+    by_type: list[TxTypeResult]
+    clients: int
+    threads: int
+    lost_clients: int
+    connect_total_s: float
+    connect_max_s: float
+    connect_phase_s: float
+    driver_cpu_s: float
+    process_cpu_s: float
+    cpu_given_s: float
+    client_bound: bool
+    io: str
+    io_enters_per_tx: float
+    series: list[Interval]
+    events: list[DriverEvent]
+
+@final
+class LoadReport:
+    """Each load step's seconds, in the order they ran, and rows per table."""
+    steps: list[tuple[str, float]]
+    rows: dict[str, int]
+
+@final
+class TableLoad:
+    table: str
+    rows: int
+    bytes: int
+    parts: int
+    busy_s: float
 
 def parse_duration_s(text: str) -> float:
     """Seconds in "90s", "1h30m", "250ms"; ValueError says what is allowed."""
@@ -13,10 +126,10 @@ def parse_duration_s(text: str) -> float:
 
 def tpch_load_postgres(
     conninfo: str, scale_factor: float, tables: list[str], connections: int
-) -> list[dict[str, int | float | str]]:
+) -> list[TableLoad]:
     """Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
-    `connections` parallel connections; one dict per table: table, rows,
-    bytes, parts, busy_s. RuntimeError names the table that failed."""
+    `connections` parallel connections (libpq key=value conninfo). EngineError
+    names the table that failed."""
 
 def tpch_arrow_stream(table_name: str, scale_factor: float, threads: int) -> object:
     """One table as an Arrow C stream PyCapsule ("arrow_array_stream"),
@@ -48,11 +161,10 @@ def tpcb_load(
     scale: int,
     fillfactor: int = 100,
     on_step: Callable[[str], object] | None = None,
-) -> dict[str, Any]:
+) -> LoadReport:
     """Load pgbench's data set (drop_tables, create_tables, generate with COPY,
-    vacuum, primary_keys): {"steps": [(step, seconds)], "rows": {table: rows}}.
-    `conninfo` is libpq key=value. ValueError: bad settings; ConnectionError:
-    the server refused or failed."""
+    vacuum, primary_keys). `conninfo` is libpq key=value. ConfigError: bad
+    settings; EngineConnectionError: the server refused or failed."""
 
 def tpcb_run(
     conninfo: str,
@@ -67,34 +179,27 @@ def tpcb_run(
     transactions: int | None = None,
     warmup_s: float = 0.0,
     rate_tps: float | None = None,
+    schedule: str = "poisson",
     latency_limit_ms: float | None = None,
     max_tries: int = 1,
     seed: int = 0,
     io: str = "epoll",
-    progress: Callable[[dict[str, Any]], object] | None = None,
+    progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
-) -> dict[str, Any]:
+) -> DriverResult:
     """Drive pgbench's `script` ("tpcb-like", "simple-update", "select-only")
-    with `protocol` ("simple", "extended", "prepared"). `progress` gets one
-    dict per second: t_s (since t0_ns, CLOCK_MONOTONIC), interval_s, warmup,
-    transactions, tps, latency_mean_ms, latency_p99_ms, failed, skipped,
-    lag_mean_ms, clients_running. Returns the measured window's figures:
-    transactions, failed, skipped, late, retries, retried,
-    errors_by_sqlstate {SQLSTATE: n}, measured_s, measure_start_t_s, tps,
-    latency / lag / failed_latency {count, mean_us, stddev_us, min_us, p50_us,
-    p90_us, p95_us, p99_us, p999_us, max_us}, histograms {name: bytes},
-    histogram_encoding, clients, threads, lost_connections, connect_total_s,
-    connect_max_s, connect_phase_s, driver_cpu_s, process_cpu_s, cpu_given_s,
-    client_bound, io (the socket I/O used, in words), io_enters_per_tx,
-    series [progress dicts after warm-up], events [(t_s, kind, message)].
-    `io`: "epoll", "uring" (ValueError when io_uring is unavailable) or "auto".
-    ConnectionError: a client could not connect or prepare."""
+    with `protocol` ("simple", "extended", "prepared") through the engine's
+    load harness. `progress` gets one Interval per second. Under `rate_tps`
+    the `schedule` ("poisson" or "constant") spaces the intended starts and
+    latency runs from them. `io`: "epoll", "uring" (ConfigError when io_uring
+    is unavailable) or "auto". EngineConnectionError: a client could not
+    connect or prepare; Interrupted: a signal or `cancel`."""
 
 def hdr_merge(parts: list[bytes]) -> bytes:
     """Merge V2-encoded HDR histograms exactly (same bucket layout)."""
 
-def hdr_summary(data: bytes) -> dict[str, float]:
-    """count, mean_us, stddev_us, min_us, p50_us ... p999_us, max_us."""
+def hdr_summary(data: bytes) -> LatencySummary:
+    """Count, mean, stddev and percentiles (µs) of an encoded histogram."""
 
 def hdr_quantile_us(data: bytes, quantile: float) -> int:
     """Latency in µs at `quantile` (0..1)."""

@@ -7,6 +7,8 @@ status 2, never a traceback. Anything else is a bug and is shown as one.
 
 from __future__ import annotations
 
+from perflab import _engine
+
 EXIT_USAGE = 2
 
 
@@ -45,5 +47,7 @@ class RunFailure(Exception):
         self.log_tail = log_tail
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM: stop now, tear everything down, keep what is stored."""
+# SIGINT, SIGTERM or a cancel: stop now, tear everything down, keep what is
+# stored. A BaseException, so that no `except Exception` swallows it. It is
+# the engine's class, so an interrupted engine call raises exactly this.
+Interrupted = _engine.Interrupted

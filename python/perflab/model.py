@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 
@@ -70,17 +71,33 @@ class Event:
     message: str
 
 
+class Flag(str, Enum):
+    """A short mark a report shows beside a run, defined once here; stored
+    as its value. Compare against these members, never a free string."""
+
+    # The driver, not the server, was the bottleneck (driver CPU above 0.8
+    # of what its threads could use).
+    CLIENT_BOUND = "client-bound"
+    # Some clients lost their connection during the run.
+    LOST_CONNECTIONS = "lost-connections"
+    # A figure of the run is not valid by its spec's rules (TPC-H: a failed query).
+    INVALID_METRICS = "invalid-metrics"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class RunResult:
     """What a run produced. `flags` are short machine-readable marks that
-    reports show beside the run ("client-bound", "invalid-metrics", ...)."""
+    reports show beside the run (`Flag`)."""
 
     metrics: dict[str, Metric] = field(default_factory=dict)
     series: list[SeriesPoint] = field(default_factory=list)
     histograms: list[Histogram] = field(default_factory=list)
     queries: list[QueryTime] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
+    flags: list[Flag] = field(default_factory=list)
     headline: list[str] = field(default_factory=list)
 
     def add_metric(

@@ -1,15 +1,16 @@
 //! perflab._engine: PyO3 glue over perflab-engine. No benchmark logic lives here.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod errors;
+mod results;
 mod tpcb;
 mod tpch;
 
 /// Seconds in a duration string ("90s", "1h30m"); ValueError names what is allowed.
 #[pyfunction]
 fn parse_duration_s(text: &str) -> PyResult<f64> {
-    perflab_engine::units::parse_duration_s(text).map_err(|e| PyValueError::new_err(e.to_string()))
+    perflab_engine::units::parse_duration_s(text).map_err(|e| errors::config_error(e.to_string()))
 }
 
 #[pymodule]
@@ -17,6 +18,8 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", perflab_engine::VERSION)?;
     m.add("build_profile", perflab_engine::build_profile())?;
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
+    errors::register(m)?;
+    results::register(m)?;
     tpcb::register(m)?;
     tpch::register(m)?;
     Ok(())

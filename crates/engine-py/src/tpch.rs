@@ -3,15 +3,17 @@
 
 use std::ffi::CString;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict};
+use pyo3::types::{PyBytes, PyCapsule};
+
+use crate::errors::{config_error, EngineError};
+use crate::results::TableLoad;
 
 use perflab_engine::tpch::{self, refresh, Table};
 
 fn table(name: &str) -> PyResult<Table> {
     Table::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!(
+        config_error(format!(
             "{name:?} is not a TPC-H table; allowed: region, nation, part, supplier, partsupp, customer, orders, lineitem"
         ))
     })
@@ -21,22 +23,22 @@ fn scale_factor(sf: f64) -> PyResult<f64> {
     if sf.is_finite() && sf > 0.0 {
         Ok(sf)
     } else {
-        Err(PyValueError::new_err(format!(
+        Err(config_error(format!(
             "scale factor {sf} is not a positive number"
         )))
     }
 }
 
 /// Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
-/// `connections` parallel connections; returns one dict per table.
+/// `connections` parallel connections; returns one TableLoad per table.
 #[pyfunction]
-pub fn tpch_load_postgres<'py>(
-    py: Python<'py>,
+pub fn tpch_load_postgres(
+    py: Python<'_>,
     conninfo: &str,
     scale_factor: f64,
     tables: Vec<String>,
     connections: usize,
-) -> PyResult<Vec<Bound<'py, PyDict>>> {
+) -> PyResult<Vec<TableLoad>> {
     let sf = self::scale_factor(scale_factor)?;
     let tables = tables
         .iter()
@@ -44,19 +46,17 @@ pub fn tpch_load_postgres<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let loads = py
         .detach(|| tpch::pgcopy::load_postgres(conninfo, sf, &tables, connections))
-        .map_err(PyRuntimeError::new_err)?;
-    loads
+        .map_err(EngineError::new_err)?;
+    Ok(loads
         .into_iter()
-        .map(|load| {
-            let d = PyDict::new(py);
-            d.set_item("table", load.table)?;
-            d.set_item("rows", load.rows)?;
-            d.set_item("bytes", load.bytes)?;
-            d.set_item("parts", load.parts)?;
-            d.set_item("busy_s", load.busy_s)?;
-            Ok(d)
+        .map(|load| TableLoad {
+            table: load.table.to_string(),
+            rows: load.rows,
+            bytes: load.bytes,
+            parts: load.parts,
+            busy_s: load.busy_s,
         })
-        .collect()
+        .collect())
 }
 
 /// One table as an Arrow C stream PyCapsule ("arrow_array_stream"),
@@ -78,7 +78,7 @@ pub fn tpch_arrow_stream<'py>(
 #[pyfunction]
 pub fn tpch_refresh_pair(pair: u64, seed: u64) -> PyResult<(i32, u64, u64)> {
     if pair == 0 {
-        return Err(PyValueError::new_err("refresh pairs are numbered from 1"));
+        return Err(config_error("refresh pairs are numbered from 1"));
     }
     let p = refresh::refresh_pair(pair, seed);
     Ok((p.block, p.insert_slot, p.delete_slot))

@@ -1,9 +1,21 @@
 //! perflab's engine: the hot paths (load drivers, data generators, histograms).
 //!
 //! Plain Rust with no knowledge of Python; `crates/engine-py` holds the PyO3 glue.
+//!
+//! Map: `harness` drives load for any protocol (schedule, stats, coordinator);
+//! `tpcb` is its first protocol (pgbench's scripts on PostgreSQL) and its
+//! loader; `tpch` generates TPC-H data; `pg` is the one PostgreSQL client
+//! (conninfo, errors, connection and I/O, codec); `uring` batches socket
+//! round trips; `hist` holds HDR histograms; `random` the generators;
+//! `sys` every libc call.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod harness;
 pub mod hist;
 pub mod pg;
+pub mod random;
+pub mod sys;
 pub mod tpcb;
 pub mod tpch;
 pub mod units;

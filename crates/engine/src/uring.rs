@@ -46,7 +46,7 @@
 use io_uring::{opcode, squeue, types, IoUring};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -227,20 +227,13 @@ impl Ring {
         // Two entries per client (send + recv); a full queue is submitted early.
         let entries = (2 * clients).next_power_of_two().clamp(64, 4096) as u32;
         let (uring, deferred) = Self::build_uring(entries)?;
-        // SAFETY: plain syscall, result checked.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(format!("eventfd: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: a new fd nothing else owns.
-        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+        let owned = crate::sys::eventfd_nonblocking().map_err(|e| format!("eventfd: {e}"))?;
         uring
             .submitter()
             .register_eventfd(owned.as_raw_fd())
             .map_err(|e| format!("registering an eventfd: {e}"))?;
-        // SAFETY: the OwnedFd lives inside the AsyncFd and its fd never changes.
-        let eventfd = unsafe { AsyncFd::register_with_interest(owned, Interest::READABLE) }
-            .map_err(|e| format!("watching the eventfd: {}", e.into_parts().1))?;
+        let eventfd = crate::sys::watch(owned, Interest::READABLE)
+            .map_err(|e| format!("watching the eventfd: {e}"))?;
         Ok(Rc::new(Ring {
             uring: RefCell::new(uring),
             ops: RefCell::new(Vec::new()),
@@ -751,8 +744,7 @@ mod tests {
             let (c, d) = std::os::unix::net::UnixStream::pair().unwrap();
             let pending = ring.round_trip(c.as_raw_fd(), Vec::new(), vec![0; 64], 0);
             drop(pending);
-            // SAFETY: shutting down a socket we own.
-            unsafe { libc::shutdown(c.as_raw_fd(), libc::SHUT_RDWR) };
+            crate::sys::shutdown_socket(c.as_raw_fd());
             drop(d);
             for _ in 0..100 {
                 if ring.in_flight.get() == 0 {

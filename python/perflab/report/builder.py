@@ -17,6 +17,7 @@ from perflab.analysis.stats import (
     MODIFIED_Z_THRESHOLD,
 )
 from perflab.collectors import COLLECTORS
+from perflab.model import Flag
 from perflab.report import figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, flatten, representative_run
@@ -443,7 +444,7 @@ class ReportBuilder:
             driver_s = sum(s[1] for s, _ in splits) / len(splits)
             secs = sum(secs for _, secs in splits) / len(splits)
             share = driver_s / (server_s + driver_s) * 100 if server_s + driver_s > 0 else math.nan
-            client_bound = sum(1 for r in combo.run_ids if "client-bound" in d.runs_by_id[r]["flags"])
+            client_bound = sum(1 for r in combo.run_ids if Flag.CLIENT_BOUND in d.runs_by_id[r]["flags"])
             rows.append([
                 combo.index, combo.label(), len(splits), server_s, driver_s,
                 server_s / secs, driver_s / secs, h.td(h.fmt_pct(share, 1, signed=False), "num"),
@@ -465,7 +466,7 @@ class ReportBuilder:
             if len(labels) <= 40:
                 fig = figures.cpu_split_figure(labels, server_cores, driver_cores, "CPU (cores)")
                 parts.append(self.figure(fig, "cpu-split", "CPU used by the server and by the driver, per combination."))
-        bound = [r for r in d.runs if "client-bound" in r["flags"]]
+        bound = [r for r in d.runs if Flag.CLIENT_BOUND in r["flags"]]
         if bound:
             parts.append(h.note(
                 f"{len(bound)} run(s) flagged client-bound (the driver, not the server, was the bottleneck; "

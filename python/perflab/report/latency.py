@@ -30,4 +30,4 @@ def merged_percentiles(
         raise HistogramsUnavailable(f"histograms encoded as {encoding!r}; this engine reads {HDR_ENCODING!r}")
     merged = _engine.hdr_merge(list(blobs)) if len(blobs) > 1 else blobs[0]
     values = [float(_engine.hdr_quantile_us(merged, p / 100.0)) for p in percentiles]
-    return values, int(_engine.hdr_summary(merged)["count"])
+    return values, _engine.hdr_summary(merged).count

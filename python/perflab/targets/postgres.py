@@ -115,6 +115,19 @@ class PostgresEndpoint(Endpoint):
     def display(self) -> str:
         return mask_secrets(self.conninfo)
 
+    def wire_conninfo(self, application_name: str = "perflab") -> str:
+        """The conninfo in libpq key=value form, the form the engine's own
+        PostgreSQL client takes (a URI DSN is rewritten); sessions are
+        read-only when the endpoint is."""
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params: dict[str, Any] = conninfo_to_dict(self.conninfo)
+        options = str(params.get("options", ""))
+        if self.read_only and "default_transaction_read_only" not in options:
+            params["options"] = (options + " -c default_transaction_read_only=on").strip()
+        params.setdefault("application_name", application_name)
+        return make_conninfo("", **params)
+
 
 # ------------------------------------------------------------------ binaries
 

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from perflab.errors import RunFailure, UserError
-from perflab.model import Event, LoadResult, QueryTime, RunResult, SeriesPoint
+from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
 from perflab.settings_model import StrictModel
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
@@ -159,8 +159,8 @@ class SqlWorkload(Workload):
         result.add_metric("driver_cpu_s", driver_cpu_s, "s", "perflab's process CPU time while measuring")
         result.add_metric("driver_cpu_util", driver_util, "fraction", "driver CPU time / measured time (1 core)")
         if driver_util > CLIENT_BOUND_UTIL:
-            result.flags.append("client-bound")
-            result.events.append(Event(ctx.now_s(), "client-bound",
+            result.flags.append(Flag.CLIENT_BOUND)
+            result.events.append(Event(ctx.now_s(), Flag.CLIENT_BOUND.value,
                                        f"the driver used {driver_util:.0%} of its one core: figures describe perflab, "
                                        "not only the server"))
         result.add_metric("iterations", iterations, "count", "body iterations measured")

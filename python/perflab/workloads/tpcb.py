@@ -3,9 +3,10 @@
 Data set, scripts and random draws are pgbench's (PostgreSQL 15): pgbench can
 run on data loaded here and this workload on data `pgbench -i` loaded. The
 load is timed step by step (drop, create, generate with COPY, vacuum, primary
-keys). The run phase is the engine's (`perflab._engine.tpcb_run`): async
-clients on `threads` runtime threads, closed loop or, with `rate`, a Poisson
-schedule with latency measured from each transaction's intended start.
+keys). The run phase is the engine's load harness (`perflab._engine.tpcb_run`,
+crates/engine/src/harness): async clients on `threads` runtime threads, closed
+loop or, with `rate`, a Poisson (or constant) schedule with latency measured
+from each transaction's intended start.
 
 Figures follow pgbench's definitions: TPS counts committed transactions over
 the measured window and excludes connection set-up ("tps ... without initial
@@ -22,8 +23,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from perflab import _engine
-from perflab.errors import Interrupted, RunFailure, UserError
-from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
+from perflab.errors import RunFailure, UserError
+from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
@@ -56,6 +57,9 @@ class TpcbSettings(WorkloadSettings):
     warmup: Duration = Field(default=0.0, ge=0)
     # pgbench -R (total transactions per second, open loop) and -L.
     rate: float | None = Field(default=None, gt=0)
+    # Spacing of the intended starts under a rate: exponential gaps (a Poisson
+    # process, as pgbench -R) or equal gaps (wrk2's constant throughput).
+    schedule: Literal["poisson", "constant"] = "poisson"
     latency_limit: Duration | None = Field(default=None, gt=0)
     # pgbench -M.
     protocol: Literal["simple", "extended", "prepared"] = "simple"
@@ -84,15 +88,10 @@ class TpcbSettings(WorkloadSettings):
 
 
 def _driver_conninfo(endpoint: Endpoint) -> str:
-    """The endpoint's conninfo as key=value (the engine's form), read-only
-    sessions when the endpoint says so."""
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from perflab.targets.postgres import PostgresEndpoint
 
-    params: dict[str, Any] = conninfo_to_dict(getattr(endpoint, "conninfo", ""))
-    if endpoint.read_only and "default_transaction_read_only" not in str(params.get("options", "")):
-        params["options"] = (str(params.get("options", "")) + " -c default_transaction_read_only=on").strip()
-    params.setdefault("application_name", "perflab-tpcb")
-    return make_conninfo("", **params)
+    assert isinstance(endpoint, PostgresEndpoint), "tpcb drives PostgreSQL endpoints only"
+    return endpoint.wire_conninfo("perflab-tpcb")
 
 
 def _ms(us: float) -> float:
@@ -132,11 +131,11 @@ class TpcbWorkload(Workload):
                 fillfactor=s.fillfactor,
                 on_step=lambda step: ctx.status(f"load scale {s.scale}: {step.replace('_', ' ')}"),
             )
-        except ConnectionError as exc:
+        except _engine.EngineConnectionError as exc:
             raise RunFailure(f"tpcb load failed: {exc}") from None
-        except ValueError as exc:
+        except _engine.ConfigError as exc:
             raise UserError(f"workload tpcb: {exc}") from None
-        return LoadResult(steps=dict(report["steps"]), rows=dict(report["rows"]))
+        return LoadResult(steps=dict(report.steps), rows=dict(report.rows))
 
     # ------------------------------------------------------------ run
 
@@ -205,20 +204,20 @@ class TpcbWorkload(Workload):
         if duration is None and s.transactions is None:
             duration = DEFAULT_DURATION_S
 
-        def progress(interval: dict[str, Any]) -> None:
-            phase = "warm-up" if interval["warmup"] else "progress"
+        def progress(interval: _engine.Interval) -> None:
+            phase = "warm-up" if interval.warmup else "progress"
             line = (
-                f"{phase}: {interval['t_s']:.1f} s, {interval['tps']:.1f} tps, "
-                f"lat {interval['latency_mean_ms']:.3f} ms p99 {interval['latency_p99_ms']:.3f} ms, "
-                f"{interval['failed']} failed"
+                f"{phase}: {interval.t_s:.1f} s, {interval.tps:.1f} tps, "
+                f"lat {interval.latency_mean_ms:.3f} ms p99 {interval.latency_p99_ms:.3f} ms, "
+                f"{interval.failed} failed"
             )
             if s.rate is not None:
-                line += f", lag {interval['lag_mean_ms']:.3f} ms, {interval['skipped']} skipped"
+                line += f", lag {interval.lag_mean_ms:.3f} ms, {interval.skipped} skipped"
             ctx.status(line)
-            if not interval["warmup"]:
+            if not interval.warmup:
                 for name in SERIES_FIELDS:
                     if name != "lag_mean_ms" or s.rate is not None:  # no schedule, no lag
-                        ctx.series.add(SERIES_SOURCE, name, interval["t_s"], float(interval[name]))
+                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, float(getattr(interval, name)))
 
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
         try:
@@ -234,6 +233,7 @@ class TpcbWorkload(Workload):
                 transactions=s.transactions,
                 warmup_s=s.warmup,
                 rate_tps=s.rate,
+                schedule=s.schedule,
                 latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
                 max_tries=s.max_tries,
                 seed=seed,
@@ -241,94 +241,94 @@ class TpcbWorkload(Workload):
                 progress=progress,
                 cancel=ctx.cancel,
             )
-        except ConnectionError as exc:
+        except _engine.EngineConnectionError as exc:
             raise RunFailure(f"tpcb: {exc}") from None
-        except ValueError as exc:
+        except _engine.ConfigError as exc:
             raise UserError(f"workload tpcb: {exc}") from None
-        except RuntimeError as exc:
-            if ctx.cancel.is_set():
-                raise Interrupted("run cancelled") from None
+        except _engine.EngineError as exc:
             raise RunFailure(f"tpcb: {exc}") from None
         # The measured window on the run's clock: after warm-up and connection
         # set-up, to the last measured completion (collectors use it too).
-        ctx.measure_start_s = out["measure_start_t_s"]
-        ctx.measure_end_s = out["measure_start_t_s"] + out["measured_s"]
-        result.events.append(Event(out["measure_start_t_s"], "seed", f"random seed {seed}"))
-        result.events.append(Event(out["measure_start_t_s"], "io", f"io: {out['io']}"))
-        for t, kind, message in out["events"]:
-            result.events.append(Event(t, kind, message))
-        lost = out["lost_connections"]
+        ctx.measure_start_s = out.measure_start_t_s
+        ctx.measure_end_s = out.measure_start_t_s + out.measured_s
+        result.events.append(Event(out.measure_start_t_s, "seed", f"random seed {seed}"))
+        result.events.append(Event(out.measure_start_t_s, "io", f"io: {out.io}"))
+        for e in out.events:
+            result.events.append(Event(e.t_s, e.kind, e.message))
+        lost = out.lost_clients
         if lost >= s.clients:
-            first = next((m for _, k, m in out["events"] if k == "lost-connection"), "")
+            first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
             raise RunFailure(
                 f"tpcb: all {s.clients} client connections were lost (server down?): {first}"
             )
         if lost:
-            result.flags.append("lost-connections")
-        if out["client_bound"]:
-            result.flags.append("client-bound")
+            result.flags.append(Flag.LOST_CONNECTIONS)
+        if out.client_bound:
+            result.flags.append(Flag.CLIENT_BOUND)
         self._metrics(out, result, threads, scale)
         return result
 
-    def _metrics(self, out: dict[str, Any], result: RunResult, threads: int, scale: int) -> None:
+    def _metrics(self, out: _engine.DriverResult, result: RunResult, threads: int, scale: int) -> None:
         s = self.settings
         add = result.add_metric
-        tx = out["transactions"]
-        add("tps", out["tps"], "tx/s",
+        tx = out.transactions
+        add("tps", out.tps, "tx/s",
             "committed transactions per second over the measured window, excluding connection set-up "
             "(pgbench: tps without initial connection time)", higher_is_better=True)
         add("transactions", tx, "tx", "committed transactions in the measured window")
-        add("failed", out["failed"], "tx", "transactions ended by an error (after retries)", higher_is_better=False)
-        add("retries", out["retries"], "tries", "retries after serialization failures or deadlocks")
-        add("retried", out["retried"], "tx", "transactions retried at least once")
-        add("measured_s", out["measured_s"], "s", "measured window: end of warm-up to the last completion")
-        lat = out["latency"]
+        add("failed", out.failed, "tx", "transactions ended by an error (after retries)", higher_is_better=False)
+        add("retries", out.retries, "tries", "retries after serialization failures or deadlocks")
+        add("retried", out.retried, "tx", "transactions retried at least once")
+        add("measured_s", out.measured_s, "s", "measured window: end of warm-up to the last completion")
+        lat = out.latency
         base = "from the intended start (open loop, Poisson schedule)" if s.rate else "from send (closed loop)"
         for key, name in (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),
                           ("p95_us", "p95"), ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
-            add(f"latency_{name}_ms", _ms(lat[key]), "ms", f"transaction latency {name}, {base}",
+            add(f"latency_{name}_ms", _ms(getattr(lat, key)), "ms", f"transaction latency {name}, {base}",
                 higher_is_better=False)
         if s.rate is not None:
-            lag = out["lag"]
+            lag = out.lag
             add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
-            add("lag_mean_ms", _ms(lag["mean_us"]), "ms", "schedule lag: actual minus intended start",
+            add("lag_mean_ms", _ms(lag.mean_us), "ms", "schedule lag: actual minus intended start",
                 higher_is_better=False)
-            add("lag_p99_ms", _ms(lag["p99_us"]), "ms", "schedule lag p99", higher_is_better=False)
-            add("lag_max_ms", _ms(lag["max_us"]), "ms", "schedule lag max", higher_is_better=False)
+            add("lag_p99_ms", _ms(lag.p99_us), "ms", "schedule lag p99", higher_is_better=False)
+            add("lag_max_ms", _ms(lag.max_us), "ms", "schedule lag max", higher_is_better=False)
         if s.latency_limit is not None:
-            add("late", out["late"], "tx", f"committed later than latency_limit ({s.latency_limit * 1000:g} ms)",
+            add("late", out.late, "tx", f"committed later than latency_limit ({s.latency_limit * 1000:g} ms)",
                 higher_is_better=False)
             if s.rate is not None:
-                add("skipped", out["skipped"], "tx", "schedule slots skipped: already later than latency_limit",
+                add("skipped", out.skipped, "tx", "schedule slots skipped: already later than latency_limit",
                     higher_is_better=False)
-        for state, n in out["errors_by_sqlstate"].items():
+        for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
-        add("lost_connections", out["lost_connections"], "clients", "clients whose connection was lost",
+        add("lost_connections", out.lost_clients, "clients", "clients whose connection was lost",
             higher_is_better=False)
-        connections = max(1, out["clients"])
-        add("connect_time_mean_ms", out["connect_total_s"] / connections * 1000, "ms",
+        connections = max(1, out.clients)
+        add("connect_time_mean_ms", out.connect_total_s / connections * 1000, "ms",
             "mean time to open (and prepare) one client connection; not part of tps", higher_is_better=False)
-        add("connect_phase_s", out["connect_phase_s"], "s", "wall time to connect all clients")
-        add("driver_cpu_s", out["driver_cpu_s"], "s", "CPU time of the driver's threads in the measured window")
+        add("connect_phase_s", out.connect_phase_s, "s", "wall time to connect all clients")
+        add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the driver's threads in the measured window")
         if tx:
-            add("driver_cpu_per_tx_us", out["driver_cpu_s"] / tx * 1e6, "us",
+            add("driver_cpu_per_tx_us", out.driver_cpu_s / tx * 1e6, "us",
                 "driver CPU time per committed transaction", higher_is_better=False)
-        given = out["cpu_given_s"]
+        given = out.cpu_given_s
         if given > 0:
-            add("driver_cpu_share", out["driver_cpu_s"] / given, "ratio",
+            add("driver_cpu_share", out.driver_cpu_s / given, "ratio",
                 f"driver CPU over the CPU its {threads} threads could use; above 0.8 the run is client-bound",
                 higher_is_better=False)
-        add("process_cpu_s", out["process_cpu_s"], "s", "CPU time of the whole perflab process in the window")
-        if out["io"].startswith("io_uring") and tx:
-            add("io_enters_per_tx", out["io_enters_per_tx"], "calls",
-                f"io_uring_enter calls per committed transaction ({out['io']})", higher_is_better=False)
+        add("process_cpu_s", out.process_cpu_s, "s", "CPU time of the whole perflab process in the window")
+        if out.io.startswith("io_uring") and tx:
+            add("io_enters_per_tx", out.io_enters_per_tx, "calls",
+                f"io_uring_enter calls per committed transaction ({out.io})", higher_is_better=False)
         add("clients", s.clients, "clients")
         add("threads", threads, "threads")
         add("scale", scale, "scale")
-        encoding = out["histogram_encoding"]
-        for name, data in out["histograms"].items():
-            hist_name = f"latency.{s.script}" if name == "latency" else name
-            result.histograms.append(Histogram(hist_name, "us", encoding, bytes(data)))
+        encoding = out.histogram_encoding
+        histograms = {f"latency.{s.script}": out.latency_histogram, "lag": out.lag_histogram,
+                      "failed_latency": out.failed_histogram}
+        for name, data in histograms.items():
+            if data is not None:
+                result.histograms.append(Histogram(name, "us", encoding, bytes(data)))
 
     # ------------------------------------------------------------ report
 

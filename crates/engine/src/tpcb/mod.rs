@@ -1,5 +1,5 @@
 //! The TPC-B-like workload of pgbench: its three built-in scripts, its data
-//! set (`load`), and a driver for them (`driver`).
+//! set (`load`), and its protocol for the load harness (`protocol`).
 //!
 //! Statements and random draws follow pgbench's built-in scripts
 //! (`pgbench --show-script=tpcb-like`, PostgreSQL 15): per transaction
@@ -7,11 +7,12 @@
 //! `tid = random(1, 10 * scale)`, `delta = random(-5000, 5000)`, drawn in that
 //! order, uniform and inclusive.
 
-pub mod driver;
 pub mod load;
-pub mod random;
+pub mod protocol;
 
-use random::Prng;
+pub use protocol::TpcbProtocol;
+
+use crate::random::Prng;
 use std::fmt;
 use std::str::FromStr;
 
@@ -88,9 +89,9 @@ impl FromStr for Script {
     }
 }
 
-/// How statements travel, as pgbench's `--protocol`.
+/// How statements travel, as pgbench's `--protocol` (its `QueryMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protocol {
+pub enum QueryMode {
     /// Query messages with values written into the text.
     Simple,
     /// Parse of an unnamed statement + Bind + Execute + Sync for each statement.
@@ -99,13 +100,13 @@ pub enum Protocol {
     Prepared,
 }
 
-impl FromStr for Protocol {
+impl FromStr for QueryMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "simple" => Ok(Protocol::Simple),
-            "extended" => Ok(Protocol::Extended),
-            "prepared" => Ok(Protocol::Prepared),
+            "simple" => Ok(QueryMode::Simple),
+            "extended" => Ok(QueryMode::Extended),
+            "prepared" => Ok(QueryMode::Prepared),
             other => Err(format!(
                 "protocol {other:?} is unknown; allowed: simple, extended, prepared"
             )),
@@ -113,12 +114,12 @@ impl FromStr for Protocol {
     }
 }
 
-impl fmt::Display for Protocol {
+impl fmt::Display for QueryMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Protocol::Simple => "simple",
-            Protocol::Extended => "extended",
-            Protocol::Prepared => "prepared",
+            QueryMode::Simple => "simple",
+            QueryMode::Extended => "extended",
+            QueryMode::Prepared => "prepared",
         })
     }
 }
@@ -333,7 +334,10 @@ mod tests {
     fn names_parse_and_unknown_names_say_what_is_allowed() {
         assert_eq!("select-only".parse::<Script>().unwrap(), Script::SelectOnly);
         assert!("tpcc".parse::<Script>().unwrap_err().contains("tpcb-like"));
-        assert_eq!("prepared".parse::<Protocol>().unwrap(), Protocol::Prepared);
-        assert!("binary".parse::<Protocol>().is_err());
+        assert_eq!(
+            "prepared".parse::<QueryMode>().unwrap(),
+            QueryMode::Prepared
+        );
+        assert!("binary".parse::<QueryMode>().is_err());
     }
 }

@@ -5,19 +5,16 @@
 //! generating while the server parses, so generation and the server's work
 //! overlap without intermediate files. Loaders take (table, part) jobs from a
 //! shared queue, biggest first, so the tail of the load is short.
+//!
+//! It uses the engine's one PostgreSQL client (`crate::pg`), as the TPC-B
+//! loader and driver do.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bytes::Bytes;
-use futures_util::SinkExt;
-use tokio_postgres::NoTls;
-
 use super::{write_copy_rows, Table};
-
-/// Bytes per COPY data message: big enough to amortise the per-message cost.
-const CHUNK_BYTES: usize = 256 * 1024;
+use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 
 #[derive(Debug, Clone)]
 pub struct TableLoad {
@@ -37,16 +34,14 @@ struct Job {
 }
 
 /// Generate `tables` at `sf` and COPY them in through `connections` parallel
-/// connections to `conninfo` (a libpq key=value string or URL).
+/// connections to `conninfo` (a libpq key=value string).
 pub fn load_postgres(
     conninfo: &str,
     sf: f64,
     tables: &[Table],
     connections: usize,
 ) -> Result<Vec<TableLoad>, String> {
-    let config: tokio_postgres::Config = conninfo
-        .parse()
-        .map_err(|e| format!("bad connection string: {e}"))?;
+    let info = ConnInfo::parse(conninfo).map_err(|e| format!("bad connection string: {e}"))?;
     let mut jobs: Vec<Job> = tables
         .iter()
         .flat_map(|&table| {
@@ -65,7 +60,7 @@ pub fn load_postgres(
     std::thread::scope(|scope| {
         for _ in 0..connections.max(1) {
             scope.spawn(|| {
-                if let Err(e) = loader(&config, sf, &queue, &done) {
+                if let Err(e) = loader(&info, sf, &queue, &done) {
                     first_error.lock().unwrap().get_or_insert(e);
                     queue.lock().unwrap().clear(); // the others stop after their part
                 }
@@ -83,7 +78,7 @@ pub fn load_postgres(
 }
 
 fn loader(
-    config: &tokio_postgres::Config,
+    info: &ConnInfo,
     sf: f64,
     queue: &Mutex<VecDeque<Job>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
@@ -92,30 +87,29 @@ fn loader(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start a loader runtime: {e}"))?;
-    let (client, connection) = rt
-        .block_on(config.connect(NoTls))
+    let mut conn = rt
+        .block_on(PgConn::connect(info))
         .map_err(|e| format!("cannot connect to load TPC-H data: {e}"))?;
-    let conn_task = rt.spawn(connection);
     loop {
         let Some(job) = queue.lock().unwrap().pop_front() else {
             break;
         };
         let started = Instant::now();
         let name = job.table.name();
+        let part = job.part;
         let statement = format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')");
-        let sink = rt
-            .block_on(client.copy_in::<_, Bytes>(statement.as_str()))
+        rt.block_on(conn.copy_start(&statement))
             .map_err(|e| format!("COPY {name}: {e}"))?;
-        let mut sink = Box::pin(sink);
         let mut bytes: u64 = 0;
-        let generated = write_copy_rows(job.table, sf, job.part, job.parts, CHUNK_BYTES, |chunk| {
-            bytes += chunk.len() as u64;
-            rt.block_on(sink.as_mut().send(Bytes::from(chunk)))
-        });
-        let rows = generated.map_err(|e| format!("COPY {name} part {}: {e}", job.part))?;
+        let generated =
+            write_copy_rows(job.table, sf, part, job.parts, COPY_CHUNK_BYTES, |chunk| {
+                bytes += chunk.len() as u64;
+                rt.block_on(conn.copy_send(&chunk))
+            });
+        let rows = generated.map_err(|e| format!("COPY {name} part {part}: {e}"))?;
         let copied = rt
-            .block_on(sink.as_mut().finish())
-            .map_err(|e| format!("COPY {name} part {}: {e}", job.part))?;
+            .block_on(conn.copy_finish())
+            .map_err(|e| format!("COPY {name} part {part}: {e}"))?;
         if copied != rows {
             return Err(format!(
                 "COPY {name}: generated {rows} rows, server took {copied}"
@@ -133,7 +127,6 @@ fn loader(
         entry.bytes += bytes;
         entry.busy_s += started.elapsed().as_secs_f64();
     }
-    drop(client);
-    let _ = rt.block_on(conn_task);
+    conn.terminate();
     Ok(())
 }

@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Event, LoadResult, QueryTime, RunResult
+from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
@@ -160,9 +160,9 @@ class TpchWorkload(Workload):
             if dialect == "postgres":
                 from perflab import _engine
 
-                conninfo = endpoint.conninfo  # type: ignore[attr-defined]  # a PostgresEndpoint
+                conninfo = endpoint.wire_conninfo("perflab-tpch")  # type: ignore[attr-defined]  # a PostgresEndpoint
                 loads = _engine.tpch_load_postgres(conninfo, sf, list(schema.TABLES), self._jobs())
-                load.rows = {str(d["table"]): int(d["rows"]) for d in loads}
+                load.rows = {t.table: t.rows for t in loads}
             else:
                 load.rows = _load_duckdb(conn, sf, self._jobs())
             load.steps["load"] = time.perf_counter() - started
@@ -247,9 +247,9 @@ class TpchWorkload(Workload):
             result.add_metric("qphh_at_size", qphh, "QphH@Size",
                               "geometric mean of Power@Size and Throughput@Size (TPC-H 5.4.3)", True)
         if invalid:
-            result.flags.append("invalid-metrics")
+            result.flags.append(Flag.INVALID_METRICS)
             for reason in dict.fromkeys(invalid):
-                result.events.append(Event(ctx.now_s(), "invalid-metrics", reason))
+                result.events.append(Event(ctx.now_s(), Flag.INVALID_METRICS.value, reason))
         _per_query_stats(result)
         return result
 

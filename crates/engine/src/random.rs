@@ -1,4 +1,4 @@
-//! Random numbers for the TPC-B scripts and the open-loop schedule.
+//! Random numbers for the workloads (TPC-B draws) and the open-loop schedule.
 //!
 //! pgbench draws with xoroshiro128** (src/common/pg_prng.c) and maps to a
 //! range without bias; `random(lb, ub)` is uniform and inclusive, and the

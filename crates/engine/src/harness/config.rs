@@ -1,0 +1,117 @@
+//! What a run is asked to do, independent of the protocol it drives.
+
+use super::DriverError;
+use crate::uring::IoChoice;
+use std::str::FromStr;
+
+/// How scheduled starts are spaced under a rate (open loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Exponential gaps: a Poisson arrival process (pgbench -R, wrk2 with
+    /// jitter); what a crowd of independent users looks like.
+    Poisson,
+    /// Equal gaps (wrk2's constant throughput).
+    Constant,
+}
+
+impl FromStr for Schedule {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poisson" => Ok(Schedule::Poisson),
+            "constant" => Ok(Schedule::Constant),
+            other => Err(format!(
+                "schedule {other:?} is not allowed; allowed: poisson, constant"
+            )),
+        }
+    }
+}
+
+impl Schedule {
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Poisson => "poisson",
+            Schedule::Constant => "constant",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HarnessConfig {
+    pub clients: u32,
+    /// Worker threads (pgbench -j); clients are spread round-robin over them.
+    pub threads: u32,
+    /// Measured duration (after warm-up); exclusive with transactions_per_client.
+    pub duration_s: Option<f64>,
+    /// Measured transactions per client (pgbench -t).
+    pub transactions_per_client: Option<u64>,
+    pub warmup_s: f64,
+    /// Target total rate in transactions per second (open loop).
+    pub rate_tps: Option<f64>,
+    pub schedule: Schedule,
+    pub latency_limit_us: Option<u64>,
+    /// Tries per transaction for a retryable error (1 = no retry).
+    pub max_tries: u32,
+    pub seed: u64,
+    /// The run's origin on CLOCK_MONOTONIC, in ns (Python's time.monotonic_ns()).
+    pub t0_ns: u64,
+    /// Socket I/O of the measured round trips: epoll, or batched io_uring.
+    pub io: IoChoice,
+}
+
+impl HarnessConfig {
+    /// A closed-loop run of `clients` on as many threads (at most `cores`),
+    /// for `duration_s`: the defaults a caller then adjusts.
+    pub fn closed_loop(clients: u32, threads: u32, duration_s: f64) -> HarnessConfig {
+        HarnessConfig {
+            clients,
+            threads,
+            duration_s: Some(duration_s),
+            transactions_per_client: None,
+            warmup_s: 0.0,
+            rate_tps: None,
+            schedule: Schedule::Poisson,
+            latency_limit_us: None,
+            max_tries: 1,
+            seed: 0,
+            t0_ns: crate::sys::monotonic_ns(),
+            io: IoChoice::Epoll,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), DriverError> {
+        let bad = |m: String| Err(DriverError::Config(m));
+        if self.clients == 0 {
+            return bad("clients must be at least 1".into());
+        }
+        if self.threads == 0 || self.threads > self.clients {
+            return bad(format!(
+                "threads = {} is not allowed; allowed: 1..={} (at most one thread per client)",
+                self.threads, self.clients
+            ));
+        }
+        match (self.duration_s, self.transactions_per_client) {
+            (Some(_), Some(_)) => {
+                return bad("give duration or transactions, not both".into());
+            }
+            (None, None) => return bad("give a duration or a number of transactions".into()),
+            (Some(d), None) if !d.is_finite() || d <= 0.0 => {
+                return bad(format!("duration {d} s must be > 0"))
+            }
+            (None, Some(0)) => return bad("transactions must be at least 1".into()),
+            _ => {}
+        }
+        if !self.warmup_s.is_finite() || self.warmup_s < 0.0 {
+            return bad(format!("warmup {} s must be >= 0", self.warmup_s));
+        }
+        if let Some(rate) = self.rate_tps {
+            if !rate.is_finite() || rate <= 0.0 {
+                return bad(format!("rate {rate} tx/s must be > 0"));
+            }
+        }
+        if self.max_tries == 0 {
+            return bad("max_tries must be at least 1".into());
+        }
+        Ok(())
+    }
+}

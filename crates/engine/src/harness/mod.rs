@@ -1,0 +1,136 @@
+//! One load harness for every driver; a protocol plugs into it with one trait.
+//!
+//! The harness owns what every load driver shares (BenchBase's `Worker`,
+//! go-tpc's `pkg/measurement`): worker threads, each a single-threaded tokio
+//! runtime that owns its clients outright; connection set-up timed apart from
+//! the run; warm-up; closed loop, or open loop on a Poisson or constant
+//! schedule with latency from the *intended* start and the schedule lag
+//! recorded (no coordinated omission); the latency limit and skipped slots;
+//! HDR histograms per transaction type and a per-second series; errors by
+//! kind, retries up to `max_tries`, lost clients; the driver's CPU and the
+//! client-bound verdict; cancellation. It knows no protocol.
+//!
+//! A protocol implements [`Protocol`]: open a client, draw and run one
+//! transaction of a given type, and classify an error. TPC-B on PostgreSQL
+//! (`crate::tpcb::TpcbProtocol`) is the first; the tests' echo protocol over
+//! a local TCP listener (`tests` below) is the smallest complete example.
+//!
+//! Dispatch is static: the worker loop is generic over the protocol, so a
+//! transaction costs what the protocol's own code costs (no boxed futures,
+//! no virtual calls on the hot path).
+
+mod config;
+mod run;
+mod schedule;
+mod stats;
+mod worker;
+
+pub use config::{HarnessConfig, Schedule};
+pub use run::{Progress, Run};
+pub use stats::{EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE};
+
+use crate::random::Prng;
+use crate::uring::Ring;
+use std::fmt;
+use std::future::Future;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+
+/// Index of a transaction type in [`Protocol::transaction_types`].
+pub type TxType = usize;
+
+/// What an error means for the run, as the protocol judges it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Try the same transaction again, with the same draws, up to
+    /// `max_tries` (pgbench: serialization failure, deadlock). `kind` labels
+    /// it when the tries run out.
+    Retryable { kind: String },
+    /// The transaction failed and is counted under `kind`; the client goes on
+    /// (an SQL error, an HTTP 5xx).
+    Counted { kind: String },
+    /// The client cannot go on (connection lost); it stops and is counted as
+    /// a lost client.
+    Fatal,
+}
+
+/// One protocol the harness can drive. Implementations live beside their
+/// workload (`tpcb::TpcbProtocol`); the harness never names one.
+///
+/// A client is owned by one worker thread for its whole life, so `Client`
+/// need not be `Send`, and neither need the futures below.
+pub trait Protocol: Send + Sync + 'static {
+    /// One connection and whatever it keeps between transactions.
+    type Client: 'static;
+    /// One transaction's draws: made once, reused by every retry.
+    type Request;
+    type Error: fmt::Display;
+
+    /// Whether clients can move their round trips onto the thread's io_uring
+    /// (see [`Protocol::use_ring`]).
+    const SUPPORTS_RING: bool = false;
+
+    /// Names of the transaction types; histograms and counts are kept per type.
+    fn transaction_types(&self) -> &[&'static str];
+
+    /// Open (connect, authenticate, prepare) client number `client`.
+    fn connect(&self, client: u32) -> impl Future<Output = Result<Self::Client, Self::Error>>;
+
+    /// The client's socket, which the harness shuts down to stop a client
+    /// blocked on a stalled server.
+    fn socket(&self, client: &Self::Client) -> Option<RawFd>;
+
+    /// The next transaction: its type and its draws, from the client's own
+    /// random stream (seeded by the harness from the run's seed).
+    fn next_transaction(
+        &self,
+        client: &mut Self::Client,
+        rng: &mut Prng,
+    ) -> (TxType, Self::Request);
+
+    /// Run one try of a transaction. `Ok` means it committed.
+    fn execute(
+        &self,
+        client: &mut Self::Client,
+        tx: TxType,
+        request: &Self::Request,
+    ) -> impl Future<Output = Result<(), Self::Error>>;
+
+    /// What an error from `execute` means.
+    fn classify(&self, error: &Self::Error) -> ErrorClass;
+
+    /// Move the client's round trips onto `ring`, once, after set-up. Only
+    /// called when `SUPPORTS_RING`.
+    fn use_ring(&self, _client: &mut Self::Client, _ring: &Rc<Ring>) -> Result<(), String> {
+        Err("this protocol has no io_uring path".into())
+    }
+
+    /// Close a client at the end of the run (say goodbye to the server).
+    fn close(&self, _client: Self::Client) {}
+}
+
+/// Why a run produced no result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DriverError {
+    /// Bad settings: the user can fix them.
+    Config(String),
+    /// No run happened: a client could not connect or prepare.
+    Connect(String),
+    /// Stopped by `Run::abort` (a signal, or the caller's cancel).
+    Interrupted,
+}
+
+impl fmt::Display for DriverError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriverError::Config(m) => f.write_str(m),
+            DriverError::Connect(m) => f.write_str(m),
+            DriverError::Interrupted => f.write_str("run interrupted"),
+        }
+    }
+}
+
+impl std::error::Error for DriverError {}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,327 @@
+//! A run in progress: the coordinator thread that starts the workers, cuts
+//! the per-second series, enforces the end, and on abort shuts every client
+//! socket down so that clients blocked on a stalled server return at once.
+
+use super::config::HarnessConfig;
+use super::schedule::Timing;
+use super::stats::{cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary};
+use super::worker::worker;
+use super::{DriverError, Protocol};
+use crate::sys;
+use crate::uring::{self, IoMethod};
+use std::collections::HashSet;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// After the end of the run, how long in-flight transactions may take before
+/// their connections are closed (a server stalled at the very end).
+const END_GRACE: Duration = Duration::from_secs(10);
+
+/// What the coordinator and the workers share.
+pub(crate) struct Shared<P: Protocol> {
+    pub cfg: HarnessConfig,
+    pub protocol: P,
+    pub stop: AtomicBool,
+    pub abort: AtomicBool,
+    /// Sockets of live clients, shut down on abort.
+    pub fds: Mutex<HashSet<RawFd>>,
+    pub stats: Vec<Mutex<super::stats::ThreadStats>>,
+    pub cpu_clocks: Mutex<Vec<Option<libc::clockid_t>>>,
+    pub connected: Barrier,
+    pub go: Barrier,
+    pub timing: OnceLock<Timing>,
+    pub workers_done: AtomicUsize,
+    /// Instant <-> CLOCK_MONOTONIC: the same clock, different origins.
+    pub clock_base: (Instant, u64),
+    pub io: IoMethod,
+    /// io_uring_enter calls of all worker threads.
+    pub io_enters: AtomicU64,
+}
+
+impl<P: Protocol> Shared<P> {
+    /// CLOCK_MONOTONIC ns of an Instant (the same clock, another origin).
+    pub fn monotonic_ns_at(&self, at: Instant) -> u64 {
+        let (base_instant, base_ns) = self.clock_base;
+        if at >= base_instant {
+            base_ns + (at - base_instant).as_nanos() as u64
+        } else {
+            base_ns.saturating_sub((base_instant - at).as_nanos() as u64)
+        }
+    }
+
+    pub fn t_s(&self, at: Instant) -> f64 {
+        (self.monotonic_ns_at(at) as i128 - self.cfg.t0_ns as i128) as f64 / 1e9
+    }
+
+    fn close_all_sockets(&self) {
+        // A client removes its fd under this lock before closing it, so every
+        // fd here is a live socket.
+        for &fd in self.fds.lock().unwrap().iter() {
+            sys::shutdown_socket(fd);
+        }
+    }
+
+    fn type_count(&self) -> usize {
+        self.protocol.transaction_types().len()
+    }
+}
+
+/// What `Run::next_progress` returns.
+pub enum Progress {
+    Interval(IntervalReport),
+    Pending,
+    Finished,
+}
+
+/// A run in progress. Poll `next_progress`, then `join`.
+pub struct Run<P: Protocol> {
+    shared: Arc<Shared<P>>,
+    coordinator: Option<JoinHandle<Result<RunSummary, DriverError>>>,
+    progress: Mutex<mpsc::Receiver<IntervalReport>>,
+}
+
+impl<P: Protocol> Run<P> {
+    pub fn start(cfg: HarnessConfig, protocol: P) -> Result<Run<P>, DriverError> {
+        cfg.validate()?;
+        if protocol.transaction_types().is_empty() {
+            return Err(DriverError::Config(
+                "the protocol names no transaction type".into(),
+            ));
+        }
+        let threads = cfg.threads as usize;
+        let io = if P::SUPPORTS_RING {
+            uring::choose_io(cfg.io, uring::AUTO_PREFERS_URING, uring::probe)
+        } else {
+            uring::choose_io(cfg.io, false, || {
+                Err("this protocol's driver has no io_uring path".into())
+            })
+        }
+        .map_err(DriverError::Config)?;
+        let types = protocol.transaction_types().len();
+        let shared = Arc::new(Shared {
+            protocol,
+            stop: AtomicBool::new(false),
+            abort: AtomicBool::new(false),
+            fds: Mutex::new(HashSet::new()),
+            stats: (0..threads)
+                .map(|_| Mutex::new(super::stats::ThreadStats::new(types)))
+                .collect(),
+            cpu_clocks: Mutex::new(vec![None; threads]),
+            connected: Barrier::new(threads + 1),
+            go: Barrier::new(threads + 1),
+            timing: OnceLock::new(),
+            workers_done: AtomicUsize::new(0),
+            clock_base: (Instant::now(), sys::monotonic_ns()),
+            io,
+            io_enters: AtomicU64::new(0),
+            cfg,
+        });
+        let (tx, rx) = mpsc::channel();
+        let coordinator_shared = shared.clone();
+        let coordinator = std::thread::Builder::new()
+            .name("perflab-driver".into())
+            .spawn(move || coordinate(coordinator_shared, tx))
+            .map_err(|e| DriverError::Config(format!("cannot start a thread: {e}")))?;
+        Ok(Run {
+            shared,
+            coordinator: Some(coordinator),
+            progress: Mutex::new(rx),
+        })
+    }
+
+    /// Wait up to `timeout` for the next per-second report.
+    pub fn next_progress(&self, timeout: Duration) -> Progress {
+        match self.progress.lock().unwrap().recv_timeout(timeout) {
+            Ok(report) => Progress::Interval(report),
+            Err(mpsc::RecvTimeoutError::Timeout) => Progress::Pending,
+            Err(mpsc::RecvTimeoutError::Disconnected) => Progress::Finished,
+        }
+    }
+
+    /// Stop now: no new transactions, every connection closed.
+    pub fn abort(&self) {
+        self.shared.abort.store(true, Ordering::SeqCst);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.close_all_sockets();
+    }
+
+    pub fn join(mut self) -> Result<RunSummary, DriverError> {
+        let handle = self.coordinator.take().expect("joined once");
+        match handle.join() {
+            Ok(result) => result,
+            Err(_) => Err(DriverError::Config(
+                "the driver's coordinator panicked".into(),
+            )),
+        }
+    }
+
+    /// Run to the end with no progress display (for tests and Rust callers).
+    pub fn run(cfg: HarnessConfig, protocol: P) -> Result<RunSummary, DriverError> {
+        let run = Run::start(cfg, protocol)?;
+        while !matches!(
+            run.next_progress(Duration::from_secs(3600)),
+            Progress::Finished
+        ) {}
+        run.join()
+    }
+}
+
+impl<P: Protocol> Drop for Run<P> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.coordinator.take() {
+            self.abort();
+            let _ = handle.join();
+        }
+    }
+}
+
+fn coordinate<P: Protocol>(
+    shared: Arc<Shared<P>>,
+    progress: mpsc::Sender<IntervalReport>,
+) -> Result<RunSummary, DriverError> {
+    let cfg = &shared.cfg;
+    let threads = cfg.threads as usize;
+    let connect_started = Instant::now();
+    let mut workers = Vec::with_capacity(threads);
+    for thread_index in 0..threads {
+        // Clients round-robin over threads, as pgbench distributes them.
+        let clients: Vec<u32> = (0..cfg.clients)
+            .filter(|c| *c as usize % threads == thread_index)
+            .collect();
+        let s = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("perflab-driver-{thread_index}"))
+            .spawn(move || worker(s, thread_index, clients));
+        match spawned {
+            Ok(handle) => workers.push(handle),
+            Err(e) => {
+                // Workers already started wait at the barrier: release them.
+                shared.abort.store(true, Ordering::SeqCst);
+                return Err(DriverError::Config(format!("cannot start a thread: {e}")));
+            }
+        }
+    }
+    shared.connected.wait();
+    let connect_phase_s = connect_started.elapsed().as_secs_f64();
+    let connect_error = shared
+        .stats
+        .iter()
+        .find_map(|s| s.lock().unwrap().connect_error.clone());
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(cfg.warmup_s);
+    let timing = Timing {
+        start,
+        measure_from,
+        end: cfg
+            .duration_s
+            .map(|d| measure_from + Duration::from_secs_f64(d)),
+    };
+    let _ = shared.timing.set(timing);
+    if connect_error.is_some() || shared.abort.load(Ordering::SeqCst) {
+        shared.abort.store(true, Ordering::SeqCst);
+        shared.stop.store(true, Ordering::SeqCst);
+        shared.go.wait();
+        for w in workers {
+            let _ = w.join();
+        }
+        return Err(match connect_error {
+            Some(e) => DriverError::Connect(e),
+            None => DriverError::Interrupted,
+        });
+    }
+    let mut process_cpu_from = sys::process_cpu_s().unwrap_or(0.0);
+    shared.go.wait();
+
+    // Thread CPU at the start of the measured window; with a warm-up, read
+    // each worker's clock from here when the window opens.
+    let mut thread_cpu_from: Option<Vec<Option<f64>>> = None;
+    let mut last_tick = start;
+    let mut stop_seen: Option<Instant> = None;
+    let mut sockets_closed = false;
+    let mut series = Vec::new();
+    let mut events: Vec<(Instant, String, String)> = Vec::new();
+    let types = shared.type_count();
+    loop {
+        let now = Instant::now();
+        if thread_cpu_from.is_none() && cfg.warmup_s > 0.0 && now >= measure_from {
+            let clocks = shared.cpu_clocks.lock().unwrap().clone();
+            thread_cpu_from = Some(clocks.iter().map(|c| c.and_then(sys::clock_s)).collect());
+            process_cpu_from = sys::process_cpu_s().unwrap_or(0.0);
+        }
+        if now >= last_tick + Duration::from_secs(1) {
+            last_tick += Duration::from_secs(1);
+            let report = cut_interval(
+                shared.stats.iter().map(|s| s.lock().unwrap()),
+                types,
+                shared.t_s(last_tick),
+                last_tick <= measure_from,
+            );
+            if !report.warmup {
+                series.push(report.clone());
+            }
+            let _ = progress.send(report);
+        }
+        if let Some(end) = timing.end {
+            if now >= end {
+                shared.stop.store(true, Ordering::SeqCst);
+            }
+        }
+        if shared.stop.load(Ordering::SeqCst) && stop_seen.is_none() {
+            stop_seen = Some(now);
+        }
+        if shared.abort.load(Ordering::SeqCst) && !sockets_closed {
+            shared.close_all_sockets();
+            sockets_closed = true;
+        }
+        if let Some(seen) = stop_seen {
+            if !sockets_closed && now >= seen + END_GRACE {
+                events.push((
+                    now,
+                    "abandoned".into(),
+                    format!(
+                        "transactions still in flight {} s after the end; their connections were closed",
+                        END_GRACE.as_secs()
+                    ),
+                ));
+                shared.close_all_sockets();
+                sockets_closed = true;
+            }
+        }
+        if shared.workers_done.load(Ordering::SeqCst) == threads {
+            break;
+        }
+        let next_tick = last_tick + Duration::from_secs(1);
+        let wait = next_tick
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(20));
+        std::thread::sleep(wait);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    let process_cpu_s = sys::process_cpu_s().unwrap_or(0.0) - process_cpu_from;
+    if shared.abort.load(Ordering::SeqCst) {
+        return Err(DriverError::Interrupted);
+    }
+    Ok(summarise(
+        &shared.stats,
+        shared.protocol.transaction_types(),
+        cfg.clients,
+        cfg.threads,
+        |at| shared.t_s(at),
+        CoordinatorFigures {
+            timing,
+            connect_phase_s,
+            thread_cpu_from,
+            process_cpu_s,
+            series,
+            events,
+            io: shared.io.describe(),
+            io_enters: shared.io_enters.load(Ordering::SeqCst),
+        },
+    ))
+}

@@ -1,0 +1,336 @@
+//! A worker thread: one single-threaded tokio runtime that connects its
+//! clients, waits for the common start, and runs each client's loop.
+
+use super::run::Shared;
+use super::schedule::{next_scheduled_start, ScheduleTimer, Timing};
+use super::stats::{Finished, Outcome};
+use super::{ErrorClass, Protocol};
+use crate::random::Prng;
+use crate::sys;
+use crate::uring::{self, Ring};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longest sleep of a waiting client, so that a stop is seen promptly.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// Per-thread state shared by the thread's clients (one runtime thread: no locks).
+struct ThreadCtx<P: Protocol> {
+    shared: Arc<Shared<P>>,
+    index: usize,
+    timing: Timing,
+    /// The thread's next scheduled start under a rate (pgbench's throttle_trigger).
+    throttle_trigger: Cell<Instant>,
+    /// Mean gap between scheduled starts of this thread, in seconds.
+    throttle_gap_s: f64,
+    schedule_rng: RefCell<Prng>,
+}
+
+pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: Vec<u32>) {
+    shared.cpu_clocks.lock().unwrap()[index] = sys::thread_cpu_clock();
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_all();
+    if shared.io.is_uring() {
+        // The batching point: what this tick's clients queued goes to the
+        // kernel in one io_uring_enter, as the runtime is about to sleep.
+        builder.on_thread_park(uring::submit_thread_ring);
+    }
+    let runtime = match builder.build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            shared.stats[index].lock().unwrap().connect_error =
+                Some(format!("cannot start the driver runtime: {e}"));
+            shared.connected.wait();
+            shared.go.wait();
+            shared.workers_done.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, run_thread(shared.clone(), index, clients));
+    shared.stats[index].lock().unwrap().cpu_at_end_s = sys::thread_cpu_s();
+    shared.workers_done.fetch_add(1, Ordering::SeqCst);
+}
+
+async fn run_thread<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: Vec<u32>) {
+    let mut connecting = Vec::new();
+    for client in clients {
+        let s = shared.clone();
+        connecting.push(tokio::task::spawn_local(async move {
+            let started = Instant::now();
+            let result = connect_client(&s, client).await;
+            (client, result, started.elapsed().as_secs_f64())
+        }));
+    }
+    let mut conns = Vec::new();
+    for handle in connecting {
+        let (client, result, seconds) = handle.await.expect("connect task");
+        let mut stats = shared.stats[index].lock().unwrap();
+        stats.connect_total_s += seconds;
+        stats.connect_max_s = stats.connect_max_s.max(seconds);
+        match result {
+            Ok(conn) => {
+                if let Some(fd) = shared.protocol.socket(&conn) {
+                    shared.fds.lock().unwrap().insert(fd);
+                }
+                conns.push((client, conn));
+            }
+            Err(e) => {
+                if stats.connect_error.is_none() {
+                    stats.connect_error = Some(e);
+                }
+            }
+        }
+    }
+    shared.stats[index].lock().unwrap().clients_running = conns.len() as u32;
+    // Blocking here is fine: this thread's clients are all idle.
+    shared.connected.wait();
+    shared.go.wait();
+    shared.stats[index].lock().unwrap().cpu_at_go_s = sys::thread_cpu_s().unwrap_or(0.0);
+    if shared.abort.load(Ordering::SeqCst) {
+        let mut fds = shared.fds.lock().unwrap();
+        for (_, conn) in &conns {
+            if let Some(fd) = shared.protocol.socket(conn) {
+                fds.remove(&fd);
+            }
+        }
+        return;
+    }
+    let timing = *shared.timing.get().expect("timing is set before go");
+    let cfg = &shared.cfg;
+    let ctx = Rc::new(ThreadCtx {
+        shared: shared.clone(),
+        index,
+        timing,
+        throttle_trigger: Cell::new(timing.start),
+        throttle_gap_s: cfg
+            .rate_tps
+            .map(|rate| cfg.threads as f64 / rate)
+            .unwrap_or(0.0),
+        schedule_rng: RefCell::new(Prng::seeded(
+            cfg.seed ^ (0x5EED_0000 + index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        )),
+    });
+    let mut reaper = None;
+    let mut ring_used = None;
+    if shared.io.is_uring() {
+        match Ring::new(conns.len()) {
+            Ok(ring) => {
+                for (_, conn) in conns.iter_mut() {
+                    // Cannot fail for a protocol that supports rings: each
+                    // client switches once.
+                    let _ = shared.protocol.use_ring(conn, &ring);
+                }
+                uring::set_thread_ring(Some(ring.clone()));
+                reaper = Some(tokio::task::spawn_local(ring.clone().reap_forever()));
+                ring_used = Some(ring);
+            }
+            Err(why) => {
+                // The probe worked, this thread's ring did not: run on epoll.
+                shared.stats[index].lock().unwrap().event(
+                    Instant::now(),
+                    "io-fallback",
+                    format!("thread {index}: io_uring ring not set up ({why}); using epoll"),
+                );
+            }
+        }
+    }
+    let mut running = Vec::new();
+    for (client, conn) in conns {
+        running.push(tokio::task::spawn_local(client_loop(
+            ctx.clone(),
+            conn,
+            client,
+        )));
+    }
+    for handle in running {
+        let _ = handle.await;
+    }
+    if let Some(reaper) = reaper {
+        reaper.abort();
+    }
+    uring::set_thread_ring(None);
+    if let Some(ring) = ring_used {
+        shared.io_enters.fetch_add(ring.enters(), Ordering::SeqCst);
+    }
+}
+
+async fn connect_client<P: Protocol>(shared: &Shared<P>, client: u32) -> Result<P::Client, String> {
+    let attempt = shared.protocol.connect(client);
+    let watch_abort = async {
+        while !shared.abort.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        result = attempt => result.map_err(|e| e.to_string()),
+        _ = watch_abort => Err("interrupted".into()),
+    }
+}
+
+/// Sleep until `until`, waking at least every MAX_SLEEP to see a stop.
+/// Returns false when the run stopped meanwhile.
+async fn sleep_until<P: Protocol>(
+    shared: &Shared<P>,
+    timer: Option<&ScheduleTimer>,
+    until: Instant,
+) -> bool {
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        let wake = until.min(now + MAX_SLEEP);
+        let precise = match timer {
+            Some(timer) => timer
+                .wait_until_ns(shared.monotonic_ns_at(wake))
+                .await
+                .is_ok(),
+            None => false,
+        };
+        if !precise {
+            // No timerfd: tokio's millisecond timer.
+            tokio::time::sleep_until(tokio::time::Instant::from_std(wake)).await;
+        }
+    }
+}
+
+/// How one transaction's tries ended.
+enum Ended {
+    Committed,
+    Failed(String),
+    Lost(String),
+}
+
+async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, client: u32) {
+    let shared = ctx.shared.clone();
+    let cfg = &shared.cfg;
+    let protocol = &shared.protocol;
+    let timing = ctx.timing;
+    let fd = protocol.socket(&conn);
+    let mut rng = Prng::seeded(cfg.seed ^ (client as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    // Made on the first scheduled start; None inside when timerfd is unavailable.
+    let mut schedule_timer: Option<Option<ScheduleTimer>> = None;
+    let mut measured_done: u64 = 0;
+    let limit = cfg.latency_limit_us.map(Duration::from_micros);
+    let lost_message: Option<String> = 'run: loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            break None;
+        }
+        // When this transaction is meant to start.
+        let intended = if cfg.rate_tps.is_some() {
+            let (trigger, skipped) = next_scheduled_start(
+                cfg.schedule,
+                ctx.throttle_trigger.get(),
+                ctx.throttle_gap_s,
+                &mut ctx.schedule_rng.borrow_mut(),
+                Instant::now(),
+                limit,
+                timing,
+            );
+            ctx.throttle_trigger.set(trigger);
+            if skipped > 0 {
+                shared.stats[ctx.index]
+                    .lock()
+                    .unwrap()
+                    .record_skipped(skipped);
+                measured_done += skipped;
+            }
+            if timing.end.is_some_and(|end| trigger >= end) {
+                break None;
+            }
+            if let Some(n) = cfg.transactions_per_client {
+                if measured_done >= n {
+                    break None;
+                }
+            }
+            if schedule_timer.is_none() {
+                schedule_timer = Some(ScheduleTimer::new().ok());
+            }
+            let timer = schedule_timer.as_ref().and_then(|t| t.as_ref());
+            if !sleep_until(&shared, timer, trigger).await {
+                break None;
+            }
+            trigger
+        } else {
+            let now = Instant::now();
+            if timing.end.is_some_and(|end| now >= end) {
+                break None;
+            }
+            now
+        };
+        let (tx, request) = protocol.next_transaction(&mut conn, &mut rng);
+        let started = Instant::now();
+        let mut tries = 0;
+        let ended = loop {
+            tries += 1;
+            match protocol.execute(&mut conn, tx, &request).await {
+                Ok(()) => break Ended::Committed,
+                Err(err) => match protocol.classify(&err) {
+                    ErrorClass::Retryable { kind } => {
+                        if tries < cfg.max_tries && !shared.stop.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        break Ended::Failed(kind);
+                    }
+                    ErrorClass::Counted { kind } => break Ended::Failed(kind),
+                    ErrorClass::Fatal => break Ended::Lost(err.to_string()),
+                },
+            }
+        };
+        let done = Instant::now();
+        let outcome = match &ended {
+            Ended::Committed => Outcome::Committed,
+            Ended::Failed(kind) => Outcome::Failed(kind),
+            Ended::Lost(message) => {
+                let mut stats = shared.stats[ctx.index].lock().unwrap();
+                if !shared.abort.load(Ordering::Relaxed) {
+                    stats.lost_clients += 1;
+                    stats.event(
+                        done,
+                        "lost-connection",
+                        format!("client {client}: {message}"),
+                    );
+                }
+                stats.clients_running -= 1;
+                stats.last_completion = Some(stats.last_completion.map_or(done, |l| l.max(done)));
+                break 'run Some(message.clone());
+            }
+        };
+        shared.stats[ctx.index].lock().unwrap().record(Finished {
+            tx,
+            outcome,
+            intended,
+            started,
+            done,
+            tries,
+            scheduled: cfg.rate_tps.is_some(),
+            latency_limit: limit,
+            measure_from: timing.measure_from,
+        });
+        if intended >= timing.measure_from {
+            measured_done += 1;
+            if cfg
+                .transactions_per_client
+                .is_some_and(|n| measured_done >= n)
+            {
+                break None;
+            }
+        }
+    };
+    if lost_message.is_none() {
+        shared.stats[ctx.index].lock().unwrap().clients_running -= 1;
+    }
+    if let Some(fd) = fd {
+        shared.fds.lock().unwrap().remove(&fd);
+    }
+    if lost_message.is_none() {
+        protocol.close(conn);
+    }
+}

@@ -1,0 +1,185 @@
+//! Every libc call of the engine, in one place (as hyperfine keeps its in
+//! `src/timer/`): clocks, timerfd, eventfd, shutdown, and handing an fd to
+//! tokio's reactor. The rest of the engine calls these safe wrappers and
+//! never touches libc itself; the io_uring crate's own unsafe API (queue
+//! pushes whose buffers must outlive the kernel's use) stays in `uring.rs`,
+//! where that lifetime is managed.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// A value that owns its file descriptor outright: the fd stays open and the
+/// same for as long as the value lives, and `as_raw_fd` always returns it.
+/// That is what tokio's reactor requires of what it watches.
+///
+/// # Safety
+/// Implement only for types that own their fd and never swap it.
+pub unsafe trait OwnsFd: AsRawFd {}
+
+// SAFETY: an OwnedFd closes its fd only on drop and never changes it.
+unsafe impl OwnsFd for OwnedFd {}
+// SAFETY: std's streams own their socket fd for their whole life.
+unsafe impl OwnsFd for std::net::TcpStream {}
+// SAFETY: as above.
+unsafe impl OwnsFd for std::os::unix::net::UnixStream {}
+
+/// Register `inner` with the current tokio runtime's reactor for `interest`.
+/// Must run inside a runtime with IO enabled.
+pub fn watch<T: OwnsFd>(inner: T, interest: Interest) -> io::Result<AsyncFd<T>> {
+    // SAFETY: OwnsFd guarantees the fd stays open and unchanged for as long
+    // as `inner` lives, which is as long as the AsyncFd owns it.
+    unsafe { AsyncFd::register_with_interest(inner, interest) }.map_err(|e| e.into_parts().1)
+}
+
+fn clock_gettime(clock: libc::clockid_t) -> Option<libc::timespec> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (rc == 0).then_some(ts)
+}
+
+/// A CPU (or other) clock's reading in seconds; None when the clock is gone
+/// (the CPU clock of a thread that ended).
+pub fn clock_s(clock: libc::clockid_t) -> Option<f64> {
+    clock_gettime(clock).map(|ts| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
+}
+
+/// CPU time of the calling thread, in seconds.
+pub fn thread_cpu_s() -> Option<f64> {
+    clock_s(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// CPU time of the whole process (every thread, Python's too), in seconds.
+pub fn process_cpu_s() -> Option<f64> {
+    clock_s(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of a run's `t0_ns` and of Python's
+/// time.monotonic_ns().
+pub fn monotonic_ns() -> u64 {
+    let ts = clock_gettime(libc::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC always exists");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The calling thread's CPU clock, which another thread may read (the
+/// coordinator reads each worker's at the start of the measured window).
+pub fn thread_cpu_clock() -> Option<libc::clockid_t> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: pthread_self() is the calling thread; `clock` is a valid out-pointer.
+    let rc = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
+    (rc == 0).then_some(clock)
+}
+
+/// A non-blocking, close-on-exec timerfd on CLOCK_MONOTONIC.
+pub fn timerfd_monotonic() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with constant flags; the result is checked.
+    let raw = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Arm a timerfd to expire once, at `deadline_ns` on CLOCK_MONOTONIC.
+pub fn timerfd_arm_at(fd: RawFd, deadline_ns: u64) -> io::Result<()> {
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+        },
+    };
+    // SAFETY: `spec` is a valid itimerspec; the old value is not wanted (null).
+    let rc =
+        unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Read (and so clear) a timerfd's or eventfd's 8-byte counter; WouldBlock
+/// when it has not fired.
+pub fn read_counter(fd: RawFd) -> io::Result<u64> {
+    let mut counter = [0u8; 8];
+    // SAFETY: reads at most 8 bytes into a local 8-byte buffer.
+    let n = unsafe { libc::read(fd, counter.as_mut_ptr().cast(), counter.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(u64::from_ne_bytes(counter))
+}
+
+/// A non-blocking, close-on-exec eventfd (io_uring posts completions to it).
+pub fn eventfd_nonblocking() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with constant flags; the result is checked.
+    let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Shut a socket down both ways, so that a client blocked on it (in epoll or
+/// in an io_uring receive) returns at once. Errors are ignored: the socket
+/// may already be closed by its peer.
+pub fn shutdown_socket(fd: RawFd) {
+    // SAFETY: shutdown(2) on an fd only changes that socket's state; callers
+    // pass fds of sockets still owned by live clients.
+    unsafe {
+        libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn monotonic_ns_moves_forward() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn a_timerfd_armed_in_the_past_fires_once() {
+        let fd = timerfd_monotonic().unwrap();
+        assert_eq!(
+            read_counter(fd.as_raw_fd()).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+        timerfd_arm_at(fd.as_raw_fd(), monotonic_ns()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert_eq!(read_counter(fd.as_raw_fd()).unwrap(), 1);
+    }
+
+    #[test]
+    fn thread_cpu_clock_reads_this_threads_time() {
+        let clock = thread_cpu_clock().unwrap();
+        let mut x = 0u64;
+        for i in 0..1_000_000u64 {
+            x = x.wrapping_add(i * i);
+        }
+        std::hint::black_box(x);
+        assert!(clock_s(clock).unwrap() > 0.0);
+        assert!(thread_cpu_s().unwrap() > 0.0);
+        assert!(process_cpu_s().unwrap() > 0.0);
+    }
+}
