@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import run_main
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import CollectorContext, SamplingCollector
 from perflab.collectors.pgstat import PgstatCollector
@@ -88,7 +89,7 @@ def main() -> int:
         ctx = RunContext(run_number=1, run_dir=workdir, t0_ns=time.monotonic_ns(), series=sink)
         cctx = CollectorContext(run=ctx, endpoint=endpoint, target=target)
         defaults = [n for n in COLLECTORS.names()
-                    if COLLECTORS.get(n).default_on and (COLLECTORS.get(n).default_for in (None, ("postgres",)))]
+                    if COLLECTORS.get(n).default_on and COLLECTORS.get(n).needs <= endpoint.capabilities]
 
         print(f"# {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}, "
               f"{len(target.processes())} server processes, pgbench clients {args.pgbench}")
@@ -161,11 +162,5 @@ def start_pgbench(target: PostgresTarget, endpoint: Any, clients: int) -> subpro
 
 
 if __name__ == "__main__":
-    from perflab.runner import Interrupted, interrupt_on_signals
-
     # Ctrl-C and SIGTERM run main's `finally`, which stops the server it started
-    with interrupt_on_signals():
-        try:
-            sys.exit(main())
-        except Interrupted:
-            sys.exit(130)
+    run_main(main)

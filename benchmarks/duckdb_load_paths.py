@@ -41,7 +41,8 @@ from pathlib import Path
 
 import duckdb
 
-from perflab.workloads.tpch import _load_duckdb, schema
+from perflab.targets.duckdb import DuckDbEndpoint
+from perflab.workloads.tpch import schema
 
 TPCHGEN_CLI = Path(sys.executable).parent / "tpchgen-cli"
 
@@ -60,7 +61,8 @@ def counts(conn: duckdb.DuckDBPyConnection) -> dict[str, int]:
 def path_arrow(sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, int]]:
     conn = fresh(scratch / "arrow.duckdb")
     t = time.perf_counter()
-    _load_duckdb(conn, sf, os.cpu_count() or 1)
+    DuckDbEndpoint(path=str(scratch / "arrow.duckdb"), database=conn).bulk_load(
+        "tpch", sf, list(schema.TABLES), os.cpu_count() or 1)
     steps = {"generate + load": time.perf_counter() - t}
     return steps, counts(conn)
 

@@ -43,12 +43,12 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _common import cores, run_main, spread
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.base import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
@@ -57,10 +57,6 @@ from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 TARGET_TPS_RATIO = {"select-only": 1.05, "tpcb-like": 1.0}
 TARGET_TPS_RATIO_MIN_CLIENTS = {"select-only": 8, "tpcb-like": 1}
 TARGET_CPU_RATIO = 0.8
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0))
 
 
 def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
@@ -102,10 +98,6 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "cs_per_tx": switches / done, "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "flags": ",".join(result.flags), "io": used}
-
-
-def spread(values: list[float]) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 def main() -> int:
@@ -201,11 +193,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from perflab.runner import Interrupted, interrupt_on_signals
-
     # Ctrl-C and SIGTERM run main's `finally`, which stops the server it started
-    with interrupt_on_signals():
-        try:
-            sys.exit(main())
-        except Interrupted:
-            sys.exit(130)
+    run_main(main)

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from _common import run_main
 from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
 from perflab.workloads.base import RunContext
@@ -154,11 +155,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from perflab.runner import Interrupted, interrupt_on_signals
-
     # Ctrl-C and SIGTERM run main's `finally`, which stops the server it started
-    with interrupt_on_signals():
-        try:
-            sys.exit(main())
-        except Interrupted:
-            sys.exit(130)
+    run_main(main)

@@ -27,6 +27,7 @@ from perflab.collectors.pgstat import PgstatCollector, PgstatSettings
 from perflab.collectors.process import ProcessCollector, ProcessSettings, role_from_title
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S
 from perflab.collectors.vmstat import VmstatCollector, VmstatSettings
+from perflab.endpoints import Capability
 from perflab.model import Metric, RunResult
 from perflab.report.telemetry import build_run_figure, write_run_figure
 from perflab.store import Store
@@ -445,8 +446,8 @@ def test_joules_per_transaction_and_query() -> None:
 def test_default_collectors() -> None:
     defaults = {name for name in COLLECTORS.names() if COLLECTORS.get(name).default_on}
     assert defaults == {"vmstat", "diskstats", "process", "pgstat"}
-    assert COLLECTORS.get("pgstat").default_for == ("postgres",)
-    assert COLLECTORS.get("vmstat").default_for is None
+    assert COLLECTORS.get("pgstat").needs == {Capability.POSTGRES_WIRE}
+    assert COLLECTORS.get("vmstat").needs == frozenset()
 
 
 class _PlannedRun:

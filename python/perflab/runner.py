@@ -26,6 +26,7 @@ from typing import Any
 
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
+from perflab.endpoints import Endpoint
 from perflab.errors import Interrupted, RunFailure, UserError
 from perflab.model import Event, RunResult
 from perflab.plan import PlannedRun
@@ -33,7 +34,7 @@ from perflab.progress import Progress, fmt_value
 from perflab.spec import Experiment, RunSpec
 from perflab.store import Store
 from perflab.targets import TARGETS
-from perflab.targets.base import Endpoint, Target
+from perflab.targets.base import Target
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import RunContext, Workload
 

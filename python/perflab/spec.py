@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from perflab.collectors import COLLECTORS
+from perflab.endpoints import Capability, describe
 from perflab.errors import SpecError, UserError
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
@@ -193,13 +194,13 @@ def _validate_kind(
         return None, pydantic_problems(exc, (section,), cls.Settings)
 
 
-def _validate_collect(raw: Any, dialect: str) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def _validate_collect(raw: Any, provided: frozenset[Capability]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     out: dict[str, Any] = {}
     problems: list[tuple[str, str]] = []
     if raw is None:  # the defaults
         for entry in COLLECTORS.entries():
             cls = COLLECTORS.get(entry.name)
-            if cls.default_on and (cls.default_for is None or dialect in cls.default_for):
+            if cls.default_on and cls.needs <= provided:
                 out[entry.name] = cls.Settings()
         return out, problems
     if not isinstance(raw, dict):
@@ -217,6 +218,10 @@ def _validate_collect(raw: Any, dialect: str) -> tuple[dict[str, Any], list[tupl
             problems.append((path, f"got {_short(conf)}; allowed: a table such as {{ interval = \"1s\" }}, true or false"))
             continue
         cls = COLLECTORS.get(name)
+        if not cls.needs <= provided:
+            problems.append((path, f"collector {name!r} needs {describe(cls.needs)}; the target provides "
+                                   f"{describe(provided)}: drop it, or choose a target that provides it"))
+            continue
         try:
             out[name] = cls.Settings.model_validate(conf)
         except ValidationError as exc:
@@ -239,17 +244,20 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
         return None, problems
     target_cls = TARGETS.get(target.kind)
     workload_cls = WORKLOADS.get(workload.kind)
-    if target_cls.dialect not in workload_cls.dialects:
+    provided = target_cls.endpoint_type.capabilities
+    missing = workload_cls.needs - provided
+    if missing:
         problems.append(
             (
                 "workload.kind",
-                f"workload {workload.kind!r} cannot drive target kind {target.kind!r}; "
-                f"it drives: {', '.join(workload_cls.dialects)}",
+                f"workload {workload.kind!r} needs {describe(workload_cls.needs)}; target kind "
+                f"{target.kind!r} provides {describe(provided)}: choose a target that provides "
+                f"{describe(missing)}, or another workload",
             )
         )
         return None, problems
     problems += target_cls.validate_for_workload(target, workload_cls(workload))
-    collect, p3 = _validate_collect(resolved.get("collect"), target_cls.dialect)
+    collect, p3 = _validate_collect(resolved.get("collect"), provided)
     problems += p3
     if problems:
         return None, problems

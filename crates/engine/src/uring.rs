@@ -251,6 +251,8 @@ impl Ring {
         self.enters.get()
     }
 
+    /// Whether the kernel finishes receives only inside this thread's own
+    /// enter (DEFER_TASKRUN, 6.1+); else COOP_TASKRUN or plain.
     pub fn deferred_taskrun(&self) -> bool {
         self.deferred
     }

@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from perflab.endpoints import Capability, Endpoint
 from perflab.model import Event, Metric, RunResult
 from perflab.settings_model import StrictModel
-from perflab.targets.base import Endpoint, Target
+from perflab.targets.base import Target
 from perflab.units import Duration
 from perflab.workloads.base import RunContext
 
@@ -49,10 +50,12 @@ class CollectorUnavailable(Exception):
 
 class Collector(abc.ABC):
     Settings: ClassVar[type[CollectorSettings]] = CollectorSettings
-    # Collectors on by default when an experiment has no [collect] table;
-    # `default_for` limits it to target dialects (None: every target).
+    # Collectors on by default when an experiment has no [collect] table
+    # (where the target provides what they need).
     default_on: ClassVar[bool] = False
-    default_for: ClassVar[tuple[str, ...] | None] = None
+    # What the collector needs of the target's endpoint; `perflab check`
+    # refuses it on a target without (empty: it samples the host only).
+    needs: ClassVar[frozenset[Capability]] = frozenset()
 
     def __init__(self, name: str, settings: Any) -> None:
         self.name = name

@@ -38,6 +38,7 @@ from perflab.collectors.base import (
     CollectorUnavailable,
     SamplingCollector,
 )
+from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.model import Event, RunResult
 
 MAINTENANCE_DB = "postgres"
@@ -86,7 +87,7 @@ def _unit(column: str) -> str:
 class PgstatCollector(SamplingCollector):
     Settings = PgstatSettings
     default_on = True
-    default_for = ("postgres",)
+    needs = frozenset({Capability.POSTGRES_WIRE})
 
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)
@@ -112,11 +113,11 @@ class PgstatCollector(SamplingCollector):
 
     # ------------------------------------------------------------ set-up
 
-    def _connect(self, endpoint: Any) -> Any:
+    def _connect(self, endpoint: PgWireEndpoint) -> Any:
         import psycopg
         from psycopg.conninfo import make_conninfo
 
-        self._same_db = getattr(endpoint, "dbname", "") == MAINTENANCE_DB
+        self._same_db = endpoint.dbname == MAINTENANCE_DB
         try:
             if self._same_db:
                 raise psycopg.OperationalError("same database")
@@ -134,8 +135,8 @@ class PgstatCollector(SamplingCollector):
 
     def open(self, ctx: CollectorContext) -> None:
         endpoint = ctx.endpoint
-        if endpoint is None or endpoint.dialect != "postgres" or not hasattr(endpoint, "conninfo"):
-            raise CollectorUnavailable("the target is not a PostgreSQL server")
+        if not isinstance(endpoint, PgWireEndpoint):
+            raise CollectorUnavailable("the target is not a PostgreSQL server (no PostgreSQL-protocol endpoint)")
         try:
             self._conn = self._connect(endpoint)
         except Exception as exc:
@@ -143,7 +144,7 @@ class PgstatCollector(SamplingCollector):
         self._backend_pid = self._conn.info.backend_pid
         MONITOR_PIDS.add(self._backend_pid)
         version = self._conn.info.server_version
-        self._dbname = getattr(endpoint, "dbname", "")
+        self._dbname = endpoint.dbname
         candidates = ["db", "bgwriter"]
         candidates += ["checkpointer"] if version >= 170000 else []
         candidates += ["wal"] if version >= 140000 else []

@@ -4,10 +4,10 @@ reached and torn down."""
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from perflab.endpoints import Endpoint
 from perflab.settings_model import StrictModel
 
 
@@ -15,38 +15,14 @@ class TargetSettings(StrictModel):
     kind: str
 
 
-@dataclass
-class Endpoint(abc.ABC):
-    """How a workload reaches a provisioned target.
-
-    `dialect` names the SQL dialect ("postgres", "duckdb"); `read_only` is set
-    when perflab may not write to it (an external database without
-    allow_destructive), and then every session it opens is read-only.
-    `fresh` is true when the target's data was created anew by this provision,
-    so any data prepared earlier is gone.
-    """
-
-    dialect: str
-    read_only: bool = False
-    fresh: bool = True
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @abc.abstractmethod
-    def connect(self) -> Any:
-        """A new DB-API connection in autocommit mode."""
-
-    @abc.abstractmethod
-    def display(self) -> str:
-        """Where it is, with any password masked."""
-
-
 class Target(abc.ABC):
     """A system under test. The runner keeps one alive across runs while its
     `identity` is unchanged and calls `reconfigure` with each run's settings."""
 
     Settings: ClassVar[type[TargetSettings]]
-    # The SQL dialect its endpoints speak; workloads list the dialects they drive.
-    dialect: ClassVar[str]
+    # What `provision` returns; its capabilities are what workloads and
+    # collectors may need of this target.
+    endpoint_type: ClassVar[type[Endpoint]]
 
     def __init__(self, settings: Any, workdir: Path) -> None:
         self.settings = settings

@@ -32,10 +32,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from perflab.endpoints import Endpoint, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.secrets import mask_secrets
 from perflab.settings_model import StrictModel
-from perflab.targets.base import Endpoint, Target, TargetSettings
+from perflab.targets.base import Target, TargetSettings
 from perflab.units import Duration
 
 SUPERUSER = "perflab"
@@ -99,13 +100,8 @@ class PostgresSettings(TargetSettings):
 
 
 @dataclass(kw_only=True)
-class PostgresEndpoint(Endpoint):
-    conninfo: str
-    host: str
-    port: int
-    user: str
-    dbname: str
-    password: str | None = None
+class PostgresEndpoint(PgWireEndpoint):
+    dialect: ClassVar[str] = "postgres"
 
     def connect(self) -> Any:
         import psycopg
@@ -115,18 +111,29 @@ class PostgresEndpoint(Endpoint):
     def display(self) -> str:
         return mask_secrets(self.conninfo)
 
-    def wire_conninfo(self, application_name: str = "perflab") -> str:
-        """The conninfo in libpq key=value form, the form the engine's own
-        PostgreSQL client takes (a URI DSN is rewritten); sessions are
-        read-only when the endpoint is."""
-        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    def set_statement_timeout(self, conn: Any, seconds: float | None) -> bool:
+        # statement_timeout is in ms and 0 means none: round a set timeout up to 1 ms.
+        timeout_ms = max(1, round(seconds * 1000)) if seconds else 0
+        conn.execute(f"set statement_timeout = {timeout_ms}")
+        return True
 
-        params: dict[str, Any] = conninfo_to_dict(self.conninfo)
-        options = str(params.get("options", ""))
-        if self.read_only and "default_transaction_read_only" not in options:
-            params["options"] = (options + " -c default_transaction_read_only=on").strip()
-        params.setdefault("application_name", application_name)
-        return make_conninfo("", **params)
+    def interrupt(self, conn: Any) -> None:
+        conn.cancel()
+
+    def is_timeout(self, exc: BaseException) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.errors.QueryCanceled)
+
+    def bulk_load(self, dataset: str, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
+        """Generated in the engine and streamed with COPY over `jobs`
+        connections (the engine's own client), no files in between."""
+        from perflab import _engine
+
+        if dataset != "tpch":
+            raise ValueError(f"data set {dataset!r} has no generator; allowed: tpch")
+        loads = _engine.tpch_load_postgres(self.wire_conninfo(f"perflab-{dataset}"), scale_factor, tables, jobs)
+        return {t.table: t.rows for t in loads}
 
 
 # ------------------------------------------------------------------ binaries
@@ -323,7 +330,7 @@ def process_role(cmdline: str) -> str:
 
 class PostgresTarget(Target):
     Settings: ClassVar[type[TargetSettings]] = PostgresSettings
-    dialect: ClassVar[str] = "postgres"
+    endpoint_type: ClassVar[type[Endpoint]] = PostgresEndpoint
 
     settings: PostgresSettings
 
@@ -398,7 +405,6 @@ class PostgresTarget(Target):
             options = (str(params.get("options", "")) + " -c default_transaction_read_only=on").strip()
             conninfo = make_conninfo(conninfo, options=options)
         ep = PostgresEndpoint(
-            dialect="postgres",
             read_only=not self.settings.allow_destructive,
             fresh=False,
             conninfo=conninfo,
@@ -595,7 +601,7 @@ class PostgresTarget(Target):
         host = "127.0.0.1" if self.settings.listen == "tcp" else str(self.socket_dir)
         conninfo = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname=self.settings.database)
         return PostgresEndpoint(
-            dialect="postgres", read_only=False, fresh=fresh, conninfo=conninfo, host=host,
+            read_only=False, fresh=fresh, conninfo=conninfo, host=host,
             port=self.port, user=SUPERUSER, dbname=self.settings.database,
         )
 

@@ -9,11 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from perflab.endpoints import Capability, Endpoint
 from perflab.model import CheckResult, LoadResult, RunResult
 from perflab.settings_model import StrictModel
-from perflab.targets.base import Endpoint
 
 if TYPE_CHECKING:
     from perflab.report.section import Section
@@ -64,13 +64,19 @@ class RunContext:
         return (time.monotonic_ns() - self.t0_ns) / 1e9
 
 
-class Workload(abc.ABC):
+# The endpoint a workload drives: its `needs` guarantee the type, because
+# `perflab check` refuses a target whose endpoint lacks them.
+EndpointT = TypeVar("EndpointT", bound=Endpoint)
+
+
+class Workload(abc.ABC, Generic[EndpointT]):
     Settings: ClassVar[type[WorkloadSettings]]
     # Settings fields that define the data set: prepared data is reused across
     # runs while these (and the target) are unchanged.
     data_fields: ClassVar[tuple[str, ...]] = ()
-    # Target dialects this workload can drive.
-    dialects: ClassVar[tuple[str, ...]] = ("postgres",)
+    # What this workload needs of the target's endpoint (`perflab check`
+    # refuses a target that lacks any of it).
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     # Headline metric names, in the order `show` and the progress line print them.
     headline: ClassVar[tuple[str, ...]] = ()
 
@@ -90,14 +96,14 @@ class Workload(abc.ABC):
         return True
 
     @abc.abstractmethod
-    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: EndpointT, ctx: RunContext) -> LoadResult:
         """Create and load the data set (the timed load test)."""
 
     @abc.abstractmethod
-    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: EndpointT, ctx: RunContext) -> RunResult:
         """Drive the target for one run."""
 
-    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
+    def check(self, endpoint: EndpointT, ctx: RunContext) -> CheckResult:
         """Consistency checks after a run. Default: none."""
         return CheckResult()
 

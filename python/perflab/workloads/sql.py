@@ -17,10 +17,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
 from perflab.settings_model import StrictModel
-from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 
@@ -64,10 +64,10 @@ def _read(base_dir: Path, name: str, what: str) -> str:
                         "give a path relative to the experiment file, or an absolute one") from None
 
 
-class SqlWorkload(Workload):
+class SqlWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = SqlSettings
     data_fields: ClassVar[tuple[str, ...]] = ("setup", "setup_files")
-    dialects: ClassVar[tuple[str, ...]] = ("postgres", "duckdb")
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("statements_per_s", "statement_mean_ms")
 
     settings: SqlSettings
@@ -87,7 +87,7 @@ class SqlWorkload(Workload):
             body.append((Path(f).stem, _read(base_dir, f, "files")))
         return body
 
-    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: SqlEndpoint, ctx: RunContext) -> LoadResult:
         load = LoadResult()
         statements = list(self.settings.setup)
         statements += [_read(ctx.base_dir, f, "setup_files") for f in self.settings.setup_files]
@@ -100,7 +100,7 @@ class SqlWorkload(Workload):
         load.steps["setup"] = time.perf_counter() - start
         return load
 
-    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: SqlEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         body = self._body(ctx.base_dir)
         result = RunResult(headline=list(self.headline))

@@ -23,9 +23,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from perflab import _engine
+from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
-from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 
@@ -87,21 +87,14 @@ class TpcbSettings(WorkloadSettings):
         return self
 
 
-def _driver_conninfo(endpoint: Endpoint) -> str:
-    from perflab.targets.postgres import PostgresEndpoint
-
-    assert isinstance(endpoint, PostgresEndpoint), "tpcb drives PostgreSQL endpoints only"
-    return endpoint.wire_conninfo("perflab-tpcb")
-
-
 def _ms(us: float) -> float:
     return us / 1000.0
 
 
-class TpcbWorkload(Workload):
+class TpcbWorkload(Workload[PgWireEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
     data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
-    dialects: ClassVar[tuple[str, ...]] = ("postgres",)
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p99_ms")
 
     settings: TpcbSettings
@@ -117,7 +110,7 @@ class TpcbWorkload(Workload):
 
     # ------------------------------------------------------------ load
 
-    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: PgWireEndpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
         if endpoint.read_only:
             raise UserError(
@@ -126,7 +119,7 @@ class TpcbWorkload(Workload):
             )
         try:
             report = _engine.tpcb_load(
-                _driver_conninfo(endpoint),
+                endpoint.wire_conninfo("perflab-tpcb"),
                 scale=s.scale,
                 fillfactor=s.fillfactor,
                 on_step=lambda step: ctx.status(f"load scale {s.scale}: {step.replace('_', ' ')}"),
@@ -143,7 +136,7 @@ class TpcbWorkload(Workload):
         s = self.settings
         return s.threads if s.threads is not None else max(1, min(s.clients, len(os.sched_getaffinity(0))))
 
-    def _before_run(self, endpoint: Endpoint, result: RunResult, ctx: RunContext) -> int:
+    def _before_run(self, endpoint: PgWireEndpoint, result: RunResult, ctx: RunContext) -> int:
         """pgbench's pre-run housekeeping, the scale found in the tables, and
         the balance sums the consistency check compares against."""
         s = self.settings
@@ -189,7 +182,7 @@ class TpcbWorkload(Workload):
         ).fetchone()
         return dict(zip(("accounts", "tellers", "branches", "history", "history_rows"), map(int, row), strict=True))
 
-    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: PgWireEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         if endpoint.read_only and s.script != "select-only":
             raise UserError(
@@ -222,7 +215,7 @@ class TpcbWorkload(Workload):
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
         try:
             out = _engine.tpcb_run(
-                _driver_conninfo(endpoint),
+                endpoint.wire_conninfo("perflab-tpcb"),
                 script=s.script,
                 scale=scale,
                 clients=s.clients,
@@ -361,7 +354,7 @@ class TpcbWorkload(Workload):
 
     # ------------------------------------------------------------ check
 
-    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
+    def check(self, endpoint: PgWireEndpoint, ctx: RunContext) -> CheckResult:
         """TPC-B's consistency condition for this run, and the row counts.
 
         Over the run, every account, teller and branch balance changes by the

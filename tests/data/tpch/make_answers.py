@@ -49,7 +49,7 @@ def main() -> int:
             validation_answers(target.provision(), sf, Path(d) / "duckdb")
         finally:
             target.teardown()
-        pg = PostgresEndpoint(dialect="postgres", conninfo=conninfo, host="", port=0, user="", dbname="")
+        pg = PostgresEndpoint(conninfo=conninfo, host="", port=0, user="", dbname="")
         validation_answers(pg, sf, Path(d) / "postgres")
         disagree = []
         for q in range(1, 23):

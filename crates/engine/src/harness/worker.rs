@@ -119,6 +119,17 @@ async fn run_thread<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: 
     if shared.io.is_uring() {
         match Ring::new(conns.len()) {
             Ok(ring) => {
+                if !ring.deferred_taskrun() {
+                    // Say which path ran: without DEFER_TASKRUN (Linux < 6.1)
+                    // completions may interrupt the thread.
+                    shared.stats[index].lock().unwrap().event(
+                        Instant::now(),
+                        "io-mode",
+                        format!(
+                            "thread {index}: io_uring without DEFER_TASKRUN (kernel before 6.1)"
+                        ),
+                    );
+                }
                 for (_, conn) in conns.iter_mut() {
                     // Cannot fail for a protocol that supports rings: each
                     // client switches once.

@@ -68,10 +68,6 @@ impl Script {
             Script::SelectOnly => &[SELECT_ACCOUNT],
         }
     }
-
-    pub fn writes(self) -> bool {
-        self != Script::SelectOnly
-    }
 }
 
 impl FromStr for Script {

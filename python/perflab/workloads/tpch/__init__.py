@@ -42,9 +42,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
-from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
@@ -118,10 +118,10 @@ class _StreamOutcome:
     columns: dict[int, list[str]] = field(default_factory=dict)
 
 
-class TpchWorkload(Workload):
+class TpchWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpchSettings
     data_fields: ClassVar[tuple[str, ...]] = ("scale_factor",)
-    dialects: ClassVar[tuple[str, ...]] = ("postgres", "duckdb")
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("qphh_at_size", "power_at_size", "throughput_at_size", "load.total_s")
 
     settings: TpchSettings
@@ -137,14 +137,13 @@ class TpchWorkload(Workload):
     def _jobs(self) -> int:
         return self.settings.load_jobs or os.cpu_count() or 2
 
-    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: SqlEndpoint, ctx: RunContext) -> LoadResult:
         if endpoint.read_only:
             raise UserError(
                 "the tpch workload creates and loads tables, but the target is read-only",
                 "set target.allow_destructive = true for a database perflab may write",
             )
         sf = self.settings.scale_factor
-        dialect = endpoint.dialect
         load = LoadResult()
         conn = endpoint.connect()
         try:
@@ -157,17 +156,10 @@ class TpchWorkload(Workload):
 
             ctx.status(f"tpch: loading SF {sf:g}")
             started = time.perf_counter()
-            if dialect == "postgres":
-                from perflab import _engine
-
-                conninfo = endpoint.wire_conninfo("perflab-tpch")  # type: ignore[attr-defined]  # a PostgresEndpoint
-                loads = _engine.tpch_load_postgres(conninfo, sf, list(schema.TABLES), self._jobs())
-                load.rows = {t.table: t.rows for t in loads}
-            else:
-                load.rows = _load_duckdb(conn, sf, self._jobs())
+            load.rows = endpoint.bulk_load("tpch", sf, list(schema.TABLES), self._jobs())
             load.steps["load"] = time.perf_counter() - started
 
-            for step in schema.load_steps(dialect):
+            for step in schema.load_steps(endpoint.dialect):
                 ctx.status(f"tpch: {step.name}")
                 started = time.perf_counter()
                 self._run_step(endpoint, step)
@@ -183,11 +175,11 @@ class TpchWorkload(Workload):
         self._loaded_in_this_run = True
         return load
 
-    def _run_step(self, endpoint: Endpoint, step: schema.Step) -> None:
+    def _run_step(self, endpoint: SqlEndpoint, step: schema.Step) -> None:
         """A step's statements each on its own session, `load_jobs` at a time
         (DuckDB parallelises each statement itself: one at a time there)."""
         statements = step.statements
-        if endpoint.dialect != "postgres" or len(statements) == 1:
+        if not endpoint.parallel_sessions or len(statements) == 1:
             conn = endpoint.connect()
             try:
                 for sql in statements:
@@ -206,7 +198,7 @@ class TpchWorkload(Workload):
 
     # ------------------------------------------------------------ run
 
-    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: SqlEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         result = RunResult(headline=list(self.headline))
         if "load" in s.tests and not self._loaded_in_this_run:
@@ -253,7 +245,7 @@ class TpchWorkload(Workload):
         _per_query_stats(result)
         return result
 
-    def _state(self, endpoint: Endpoint) -> _State:
+    def _state(self, endpoint: SqlEndpoint) -> _State:
         conn = endpoint.connect()
         try:
             state = _read_state(conn)
@@ -267,7 +259,7 @@ class TpchWorkload(Workload):
             )
         return state
 
-    def _finish_state(self, endpoint: Endpoint, state: _State) -> None:
+    def _finish_state(self, endpoint: SqlEndpoint, state: _State) -> None:
         state.runs_since_load += 1
         state.next_pair += self._refresh_pairs_run
         conn = endpoint.connect()
@@ -276,7 +268,7 @@ class TpchWorkload(Workload):
         finally:
             conn.close()
 
-    def _maintenance(self, endpoint: Endpoint, ctx: RunContext, result: RunResult) -> None:
+    def _maintenance(self, endpoint: SqlEndpoint, ctx: RunContext, result: RunResult) -> None:
         sql = self.settings.maintenance
         if sql is None:
             sql = DEFAULT_MAINTENANCE.get(endpoint.dialect, "")
@@ -297,7 +289,7 @@ class TpchWorkload(Workload):
 
     # ------------------------------------------------------------ tests
 
-    def _validation_stream(self, endpoint: Endpoint, ctx: RunContext, result: RunResult, base_seed: int,
+    def _validation_stream(self, endpoint: SqlEndpoint, ctx: RunContext, result: RunResult, base_seed: int,
                            only: tuple[int, ...] | None) -> None:
         s = self.settings
         if self._refresh_pairs_so_far(endpoint) > 0:
@@ -341,7 +333,7 @@ class TpchWorkload(Workload):
                             "give the directory holding q01.out .. q22.out")
         return path
 
-    def _refresh_pairs_so_far(self, endpoint: Endpoint) -> int:
+    def _refresh_pairs_so_far(self, endpoint: SqlEndpoint) -> int:
         conn = endpoint.connect()
         try:
             state = _read_state(conn)
@@ -349,7 +341,7 @@ class TpchWorkload(Workload):
             conn.close()
         return 0 if state is None else state.next_pair - 1
 
-    def _power_test(self, endpoint: Endpoint, ctx: RunContext, result: RunResult, state: _State,
+    def _power_test(self, endpoint: SqlEndpoint, ctx: RunContext, result: RunResult, state: _State,
                     base_seed: int, only: tuple[int, ...] | None, invalid: list[str]) -> float | None:
         s = self.settings
         pair = state.next_pair + self._refresh_pairs_run
@@ -378,7 +370,7 @@ class TpchWorkload(Workload):
                           "3600*SF over the geometric mean of 22 query and 2 refresh times (TPC-H 5.4.1)", True)
         return power
 
-    def _throughput_test(self, endpoint: Endpoint, ctx: RunContext, result: RunResult, state: _State,
+    def _throughput_test(self, endpoint: SqlEndpoint, ctx: RunContext, result: RunResult, state: _State,
                          base_seed: int, only: tuple[int, ...] | None, invalid: list[str]) -> float | None:
         s = self.settings
         streams = s.streams or metrics.min_streams(s.scale_factor)
@@ -467,22 +459,20 @@ class TpchWorkload(Workload):
                               started_s=started_s))
         return timing.seconds
 
-    def _query_stream(self, endpoint: Endpoint, ctx: RunContext, queries: list[qgen.StreamQuery],
+    def _query_stream(self, endpoint: SqlEndpoint, ctx: RunContext, queries: list[qgen.StreamQuery],
                       keep_results: bool = False, barrier: threading.Barrier | None = None) -> _StreamOutcome:
         outcome = _StreamOutcome()
         conn = endpoint.connect()
         try:
             timeout = self.settings.query_timeout
-            if endpoint.dialect == "postgres":
-                # statement_timeout is in ms and 0 means none: round a set timeout up to 1 ms.
-                timeout_ms = max(1, round(timeout * 1000)) if timeout else 0
-                conn.execute(f"set statement_timeout = {timeout_ms}")
+            # Where the server cannot end a slow statement, a timer interrupts it.
+            timer_timeout = None if endpoint.set_statement_timeout(conn, timeout) else timeout
             if barrier is not None:
                 barrier.wait()
             for q in queries:
                 if ctx.cancel.is_set():
                     break
-                qt, rows, columns = _timed_query(endpoint, conn, q, timeout, ctx.now_s)
+                qt, rows, columns = _timed_query(endpoint, conn, q, timer_timeout, ctx.now_s)
                 outcome.times.append(qt)
                 if keep_results and rows is not None:
                     outcome.results[q.number] = rows
@@ -499,7 +489,7 @@ class TpchWorkload(Workload):
 
     # ------------------------------------------------------------ checks
 
-    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
+    def check(self, endpoint: SqlEndpoint, ctx: RunContext) -> CheckResult:
         check = CheckResult()
         for a in self._answer_checks:
             check.add(f"answer.Q{a.query}", a.passed, a.detail)
@@ -515,14 +505,14 @@ def _measurement_interval(query_times: list[QueryTime], refresh_times: list[Quer
     return max(ends) - min(starts) if starts and ends else 0.0
 
 
-def _timed_query(endpoint: Endpoint, conn: Any, q: qgen.StreamQuery, timeout_s: float | None,
+def _timed_query(endpoint: SqlEndpoint, conn: Any, q: qgen.StreamQuery, interrupt_after_s: float | None,
                  now_s: Callable[[], float]) -> tuple[QueryTime, list[tuple[Any, ...]] | None, list[str]]:
     """Run one query to its last row; time from submission to the last row.
-    `now_s` is the run's clock, for the start that is stored with the time."""
+    `now_s` is the run's clock, for the start that is stored with the time;
+    `interrupt_after_s`, a timeout the server does not enforce itself."""
     timer: threading.Timer | None = None
-    if endpoint.dialect == "duckdb" and timeout_s:
-        # DuckDB has no statement timeout: interrupt the connection from a timer.
-        timer = threading.Timer(timeout_s, conn.interrupt)
+    if interrupt_after_s:
+        timer = threading.Timer(interrupt_after_s, endpoint.interrupt, (conn,))
         timer.daemon = True
     started_s = now_s()
     started = time.perf_counter()
@@ -536,22 +526,12 @@ def _timed_query(endpoint: Endpoint, conn: Any, q: qgen.StreamQuery, timeout_s: 
         return QueryTime(q.stream, q.seq, q.name, seconds, "ok", text=q.text, started_s=started_s), rows, columns
     except Exception as exc:
         seconds = time.perf_counter() - started
-        status = "timeout" if _is_timeout(exc, endpoint.dialect) else "error"
+        status = "timeout" if endpoint.is_timeout(exc) else "error"
         return (QueryTime(q.stream, q.seq, q.name, seconds, status, text=q.text, error=_short_error(exc),
                           started_s=started_s), None, [])
     finally:
         if timer is not None:
             timer.cancel()
-
-
-def _is_timeout(exc: BaseException, dialect: str) -> bool:
-    if dialect == "postgres":
-        import psycopg
-
-        return isinstance(exc, psycopg.errors.QueryCanceled)
-    import duckdb
-
-    return isinstance(exc, duckdb.InterruptException)
 
 
 def _short_error(exc: BaseException) -> str:
@@ -599,33 +579,3 @@ def _write_state(conn: Any, state: _State) -> None:
     )
 
 
-class _ArrowStream:
-    """An Arrow C stream PyCapsule as an object DuckDB and pyarrow can import."""
-
-    def __init__(self, capsule: Any) -> None:
-        self._capsule = capsule
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        capsule, self._capsule = self._capsule, None
-        if capsule is None:
-            raise RuntimeError("an Arrow stream can be read once")
-        return capsule
-
-
-def _load_duckdb(conn: Any, sf: float, threads: int) -> dict[str, int]:
-    """Each table from the engine's Arrow stream (generated by `threads`
-    threads) straight into its DuckDB table: no text, no files."""
-    import pyarrow as pa
-
-    from perflab import _engine
-
-    rows: dict[str, int] = {}
-    for table in schema.TABLES:
-        reader = pa.RecordBatchReader.from_stream(_ArrowStream(_engine.tpch_arrow_stream(table, sf, threads)))
-        conn.register("perflab_tpch_source", reader)
-        try:
-            conn.execute(f"insert into {table} select * from perflab_tpch_source")
-        finally:
-            conn.unregister("perflab_tpch_source")
-        rows[table] = int(conn.execute(f"select count(*) from {table}").fetchall()[0][0])
-    return rows

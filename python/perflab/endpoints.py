@@ -1,0 +1,128 @@
+"""How a workload or a collector reaches a provisioned target: endpoints and
+the capabilities they declare.
+
+A target's endpoint says what it can do (`capabilities`); a workload or a
+collector says what it needs (`needs`). `perflab check` refuses an experiment
+whose workload needs what the target's endpoint lacks, naming both, so no
+code below ever asks an endpoint for its kind by name or probes it with
+`getattr`.
+
+- `SqlEndpoint`: DB-API sessions (connect), statement timeouts and
+  interrupts, telling a timeout from another error, and bulk loading of the
+  engine's generated data sets.
+- `PgWireEndpoint`: a server that speaks the PostgreSQL protocol, with a
+  typed conninfo for the engine's own PostgreSQL client (the TPC-B driver,
+  COPY) and for psycopg.
+- HTTP and network endpoints come with their workloads.
+
+This module sits below targets, workloads, collectors and the store.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class Capability(str, Enum):
+    """What an endpoint can do; stored and printed as its value."""
+
+    SQL = "sql"
+    POSTGRES_WIRE = "postgres-wire"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def describe(capabilities: frozenset[Capability]) -> str:
+    return ", ".join(sorted(c.value for c in capabilities)) or "nothing"
+
+
+@dataclass(kw_only=True)
+class Endpoint(abc.ABC):
+    """A provisioned target, reachable.
+
+    `read_only` is set when perflab may not write to it (an external database
+    without allow_destructive), and then every session it opens is read-only.
+    `fresh` is true when the target's data was created anew by this
+    provision, so any data prepared earlier is gone.
+    """
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    read_only: bool = False
+    fresh: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @abc.abstractmethod
+    def display(self) -> str:
+        """Where it is, with any password masked."""
+
+
+@dataclass(kw_only=True)
+class SqlEndpoint(Endpoint):
+    """A database reached through DB-API sessions."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
+    # The SQL text dialect ("postgres", "duckdb"): which query texts and DDL
+    # a workload sends. Not a capability: never branch on it for behaviour.
+    dialect: ClassVar[str]
+    # Whether independent statements (index builds) finish sooner on several
+    # sessions at once; false where the engine parallelises each statement.
+    parallel_sessions: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def connect(self) -> Any:
+        """A new DB-API connection in autocommit mode."""
+
+    @abc.abstractmethod
+    def set_statement_timeout(self, conn: Any, seconds: float | None) -> bool:
+        """Make the server end statements on `conn` that run longer than
+        `seconds` (None: never). False when the server has no such limit, and
+        the caller must `interrupt` from a timer instead."""
+
+    @abc.abstractmethod
+    def interrupt(self, conn: Any) -> None:
+        """Cancel the statement running on `conn` (safe from another thread)."""
+
+    @abc.abstractmethod
+    def is_timeout(self, exc: BaseException) -> bool:
+        """Whether `exc` ended a statement because of a timeout or interrupt."""
+
+    @abc.abstractmethod
+    def bulk_load(self, dataset: str, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
+        """Generate `tables` of the engine's data set `dataset` ("tpch") at
+        `scale_factor` and load them, `jobs` at a time, by this database's
+        fastest path; rows loaded per table."""
+
+
+@dataclass(kw_only=True)
+class PgWireEndpoint(SqlEndpoint):
+    """A server that speaks the PostgreSQL protocol (PostgreSQL itself, or
+    Citus, CockroachDB, YugabyteDB through their PostgreSQL front)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL, Capability.POSTGRES_WIRE})
+
+    conninfo: str
+    host: str
+    port: int
+    user: str
+    dbname: str
+    password: str | None = None
+
+    def wire_conninfo(self, application_name: str = "perflab", dbname: str | None = None) -> str:
+        """The conninfo in libpq key=value form, the form the engine's own
+        PostgreSQL client takes (a URI DSN is rewritten); sessions are
+        read-only when the endpoint is."""
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params: dict[str, Any] = conninfo_to_dict(self.conninfo)
+        options = str(params.get("options", ""))
+        if self.read_only and "default_transaction_read_only" not in options:
+            params["options"] = (options + " -c default_transaction_read_only=on").strip()
+        params.setdefault("application_name", application_name)
+        if dbname is not None:
+            params["dbname"] = dbname
+        return make_conninfo("", **params)
