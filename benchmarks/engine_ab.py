@@ -49,13 +49,15 @@ from perflab.workloads.tpch import schema as tpch_schema
 TOLERANCE = 0.03
 
 CHILD = r"""
-import json, resource, sys, time
+import dataclasses, json, resource, sys, time
 from pathlib import Path
 import perflab
 from perflab.targets.postgres import PostgresEndpoint
 from perflab.workloads.base import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
-ep = PostgresEndpoint(**json.loads(sys.argv[1]))
+# The checkouts' endpoints differ (an older one has a `dialect` field): give each what it takes.
+fields = {f.name for f in dataclasses.fields(PostgresEndpoint)}
+ep = PostgresEndpoint(**{k: v for k, v in json.loads(sys.argv[1]).items() if k in fields})
 w = TpcbWorkload(TpcbSettings.model_validate(json.loads(sys.argv[2])))
 ctx = RunContext(run_number=0, run_dir=Path(sys.argv[3]), t0_ns=time.monotonic_ns())
 before = resource.getrusage(resource.RUSAGE_SELF)
