@@ -36,6 +36,11 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def in_registration_order(self) -> list[str]:
+        """Names in the order their lines stand in the registry module (the
+        order a report shows them in, e.g. the machine before the server)."""
+        return list(self._entries)
+
     def entries(self) -> list[Entry]:
         return [self._entries[n] for n in self.names()]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -43,6 +44,39 @@ class CollectorContext:
         return self.run.run_dir
 
 
+@dataclass(frozen=True)
+class PanelPart:
+    """One series of a panel: its name in the store, its legend label, and
+    the colour people read it in (None: matplotlib's next)."""
+
+    name: str
+    label: str
+    colour: str | None = None
+
+
+@dataclass(frozen=True)
+class TelemetryPanel:
+    """A panel of a run's telemetry figure, drawn from the collector's own
+    series. The report draws what collectors declare here and names none.
+
+    With `parts`, exactly those series; without, every series whose name
+    matches `name_like` (SQL LIKE), labelled by `label_of`, the `top`
+    largest by sum when set, series that stay at zero left out when
+    `drop_zero`."""
+
+    title: str
+    ylabel: str
+    parts: tuple[PanelPart, ...] = ()
+    name_like: str = "%"
+    label_of: Callable[[str], str] = str
+    top: int | None = None
+    drop_zero: bool = False
+    stacked: bool = False
+    # Stored values are divided by this before drawing (KiB -> GiB: 2**20).
+    divisor: float = 1.0
+    ymax: float | None = None
+
+
 class CollectorUnavailable(Exception):
     """This collector cannot work here (no permission, file missing, a server
     without the view): it is skipped with this reason, said once."""
@@ -56,6 +90,8 @@ class Collector(abc.ABC):
     # What the collector needs of the target's endpoint; `perflab check`
     # refuses it on a target without (empty: it samples the host only).
     needs: ClassVar[frozenset[Capability]] = frozenset()
+    # Panels this collector adds to each run's telemetry figure, in order.
+    panels: ClassVar[tuple[TelemetryPanel, ...]] = ()
 
     def __init__(self, name: str, settings: Any) -> None:
         self.name = name

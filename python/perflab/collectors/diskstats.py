@@ -32,6 +32,7 @@ from perflab.collectors.base import (
     CollectorSettings,
     CollectorUnavailable,
     SamplingCollector,
+    TelemetryPanel,
 )
 from perflab.collectors.procfs import read_text, require_readable
 from perflab.model import Event, RunResult
@@ -175,6 +176,10 @@ class _Reading:
 class DiskstatsCollector(SamplingCollector):
     Settings = DiskstatsSettings
     default_on = True
+    panels = (
+        TelemetryPanel("disk utilisation (time with I/O in flight)", "%util", name_like="%.util_pct",
+                       label_of=lambda name: name.rsplit(".", 1)[0]),
+    )
 
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)

@@ -37,9 +37,13 @@ from perflab.collectors.base import (
     CollectorSettings,
     CollectorUnavailable,
     SamplingCollector,
+    TelemetryPanel,
 )
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.model import Event, RunResult
+
+# The telemetry figure's wait-event panel: the largest this many, by sessions.
+TOP_WAIT_EVENTS = 6
 
 MAINTENANCE_DB = "postgres"
 GAUGES = {"numbackends", "op_bytes"}
@@ -87,6 +91,11 @@ def _unit(column: str) -> str:
 class PgstatCollector(SamplingCollector):
     Settings = PgstatSettings
     default_on = True
+    panels = (
+        TelemetryPanel(f"PostgreSQL wait events (largest {TOP_WAIT_EVENTS})", "sessions", name_like="wait.%",
+                       label_of=lambda name: name[len("wait."):].replace(".", ":", 1), top=TOP_WAIT_EVENTS,
+                       drop_zero=True, stacked=True),
+    )
     needs = frozenset({Capability.POSTGRES_WIRE})
 
     def __init__(self, name: str, settings: Any) -> None:

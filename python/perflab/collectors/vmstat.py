@@ -20,7 +20,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from perflab.collectors.base import CollectorContext, CollectorSettings, SamplingCollector
+from perflab.collectors.base import (
+    CollectorContext,
+    CollectorSettings,
+    PanelPart,
+    SamplingCollector,
+    TelemetryPanel,
+)
 from perflab.collectors.procfs import (
     PAGE_SIZE_KIB,
     parse_kib_table,
@@ -117,6 +123,29 @@ def gauges(r: Reading) -> dict[str, float]:
 class VmstatCollector(SamplingCollector):
     Settings = VmstatSettings
     default_on = True
+    # The OSDL DBT-3 durability graphs plotted vmstat's us/sy/id/wa,
+    # free/buff/cache and bi/bo for each run; in the colours people read
+    # vmstat graphs with: user green, system red, wait amber.
+    panels = (
+        TelemetryPanel("CPU (vmstat, all CPUs)", "% of CPU", parts=(
+            PanelPart("us_pct", "us (user)", "#2e8b57"),
+            PanelPart("sy_pct", "sy (system)", "#c0392b"),
+            PanelPart("wa_pct", "wa (I/O wait)", "#f39c12"),
+            PanelPart("st_pct", "st (steal)", "#8e44ad"),
+            PanelPart("id_pct", "id (idle)", "#dfe6e9"),
+        ), stacked=True, ymax=100),
+        # stacked to the machine's memory: at a glance, how much is page cache
+        TelemetryPanel("memory (vmstat)", "GiB", parts=(
+            PanelPart("used_kib", "used", "#c0392b"),
+            PanelPart("buff_kib", "buff", "#e67e22"),
+            PanelPart("cache_kib", "cache", "#27ae60"),
+            PanelPart("free_kib", "free", "#d6eaf8"),
+        ), stacked=True, divisor=2**20),
+        TelemetryPanel("block I/O (vmstat bi/bo)", "MiB/s", parts=(
+            PanelPart("bi_kib_per_s", "bi (read)", "#2980b9"),
+            PanelPart("bo_kib_per_s", "bo (written)", "#c0392b"),
+        ), divisor=1024),
+    )
 
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)

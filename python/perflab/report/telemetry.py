@@ -6,12 +6,10 @@ free/buff/cache and bi/bo for each run:
 
 1. throughput: every `tps` or `qps` series of a non-collector source (the
    workload's driver series, e.g. source "tpcb" name "tps");
-2. CPU: vmstat us, sy, wa, st, id stacked to 100%;
-3. memory: vmstat used, buff, cache, free stacked to the total (GiB);
-4. block I/O: vmstat bi, bo (MiB/s);
-5. disks: diskstats %util per device, when sampled;
-6. wait events: pgstat's mean sessions per wait event (the six largest),
-   when sampled.
+2. then, for each collector that sampled the run, in the registry's order,
+   the panels it declares (`Collector.panels`: CPU, memory and block I/O
+   from vmstat, %util per disk, wait events, ...). This module names no
+   collector: it draws what they declare.
 
 Panels without data are left out; with no panel at all no file is written.
 Drawn with matplotlib's object API (no pyplot state, safe in threads), Agg.
@@ -29,30 +27,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from perflab.collectors import COLLECTORS
+from perflab.collectors.base import TelemetryPanel
 from perflab.store import Store
 
 THROUGHPUT_NAMES = ("tps", "qps")
 WIDTH_IN = 11.0
 PANEL_HEIGHT_IN = 1.9
 DPI = 110
-TOP_WAIT_EVENTS = 6
-# colours people read vmstat graphs with: user green, system red, wait amber
-CPU_PARTS = (
-    ("us_pct", "us (user)", "#2e8b57"),
-    ("sy_pct", "sy (system)", "#c0392b"),
-    ("wa_pct", "wa (I/O wait)", "#f39c12"),
-    ("st_pct", "st (steal)", "#8e44ad"),
-    ("id_pct", "id (idle)", "#dfe6e9"),
-)
-# stacked to the machine's memory: at a glance, how much is page cache
-MEMORY_PARTS = (
-    ("used_kib", "used", "#c0392b"),
-    ("buff_kib", "buff", "#e67e22"),
-    ("cache_kib", "cache", "#27ae60"),
-    ("free_kib", "free", "#d6eaf8"),
-)
-IO_PARTS = (("bi_kib_per_s", "bi (read)", "#2980b9"), ("bo_kib_per_s", "bo (written)", "#c0392b"))
-
 Series = dict[str, tuple[list[float], list[float]]]  # name -> (t, value)
 
 
@@ -147,7 +128,7 @@ def _throughput_panel(store: Store, run_id: int, sources: list[str]) -> _Panel |
     return _Panel("throughput", draw)
 
 
-def _stack_panel(series: Series, parts: Sequence[tuple[str, str, str]], title: str, ylabel: str,
+def _stack_panel(series: Series, parts: Sequence[tuple[str, str, str | None]], title: str, ylabel: str,
                  divisor: float, *, stacked: bool, ymax: float | None = None) -> _Panel | None:
     aligned = _aligned(series, [p[0] for p in parts])
     if aligned is None:
@@ -158,7 +139,9 @@ def _stack_panel(series: Series, parts: Sequence[tuple[str, str, str]], title: s
         xs = [t / scale for t in ts]
         scaled = [[v / divisor for v in col] for col in columns]
         if stacked:
-            ax.stackplot(xs, *scaled, labels=[p[1] for p in parts], colors=[p[2] for p in parts], linewidth=0)
+            colours = [p[2] for p in parts]
+            ax.stackplot(xs, *scaled, labels=[p[1] for p in parts], linewidth=0,
+                         colors=None if None in colours else [c for c in colours if c is not None])
         else:
             for (_, label, colour), col in zip(parts, scaled, strict=True):
                 ax.plot(xs, col, label=label, color=colour, linewidth=1.2)
@@ -192,31 +175,33 @@ def _per_name_panel(lines: list[tuple[str, list[float], list[float]]], title: st
     return _Panel(title, draw)
 
 
-def _disk_panel(series: Series) -> _Panel | None:
-    lines = [(name.rsplit(".", 1)[0], ts, vs) for name, (ts, vs) in sorted(series.items())
-             if name.endswith(".util_pct")]
-    return _per_name_panel(lines, "disk utilisation (time with I/O in flight)", "%util", stacked=False)
-
-
-def _wait_panel(series: Series) -> _Panel | None:
-    waits = {name[len("wait."):]: tv for name, tv in series.items() if name.startswith("wait.")}
-    top = sorted(waits, key=lambda n: -sum(waits[n][1]))[:TOP_WAIT_EVENTS]
-    lines = [(name.replace(".", ":", 1), *waits[name]) for name in top if sum(waits[name][1]) > 0]
-    return _per_name_panel(lines, f"PostgreSQL wait events (largest {TOP_WAIT_EVENTS})", "sessions", stacked=True)
+def _collector_panel(series: Series, spec: TelemetryPanel) -> _Panel | None:
+    """A collector's declared panel, from its series."""
+    if spec.parts:
+        parts = [(p.name, p.label, p.colour) for p in spec.parts]
+        return _stack_panel(series, parts, spec.title, spec.ylabel, spec.divisor, stacked=spec.stacked,
+                            ymax=spec.ymax)
+    names = sorted(series)
+    if spec.top is not None:
+        names = sorted(names, key=lambda n: -sum(series[n][1]))[:spec.top]
+    lines = [(spec.label_of(n), ts, [v / spec.divisor for v in vs])
+             for n in names for ts, vs in [series[n]] if not spec.drop_zero or sum(vs) > 0]
+    return _per_name_panel(lines, spec.title, spec.ylabel, stacked=spec.stacked)
 
 
 def build_run_figure(store: Store, run_id: int) -> Figure | None:
     """The run's panels as a matplotlib Figure (None when nothing was sampled)."""
     sources = _sources(store, run_id)
-    vmstat = _load(store, run_id, "vmstat") if "vmstat" in sources else {}
-    panels = [
-        _throughput_panel(store, run_id, sources),
-        _stack_panel(vmstat, CPU_PARTS, "CPU (vmstat, all CPUs)", "% of CPU", 1.0, stacked=True, ymax=100),
-        _stack_panel(vmstat, MEMORY_PARTS, "memory (vmstat)", "GiB", 2**20, stacked=True),
-        _stack_panel(vmstat, IO_PARTS, "block I/O (vmstat bi/bo)", "MiB/s", 1024, stacked=False),
-        _disk_panel(_load(store, run_id, "diskstats", "%.util_pct")) if "diskstats" in sources else None,
-        _wait_panel(_load(store, run_id, "pgstat", "wait.%")) if "pgstat" in sources else None,
-    ]
+    panels = [_throughput_panel(store, run_id, sources)]
+    loaded: dict[tuple[str, str], Series] = {}
+    for name in COLLECTORS.in_registration_order():
+        if name not in sources:
+            continue
+        for spec in COLLECTORS.get(name).panels:
+            key = (name, spec.name_like)
+            if key not in loaded:
+                loaded[key] = _load(store, run_id, name, spec.name_like)
+            panels.append(_collector_panel(loaded[key], spec))
     present = [p for p in panels if p is not None]
     if not present:
         return None
