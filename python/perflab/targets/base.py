@@ -13,6 +13,11 @@ from perflab.settings_model import StrictModel
 
 class TargetSettings(StrictModel):
     kind: str
+    # Keep the target's data (a cluster, a database file) when the experiment
+    # has finished. The default drops it: the results are in the store, and a
+    # cluster is most of an output directory's size. An interrupted experiment
+    # always keeps it, so `perflab resume` reuses the loaded data.
+    keep_data: bool = False
 
 
 @dataclass
@@ -85,6 +90,15 @@ class Target(abc.ABC):
 
     def end_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
         """Called after each run, failed or not (e.g. to keep the run's server log)."""
+
+    def data_locations(self) -> list[Path]:
+        """Where this target keeps data perflab made (for keep_data = true)."""
+        return []
+
+    def discard_data(self) -> int:
+        """Remove the data perflab made for this target (never anything it did
+        not make); the target is stopped. Returns the bytes freed."""
+        return 0
 
     def log_tail(self, lines: int = 40) -> str | None:
         """The server log's last lines, for a failed run's record."""

@@ -215,6 +215,25 @@ class DuckDbTarget(Target):
             info["describe_error"] = str(exc)
         return info
 
+    def data_locations(self) -> list[Path]:
+        path = self._path()
+        return [path] if path.exists() else []
+
+    def discard_data(self) -> int:
+        """The database file, only if perflab created it (its mark beside it),
+        with DuckDB's write-ahead log."""
+        path = self._path()
+        if not path.exists() or _foreign(path):
+            return 0
+        wal = path.with_name(path.name + ".wal")
+        freed = 0
+        for p in (path, wal):
+            if p.exists():
+                freed += p.stat().st_size
+                p.unlink()
+        _mark(path).unlink(missing_ok=True)  # last: a cut-short removal is finished by the next
+        return freed
+
     def processes(self) -> dict[int, str]:
         return {os.getpid(): "embedded"} if self.database is not None else {}
 
