@@ -138,6 +138,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 ATTEMPT_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE attempt"):SCHEMA.index("CREATE TABLE dataset")].strip().rstrip(";")
+ATTEMPT_TABLE = ATTEMPT_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
 
 
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:
