@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-
 # One rule for every duration in an experiment file, said the same way in
 # every refusal: a bare number is seconds (as pgbench's -T and BenchBase's
 # <time>), a string carries a unit.

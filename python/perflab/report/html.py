@@ -95,10 +95,11 @@ def pre(text: str) -> str:
     return f"<pre>{esc(text)}</pre>"
 
 
-def figure(svg: str, caption: str, name: str) -> str:
+def figure(svg: str, caption: str, name: str, files_dir: str = "figures") -> str:
+    """`files_dir`: where the figure's files are, relative to the page."""
     return (
         f'<figure id="fig-{esc(name)}">{svg}<figcaption>{esc(caption)} '
-        f'<span class="files">figures/{esc(name)}.svg · .png</span></figcaption></figure>'
+        f'<span class="files">{esc(files_dir)}/{esc(name)}.svg · .png</span></figcaption></figure>'
     )
 
 
