@@ -70,6 +70,7 @@ def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
 
 
 def table_rows(store: Store, table: str) -> tuple[list[str], Any]:
+    rows: Any
     if table == "metrics":
         columns, rows = metric_rows(store)
     elif table == "series":
