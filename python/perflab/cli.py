@@ -212,7 +212,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         for h in headline:
             if h in ms:
                 units[h] = ms[h]["unit"]
-    cols = ["run", *factors, "rep", "status", *(f"{h} [{units.get(h, '')}]" for h in headline), "notes"]
+    cols = ["run", *factors, "rep", "status", *(f"{h} [{units[h]}]" if units.get(h) else h for h in headline),
+            "notes"]
+    # a metric no run has (a load measured in none of these runs, say) is no column
+    first_metric = 2 + len(factors) + 1
+    keep = [i for i, _ in enumerate(cols)
+            if not (first_metric <= i and all(row[i] in ("-", "") for row in rows))]
+    cols = [cols[i] for i in keep]
+    rows = [[row[i] for i in keep] for row in rows]
     done = sum(r["status"] == "done" for r in runs)
     print(f"# {info['name']}: {len(runs)} runs, {done} done, "
           f"{sum(r['status'] == 'failed' for r in runs)} failed, {sum(r['status'] == 'planned' for r in runs)} to run")
@@ -245,7 +252,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cell(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    from perflab.model import fmt_level
+
+    return fmt_level(value)
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from perflab.analysis.effects import LEGEND, effect
 from perflab.analysis.stats import DEFAULT_SEED, Interval
 from perflab.errors import UserError
+from perflab.model import fmt_factors
 from perflab.report import figures
 from perflab.report import html as h
 from perflab.report.data import ReportData, flatten, load
@@ -78,7 +79,7 @@ def _grouped(data: ReportData, factors: list[str], metric: str) -> dict[str, lis
 
 def _label(key: str) -> str:
     factors = json.loads(key)
-    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in factors.items()) or "all runs"
+    return fmt_factors(factors, ", ") or "all runs"
 
 
 def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], list[str]]:

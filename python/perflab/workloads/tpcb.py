@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 
 from perflab import _engine
 from perflab.errors import Interrupted, RunFailure, UserError
-from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
+from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
@@ -346,7 +346,7 @@ class TpcbWorkload(Workload):
         rows = []
         for run in runs:
             m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
-            factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
+            factors = fmt_factors(run["factors"], ", ")
             rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in columns],
                          ", ".join(run["flags"])])
         blocks: list[Any] = [
