@@ -45,6 +45,9 @@ def test_provision_applies_settings_on_a_private_socket(workdir: Path) -> None:
         info = target.describe()
         assert info["version"].startswith("PostgreSQL")
         assert info["effective_settings"]["work_mem"] == "12MB"
+        # how perflab reaches the server is no setting of the experiment's: kept apart
+        assert "unix_socket_directories" not in info["effective_settings"]
+        assert info["connection_settings"]["unix_socket_directories"] == ep.host
         roles = set(target.processes().values())
         assert {"postmaster", "checkpointer", "walwriter"} <= roles
         assert (target.data_dir / CREATED_MARK).exists()
