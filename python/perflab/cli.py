@@ -7,10 +7,13 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.errors import EXIT_USAGE, Interrupted, UserError
 from perflab.export import FORMATS, TABLES
+
+if TYPE_CHECKING:
+    from perflab.runner import Session
 
 EXIT_FAILED_RUNS = 1
 EXIT_INTERRUPTED = 130
@@ -127,7 +130,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _execute(session, args)
 
 
-def _execute(session: Any, args: argparse.Namespace) -> int:
+def _execute(session: Session, args: argparse.Namespace) -> int:
     from perflab import runner
     from perflab.progress import make_progress
 
