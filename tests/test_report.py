@@ -231,11 +231,13 @@ def test_a_baseline_that_is_no_level_is_refused(tmp_path: Path, run_cli) -> None
 
 
 def test_a_default_level_shows_as_default(tmp_path: Path) -> None:
-    out = build_store(tmp_path / "out", clients=[2], sync=["", "off"], repetitions=2, histograms=False)
+    out = build_store(tmp_path / "out", clients=[1, 2], sync=["", "off"], repetitions=2, histograms=False)
     html = write_report(out).read_text()
     assert "synchronous_commit = off against default" in html
     assert "<td>default</td>" in html
     assert not re.search(r"synchronous_commit=(?:[,<)\s]|$)", html)
+    # the scaling lines too, in their legend (an SVG text) and in the best-point table
+    assert "<td>synchronous_commit=default</td>" in html
 
 
 def test_no_interval_of_a_positive_figure_goes_below_zero(tmp_path: Path) -> None:
