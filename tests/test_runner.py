@@ -137,10 +137,14 @@ def test_the_cluster_and_wal_dir_are_removed_unless_keep_data(workdir: Path, run
     assert list((workdir / "out").rglob("PG_VERSION")) == []
     assert sum(p.stat().st_size for p in (workdir / "out").rglob("*") if p.is_file()) < 5 * 2**20
 
-    f = experiment(workdir, target=f'keep_data = true\n[target.storage]\nwal_dir = "{wal}"', workload="iterations = 2")
-    proc = run_cli("run", f, "--out", workdir / "kept", "--no-report")
-    assert "kept the target's data" in proc.stdout
+    # a relative wal_dir is beside the experiment file, wherever perflab is started from
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    f = experiment(workdir, target='keep_data = true\n[target.storage]\nwal_dir = "wal"', workload="iterations = 2")
+    proc = run_cli("run", f, "--out", workdir / "kept", "--no-report", cwd=elsewhere)
+    assert "kept the target's data" in proc.stdout and str(wal) in proc.stdout
     assert any(wal.iterdir()) and len(list((workdir / "kept").glob("targets/*/pgdata/PG_VERSION"))) == 1
+    assert list(elsewhere.iterdir()) == []
     assert postmasters_under(workdir) == []
 
 

@@ -309,7 +309,8 @@ class Runner:
         if active is not None and active.identity == identity and active.target.check_alive() is None:
             return active.target, identity
         self._release_target()
-        return TARGETS.get(spec.target.kind)(spec.target, self._target_dir(spec.target.kind, identity)), identity
+        target = TARGETS.get(spec.target.kind)(spec.target, self._target_dir(spec.target.kind, identity), self.base_dir)
+        return target, identity
 
     def _bring_up(self, target: Target, identity: str, spec: RunSpec, result: RunResult) -> Endpoint:
         """Reconfigure the active target for this run, or provision a new one."""
@@ -341,7 +342,7 @@ class Runner:
             if identity in seen:
                 continue
             seen.add(identity)
-            target = TARGETS.get(settings.kind)(settings, self._target_dir(settings.kind, identity))
+            target = TARGETS.get(settings.kind)(settings, self._target_dir(settings.kind, identity), self.base_dir)
             if settings.keep_data:
                 kept = target.data_locations()
                 if kept:

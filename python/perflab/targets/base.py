@@ -53,9 +53,17 @@ class Target(abc.ABC):
     # The SQL dialect its endpoints speak; workloads list the dialects they drive.
     dialect: ClassVar[str]
 
-    def __init__(self, settings: Any, workdir: Path) -> None:
+    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
         self.settings = settings
         self.workdir = workdir
+        # where the experiment file is: its relative paths are taken from here
+        self.base_dir = (base_dir or Path.cwd()).resolve()
+
+    def path_from_file(self, given: str) -> Path:
+        """A path the experiment file gives, made absolute as every path in
+        the file is: relative to the file's directory, so a resume started
+        from another directory finds the same place."""
+        return (self.base_dir / Path(given).expanduser()).resolve()
 
     @classmethod
     def identity(cls, settings: Any) -> str:

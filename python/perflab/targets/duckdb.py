@@ -101,8 +101,8 @@ class DuckDbTarget(Target):
 
     settings: DuckDbSettings
 
-    def __init__(self, settings: DuckDbSettings, workdir: Path) -> None:
-        super().__init__(settings, workdir)
+    def __init__(self, settings: DuckDbSettings, workdir: Path, base_dir: Path | None = None) -> None:
+        super().__init__(settings, workdir, base_dir)
         self.database: Any = None
         self.endpoint: DuckDbEndpoint | None = None
         self._lock = threading.Lock()
@@ -125,7 +125,7 @@ class DuckDbTarget(Target):
 
     def _path(self) -> Path:
         if self.settings.path:
-            return Path(self.settings.path).expanduser().resolve()
+            return self.path_from_file(self.settings.path)
         return (self.workdir / DATABASE_FILE).resolve()
 
     def provision(self) -> Endpoint:

@@ -323,8 +323,8 @@ class PostgresTarget(Target):
 
     settings: PostgresSettings
 
-    def __init__(self, settings: PostgresSettings, workdir: Path) -> None:
-        super().__init__(settings, workdir)
+    def __init__(self, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> None:
+        super().__init__(settings, workdir, base_dir)
         self.external = settings.dsn is not None
         self.run_as: str | None = None
         self.bin_dir: Path | None = None
@@ -422,7 +422,7 @@ class PostgresTarget(Target):
 
     def _data_dir(self) -> Path:
         if self.settings.storage.data_dir:
-            return Path(self.settings.storage.data_dir).resolve()
+            return self.path_from_file(self.settings.storage.data_dir)
         default = self.workdir / "pgdata"
         if _reachable_by(self.workdir, self.run_as):
             return default
@@ -501,7 +501,7 @@ class PostgresTarget(Target):
                 "--locale=C", "--no-sync"]
         created = "created by perflab initdb; perflab may drop and recreate it\n"
         if self.settings.storage.wal_dir:
-            wal = Path(self.settings.storage.wal_dir).resolve()
+            wal = self.path_from_file(self.settings.storage.wal_dir)
             if wal.exists() and any(wal.iterdir()):
                 raise UserError(f"target.storage.wal_dir: {wal} is not empty", "give an empty or new directory")
             if not wal.exists():
@@ -750,7 +750,7 @@ class PostgresTarget(Target):
             return []
         self.run_as = _current_run_as(self.settings)
         data_dir = self._data_dir()
-        wal = Path(self.settings.storage.wal_dir).resolve() if self.settings.storage.wal_dir else None
+        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
         return [p for p in (data_dir, wal) if p is not None and p.exists()]
 
     def discard_data(self) -> int:
@@ -765,7 +765,7 @@ class PostgresTarget(Target):
             return 0
         if self.postmaster_pid_of(data_dir) is not None:
             raise UserError(f"{data_dir}: the server is still running", "stop it before removing its data")
-        wal = Path(self.settings.storage.wal_dir).resolve() if self.settings.storage.wal_dir else None
+        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
         freed = _size_bytes(data_dir) + (_size_bytes(wal) if wal else 0)
         # The mark goes last: a removal cut short is finished by the next one.
         for child in data_dir.iterdir():
