@@ -51,7 +51,7 @@ def test_t_interval_matches_scipy_and_says_its_method() -> None:
 
 
 def test_mean_interval_uses_t_when_small_and_bootstrap_when_large() -> None:
-    assert stats.mean_interval([1.0, 2.0, 3.0]).method == "student-t"
+    assert stats.mean_interval([10.0, 11.0, 12.0]).method == "student-t"
     rng = np.random.default_rng(7)
     large = rng.normal(100.0, 5.0, size=200)
     boot = stats.mean_interval(large)
@@ -74,6 +74,40 @@ def test_bootstrap_interval_agrees_with_scipy_percentile_bootstrap() -> None:
     ).confidence_interval
     assert ours.low == pytest.approx(theirs.low, rel=0.03)
     assert ours.high == pytest.approx(theirs.high, rel=0.03)
+
+
+def test_positive_figures_get_no_negative_bound() -> None:
+    """TPS of three spread runs: the t interval reaches below zero, which TPS
+    cannot; the log-normal interval is used and stays above it."""
+    tps = [293.0, 977.0, 533.0]
+    assert stats.t_interval(tps).low < 0
+    ci = stats.mean_interval(tps)
+    assert ci.method == "log-normal (modified Cox)" and 0 < ci.low < ci.estimate < ci.high
+    assert ci.estimate == pytest.approx(np.mean(tps))
+    # a figure that can be negative (a change in %) keeps the t interval
+    assert stats.mean_interval([-3.0, 5.0, 1.0]).method == "student-t"
+
+
+def test_lognormal_interval_covers_the_mean_95_percent_of_the_time() -> None:
+    """Modified Cox (Olsson 2005) on log-normal samples of 5 with sigma 1, the
+    spread of a noisy disk: the true mean exp(mu + sigma^2/2) is inside the
+    interval close to 95% of the time (the t interval, about 85% here)."""
+    rng = np.random.default_rng(3)
+    true_mean = math.exp(0.5)
+    trials = 2000
+    inside = 0
+    for _ in range(trials):
+        ci = stats.lognormal_interval(rng.lognormal(0.0, 1.0, size=5))
+        inside += ci.low <= true_mean <= ci.high
+    assert 0.93 <= inside / trials <= 0.975
+
+
+def test_two_runs_say_the_interval_means_little_and_how_many_to_run() -> None:
+    summary = stats.summarize([1000.0, 1100.0])
+    assert any(w.startswith("n=2: the interval means little; about ") for w in summary.warnings)
+    # CV 6.73%: t_{n-1} CV / sqrt(n) is 5.18% at n = 9 (t 2.306) and 4.82% at n = 10 (t 2.262)
+    assert stats.repetitions_for([1000.0, 1100.0]) == 10
+    assert stats.repetitions_for([1000.0, 1000.5]) == stats.MIN_MEANINGFUL_N
 
 
 def test_single_value_has_no_interval() -> None:

@@ -51,3 +51,23 @@ def test_bad_arguments_exit_2_without_a_traceback(run_cli, args: list[str]) -> N
 def test_show_of_a_directory_without_a_store(run_cli, tmp_path: Path) -> None:
     proc = run_cli("show", tmp_path, check=False)
     assert proc.returncode == 2 and "holds no perflab store" in proc.stderr and "fix:" in proc.stderr
+
+
+def test_show_drops_columns_no_run_has_and_prints_no_empty_unit(run_cli, tmp_path: Path) -> None:
+    import sqlite3
+
+    from synthetic_store import build_store
+
+    out = build_store(tmp_path / "out", clients=[1, 2], sync=["", "off"], repetitions=1, histograms=False)
+    db = sqlite3.connect(out / "perflab.sqlite")
+    with db:
+        # a headline metric none of these runs has (a throughput test that did not run), and a unitless one
+        db.execute("""UPDATE run SET headline_json = '["tps", "qphh_at_size", "score"]'""")
+        db.execute("INSERT INTO metric SELECT id, 'score', 7.0, '', '', 1, 'measured' FROM run")
+    db.close()
+    shown = run_cli("show", out).stdout
+    header = shown.splitlines()[1]
+    assert "tps [tx/s]" in header and "score" in header
+    assert "qphh_at_size" not in shown and "[]" not in shown and "notes" not in header
+    # the default level of a factor is a word, not a blank
+    assert "default" in shown.splitlines()[3]

@@ -53,6 +53,18 @@ def test_small_samples_name_the_bootstrap_and_single_runs_are_not_tested(tmp_pat
     assert "none (n=1)" in line and line.rstrip().endswith("n=1")
 
 
+def test_a_tilde_row_never_says_its_ci_excludes_1_and_the_legend_explains_the_dash(tmp_path: Path) -> None:
+    a = build_store(tmp_path / "a", clients=[1], sync=["on"], repetitions=3, seed=5, histograms=False)
+    b = build_store(tmp_path / "b", clients=[1], sync=["on"], repetitions=3, seed=5, histograms=False)
+    text = compare([a, b])
+    line = _rows(text, "tps")[0]
+    assert line.rstrip().endswith("~")
+    assert "bootstrap 95% CI of the ratio includes 1" in line and "excludes" not in line
+    # p is a dash for the bootstrap rows, and the legend says why rather than speak of p alone
+    assert " – " in line
+    assert "a percentile interval gives no p-value: p is shown as –" in text
+
+
 def test_differences_in_the_files_and_unmatched_combinations_are_said(tmp_path: Path) -> None:
     a = build_store(tmp_path / "a", clients=[1, 2], sync=["on"], repetitions=2, histograms=False)
     b = build_store(tmp_path / "b", clients=[2, 4], sync=["on"], repetitions=2, histograms=False)
@@ -79,6 +91,9 @@ def test_html_comparison_is_self_contained(tmp_path: Path) -> None:
     assert "B worse" in html and "default-src 'none'" in html
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:|//)""", html)
     assert (tmp_path / "cmp" / "compare-figures" / "compare-1.svg").is_file()
+    # the caption names where the figure is, beside the page
+    assert "compare-figures/compare-1.svg" in html and "figures/compare-1.svg" not in html.replace(
+        "compare-figures/compare-1.svg", "")
 
 
 def test_cli_compare_prints_the_table_and_bad_dirs_exit_2(tmp_path: Path) -> None:

@@ -43,8 +43,46 @@ def test_queries_as_json(store_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
     assert len(rows) == 3 * 3
-    assert rows[0]["query"] == "q1" and rows[0]["text"] == "SELECT 1" and rows[0]["status"] == "ok"
+    assert rows[0]["query"] == "q1" and rows[0]["text"] == "SELECT 1" and rows[0]["query_status"] == "ok"
+    assert rows[0]["status"] == "done"  # the run's status, as in every table
     assert rows[0]["workload.clients"] == 1
+
+
+@pytest.mark.parametrize("table", ["metrics", "series", "queries"])
+def test_every_table_in_every_format_reads_back_whole(store_dir: Path, tmp_path: Path, table: str) -> None:
+    """Same columns, each once, and the same rows in csv, json and parquet;
+    the run's status and a query's status kept apart."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from perflab.store import Store
+
+    store = Store.open(store_dir)
+    runs = {r["id"]: r for r in store.runs()}
+    expected_rows = {"metrics": len(store.metrics()), "queries": len(store.queries()),
+                     "series": sum(len(store.series(r)) for r in runs)}[table]
+    store.close()
+
+    proc = _export(str(store_dir), "--table", table, "--format", "csv")
+    assert proc.returncode == 0, proc.stderr
+    header = next(csv.reader(io.StringIO(proc.stdout)))
+    assert len(header) == len(set(header)), header
+    csv_rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+
+    proc = _export(str(store_dir), "--table", table, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    json_rows = json.loads(proc.stdout)
+
+    out = tmp_path / f"{table}.parquet"
+    proc = _export(str(store_dir), "--table", table, "--format", "parquet", "--output", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    parquet = pq.read_table(out)
+
+    assert len(csv_rows) == len(json_rows) == parquet.num_rows == expected_rows > 0
+    assert list(json_rows[0]) == header == parquet.column_names
+    assert [r["status"] for r in json_rows] == [runs[r["run"]]["status"] for r in json_rows]
+    assert [r["status"] for r in csv_rows] == [r["status"] for r in json_rows] == parquet.column("status").to_pylist()
+    if table == "queries":
+        assert {r["query_status"] for r in json_rows} == {"ok"}
+        assert parquet.column("query_status").to_pylist() == [r["query_status"] for r in csv_rows]
 
 
 def test_metrics_parquet_needs_an_output_file(store_dir: Path, tmp_path: Path) -> None:
@@ -72,8 +110,9 @@ def test_series_parquet_round_trips(store_dir: Path, tmp_path: Path) -> None:
 
 
 def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: Path) -> None:
-    """Schema 2 added query.started_s; a store written before still opens,
-    exports and keeps every row (its queries have no start time)."""
+    """Schema 2 added query.started_s, schema 3 the attempt table; a store
+    written before still opens, exports and keeps every row (its queries have
+    no start time)."""
     import sqlite3
 
     out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=1, series_points=2, queries=3,
@@ -81,6 +120,7 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
     db = sqlite3.connect(out / "perflab.sqlite")
     with db:
         db.execute("ALTER TABLE query DROP COLUMN started_s")
+        db.execute("DROP TABLE attempt")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     db.close()
     proc = _export(str(out), "--table", "queries", "--format", "json")
@@ -88,5 +128,6 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
     rows = json.loads(proc.stdout)
     assert len(rows) == 3 and all(r["started_s"] is None for r in rows)
     db = sqlite3.connect(out / "perflab.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert db.execute("SELECT count(*) FROM attempt").fetchone() == (0,)
     db.close()

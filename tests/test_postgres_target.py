@@ -45,6 +45,9 @@ def test_provision_applies_settings_on_a_private_socket(workdir: Path) -> None:
         info = target.describe()
         assert info["version"].startswith("PostgreSQL")
         assert info["effective_settings"]["work_mem"] == "12MB"
+        # how perflab reaches the server is no setting of the experiment's: kept apart
+        assert "unix_socket_directories" not in info["effective_settings"]
+        assert info["connection_settings"]["unix_socket_directories"] == ep.host
         roles = set(target.processes().values())
         assert {"postmaster", "checkpointer", "walwriter"} <= roles
         assert (target.data_dir / CREATED_MARK).exists()
@@ -175,3 +178,50 @@ def test_explicit_bin_dir_must_hold_postgres(tmp_path: Path) -> None:
 )
 def test_process_roles(title: str, role: str) -> None:
     assert process_role(title) == role
+
+
+CHECKED = """
+[experiment]
+name = "typo"
+[target]
+kind = "postgres"
+[target.settings]
+{settings}
+[workload]
+kind = "sql"
+statements = ["SELECT 1"]
+[factors]
+{factors}
+"""
+
+
+@pytest.mark.parametrize(
+    ("settings", "factors", "expected"),
+    [
+        ('shared_bufers = "128MB"', "",
+         "target.settings.shared_bufers: got 'shared_bufers': PostgreSQL {v} has no such setting; "
+         "did you mean shared_buffers?"),
+        ("", '"target.settings.shared_bufers" = ["128MB", "256MB"]',
+         'factors."target.settings.shared_bufers"[0]: got \'shared_bufers\''),
+        ('fsync = "maybe"', "", 'target.settings.fsync: got "maybe"; allowed: a boolean'),
+        ("", '"target.settings.work_mem" = ["4MB", "lots"]',
+         'factors."target.settings.work_mem"[1]: got "lots"; allowed: a number, with a unit'),
+        ("max_connections = 0", "", "target.settings.max_connections: got 0; allowed: a number from 1 to"),
+    ],
+)
+def test_check_refuses_settings_the_server_binary_does_not_know(run_cli, tmp_path: Path, settings: str,
+                                                                 factors: str, expected: str) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(CHECKED.format(settings=settings, factors=factors))
+    proc = run_cli("check", f, check=False)
+    version = ".".join(map(str, _version_of(find_bin_dir(None, "nobody" if os.geteuid() == 0 else None)) or ()))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert expected.format(v=version) in proc.stderr
+
+
+def test_check_takes_what_the_server_takes(run_cli, tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    settings = ('shared_buffers = "128MB"\nfsync = "of"\nsynchronous_commit = "off"\nwork_mem = 4096\n'
+                'checkpoint_timeout = "5min"\n"auto_explain.log_min_duration" = "1s"')
+    f.write_text(CHECKED.format(settings=settings, factors=""))
+    assert "ok: typo" in run_cli("check", f).stdout

@@ -56,3 +56,27 @@ def test_the_check_sees_a_page_that_reaches_out(tmp_path: Path, browser: Chromiu
     assert "http://127.0.0.1:9/x.png" in page.external_requests()
     assert any("boom" in e for e in page.console_errors)
     assert any("undefinedFunction" in e for e in page.exceptions)
+
+
+def test_the_results_and_effects_tables_fit_a_1400_px_window(tmp_path: Path) -> None:
+    """Noisy runs flag every CV cell and fill the warnings column: the tables
+    must still fit the page, wrapping inside their box (issue 18)."""
+    import sqlite3
+
+    out = build_store(tmp_path / "out", clients=[1, 2, 4, 8], sync=["", "off"], repetitions=3, fail_runs=(4,),
+                      client_bound_from=8, histograms=False)
+    db = sqlite3.connect(out / "perflab.sqlite")
+    with db:
+        db.execute("UPDATE metric SET value = value * (1 + (run_id % 3) * 0.3) "
+                   "WHERE name IN ('tps', 'latency_mean_ms')")
+    db.close()
+    report = write_report(out)
+    with Chromium(CHROMIUM, width=1400, height=1000) as wide:
+        assert wide.load(report.as_uri()).problems == []
+        overflow = wide.evaluate(
+            "Array.from(document.querySelectorAll('#results .scroll, #effects .scroll'))"
+            ".map(b => b.querySelector('table').scrollWidth - b.clientWidth)"
+        )
+        assert len(overflow) == 2 and max(overflow) <= 0, overflow
+        assert wide.evaluate("document.documentElement.scrollWidth <= window.innerWidth") is True
+        wide.screenshot(ARTIFACTS / "report-1400px.png")

@@ -109,20 +109,51 @@ def test_run_show_export(workdir: Path, run_cli) -> None:
 
 def test_a_failed_run_is_stored_and_the_experiment_goes_on(workdir: Path, run_cli) -> None:
     out = workdir / "out"
-    f = experiment(workdir, factors='"target.settings.work_mem" = ["4MB", "lots", "8MB"]')
+    # 3000GB passes `check` (a size with a unit) and is beyond work_mem's range: the start fails
+    f = experiment(workdir, factors='"target.settings.work_mem" = ["4MB", "3000GB", "8MB"]')
     proc = run_cli("run", f, "--out", out, "--no-report", check=False)
     assert proc.returncode == 1, proc.stderr
     rows = runs(out)
     assert [r["status"] for r in rows] == ["done", "failed", "done"]
-    assert "did not start" in rows[1]["error"]
+    # the server's own reason, not only pg_ctl's "could not start server"
+    assert 'did not start: LOG: invalid value for parameter "work_mem": "3000GB"' in rows[1]["error"]
+    assert "FATAL:" in rows[1]["error"] and "invalid value" in proc.stdout
     assert "work_mem" in rows[1]["log_tail"]
+    error_txt = (out / "runs" / "002" / "error.txt").read_text()
+    assert error_txt.startswith("PostgreSQL did not start") and "Traceback" not in error_txt
+    assert not (out / "runs" / "002" / "traceback.txt").exists()
+    # every run keeps its part of the server log: the start lines, or the failed start's words
+    assert "ready to accept connections" in (out / "runs" / "001" / "server.log").read_text()
+    assert "3000GB" in (out / "runs" / "002" / "server.log").read_text()
+    assert postmasters_under(workdir) == []
+
+
+def test_the_cluster_and_wal_dir_are_removed_unless_keep_data(workdir: Path, run_cli) -> None:
+    wal = workdir / "wal"
+    f = experiment(workdir, target=f'[target.storage]\nwal_dir = "{wal}"', workload="iterations = 2")
+    proc = run_cli("run", f, "--out", workdir / "out", "--no-report")
+    assert "removed the target's data" in proc.stdout and "keep_data = true" in proc.stdout
+    assert not wal.exists()
+    assert list((workdir / "out").rglob("PG_VERSION")) == []
+    assert sum(p.stat().st_size for p in (workdir / "out").rglob("*") if p.is_file()) < 5 * 2**20
+
+    # a relative wal_dir is beside the experiment file, wherever perflab is started from
+    elsewhere = workdir / "elsewhere"
+    elsewhere.mkdir()
+    f = experiment(workdir, target='keep_data = true\n[target.storage]\nwal_dir = "wal"', workload="iterations = 2")
+    proc = run_cli("run", f, "--out", workdir / "kept", "--no-report", cwd=elsewhere)
+    assert "kept the target's data" in proc.stdout and str(wal) in proc.stdout
+    assert any(wal.iterdir()) and len(list((workdir / "kept").glob("targets/*/pgdata/PG_VERSION"))) == 1
+    assert list(elsewhere.iterdir()) == []
     assert postmasters_under(workdir) == []
 
 
 def test_a_server_killed_mid_run_fails_that_run_only(workdir: Path, run_cli) -> None:
-    out = workdir / "out"
     f = experiment(workdir, reps=2, workload='duration = "4s"', factors='"workload.warmup" = ["0s"]')
-    proc = start_in_background(f, out)
+    # the output directory given relative to the working directory, as users type it
+    proc = subprocess.Popen(cli_command("run", f, "--out", "out", "--quiet", "--no-report"), cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = workdir / "out"
     wait_until_running(out, 0)
     wait_for(lambda: postmasters_under(workdir))
     time.sleep(1.5)
@@ -131,8 +162,26 @@ def test_a_server_killed_mid_run_fails_that_run_only(workdir: Path, run_cli) -> 
     stdout, stderr = proc.communicate(timeout=120)
     rows = runs(out)
     assert rows[0]["status"] == "failed", stdout + stderr
-    assert "not running" in rows[0]["error"] or "connection" in rows[0]["error"].lower()
+    first_error = rows[0]["error"]
+    assert "not running" in first_error or "connection" in first_error.lower()
     assert rows[1]["status"] == "done", rows[1]["error"]
+    assert postmasters_under(workdir) == []
+
+    # a plain resume leaves the failed run alone and says how to run it again
+    again = run_cli("resume", "out", "--no-report", cwd=workdir, check=False)
+    assert again.returncode == 1 and "--retry-failed" in again.stdout
+    assert [r["status"] for r in runs(out)] == ["failed", "done"]
+
+    # by a relative path, from the same directory: the server finds its data
+    run_cli("resume", "out", "--retry-failed", "--no-report", cwd=workdir)
+    rows = runs(out)
+    assert [r["status"] for r in rows] == ["done", "done"], rows[0]["error"]
+    assert [r["attempts"] for r in rows] == [2, 1]
+    conn = sqlite3.connect(out / "perflab.sqlite")
+    kept = conn.execute("SELECT run_id, attempt, status, error, files FROM attempt").fetchall()
+    assert kept == [(1, 1, "failed", first_error, "runs/001/attempt-1")]
+    assert (out / "runs" / "001" / "attempt-1" / "error.txt").read_text().startswith(first_error)
+    assert not (out / "runs" / "001" / "error.txt").exists()
     assert postmasters_under(workdir) == []
 
 

@@ -101,6 +101,26 @@ def test_bad_durations(text: object) -> None:
         parse_duration_s(text)
 
 
+@pytest.mark.parametrize("given", ['"five"', "-5", "true", '"5 parsecs"', "inf"])
+def test_a_duration_is_refused_with_one_message_that_names_both_forms(tmp_path: Path, run_cli, given: str) -> None:
+    """A bare number is seconds (documented); anything else is refused the same
+    way, saying both what a bare number means and which units a string takes."""
+    f = tmp_path / "e.toml"
+    f.write_text(f'[experiment]\nname = "d"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\n'
+                 f'statements = ["SELECT 1"]\nduration = {given}\n')
+    proc = run_cli("check", f, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "workload.duration: " in proc.stderr
+    assert 'allowed: a number of seconds (60, 2.5) or a string with a unit of us, ms, s, m, h or d' in proc.stderr
+
+
+def test_a_bare_number_is_seconds_like_a_string_with_s(tmp_path: Path) -> None:
+    base = '[experiment]\nname = "d"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
+    bare = spec.load_text(base + "duration = 5\n").resolve({}).workload.duration
+    text = spec.load_text(base + 'duration = "5s"\n').resolve({}).workload.duration
+    assert bare == text == 5.0
+
+
 def test_user_error_has_a_hint() -> None:
     err = UserError("broken", "do this")
     assert "fix: do this" in str(err)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.errors import EXIT_USAGE, Interrupted, UserError
 from perflab.export import FORMATS, TABLES
+
+if TYPE_CHECKING:
+    from perflab.runner import Session
 
 EXIT_FAILED_RUNS = 1
 EXIT_INTERRUPTED = 130
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("resume", help="continue an interrupted experiment")
     rs.add_argument("dir", type=Path)
+    rs.add_argument("--retry-failed", action="store_true",
+                    help="run failed runs again, as new attempts (the failed attempts' records are kept)")
     rs.add_argument("--quiet", action="store_true")
     rs.add_argument("--no-report", action="store_true")
 
@@ -99,81 +103,50 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _default_out(name: str) -> Path:
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / f"{name}-{stamp}"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from perflab import plan, spec
-    from perflab.host import host_facts
-    from perflab.secrets import mask_secrets
-    from perflab.store import Store
+    from perflab import runner
 
-    exp = spec.load(args.experiment)
-    out = (args.out or _default_out(exp.name)).resolve()
-    seed = plan.choose_seed(exp)
-    runs = plan.expand(exp, seed)
-    store = Store.create(
-        out, name=exp.name, spec_text=mask_secrets(exp.text), spec_path=str(args.experiment.resolve()),
-        seed=seed, factors=list(exp.factors), host=host_facts(),
-    )
-    store.add_plan(runs)
-    print(f"output: {out}", flush=True)
-    return _execute(store, exp, runs, args.experiment.resolve().parent, args)
+    session = runner.start(args.experiment, args.out)
+    print(f"output: {session.store.dir}", flush=True)
+    return _execute(session, args)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from perflab import plan, spec
-    from perflab.secrets import MASK, mask_secrets
-    from perflab.store import Store
+    from perflab import runner
 
-    store = Store.open(args.dir)
-    info = store.experiment()
-    text = info["spec_text"]
-    spec_path = Path(info["spec_path"]) if info["spec_path"] else None
-    if MASK in text:
-        # The store never holds a password: take it from the original file,
-        # if that file is still the experiment that was run.
-        original = spec_path.read_text() if spec_path and spec_path.is_file() else None
-        if original is None or mask_secrets(original) != text:
-            raise UserError(
-                "the stored experiment had a password, which perflab does not store, and the original file "
-                f"({spec_path}) is gone or changed",
-                "restore the original experiment file, or put the password in PGPASSWORD or ~/.pgpass",
-            )
-        text = original
-    exp = spec.load_text(text, spec_path)
-    runs = plan.expand(exp, info["seed"])
-    stored = {r["id"]: r for r in store.runs()}
-    if len(stored) != len(runs) or any(stored[r.number]["factors"] != r.factors for r in runs if r.number in stored):
-        raise UserError(f"{args.dir}: the stored plan does not match its experiment", "start a new `perflab run`")
-    recovered = store.recover()
-    left = sum(1 for r in store.runs() if r["status"] == "planned")
-    print(f"output: {store.dir}")
-    print(f"resuming: {left} runs to go" + (f" (run {', '.join(map(str, recovered))} was in flight)" if recovered else ""))
-    base_dir = spec_path.parent if spec_path and spec_path.parent.is_dir() else Path.cwd()
-    return _execute(store, exp, runs, base_dir, args)
+    session = runner.resume(args.dir, retry_failed=args.retry_failed)
+    left = session.count("planned")
+    print(f"output: {session.store.dir}")
+    line = f"resuming: {left} runs to go"
+    if session.recovered:
+        line += f" (run {', '.join(map(str, session.recovered))} was in flight)"
+    if session.retried:
+        line += f"; failed run {', '.join(map(str, session.retried))} run again as new attempts"
+    print(line)
+    failed = session.count("failed")
+    if failed:
+        print(f"note: {failed} failed runs are kept as they are; run them again with "
+              f"`perflab resume {session.store.dir} --retry-failed`")
+    return _execute(session, args)
 
 
-def _execute(store: Any, exp: Any, runs: list[Any], base_dir: Path, args: argparse.Namespace) -> int:
+def _execute(session: Session, args: argparse.Namespace) -> int:
+    from perflab import runner
     from perflab.progress import make_progress
-    from perflab.runner import Runner
 
-    done = sum(1 for r in store.runs() if r["status"] in ("done", "failed"))
-    progress = make_progress(len(runs), done, args.quiet)
+    store = session.store
+    progress = make_progress(len(session.plan), session.count("done", "failed"), args.quiet)
     try:
-        counts = Runner(exp, store, runs, progress, base_dir).run()
+        outcome = runner.execute(session, progress)
     except Interrupted as exc:
         print(f"\nperflab: interrupted ({exc}); every finished run is stored; servers stopped.\n"
               f"  continue with: perflab resume {store.dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    failed = sum(1 for r in store.runs() if r["status"] == "failed")
-    print(f"finished: {counts['done']} done, {counts['failed']} failed in this session; store: {store.path}")
+    print(f"finished: {outcome.done} done, {outcome.failed} failed in this session; store: {store.path}")
     print(f"output: {store.dir}")
     if not args.no_report:
         _report(store.dir, quiet=True)  # last line: where the report is
-    return EXIT_FAILED_RUNS if failed else 0
+    return EXIT_FAILED_RUNS if outcome.failed_total else 0
 
 
 def _report(out_dir: Path, quiet: bool = False) -> Path | None:
@@ -242,7 +215,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         for h in headline:
             if h in ms:
                 units[h] = ms[h]["unit"]
-    cols = ["run", *factors, "rep", "status", *(f"{h} [{units.get(h, '')}]" for h in headline), "notes"]
+    cols = ["run", *factors, "rep", "status", *(f"{h} [{units[h]}]" if units.get(h) else h for h in headline),
+            "notes"]
+    # a metric no run has (a load measured in none of these runs, say) is no column
+    first_metric = 2 + len(factors) + 1
+    keep = [i for i, _ in enumerate(cols)
+            if not (first_metric <= i and all(row[i] in ("-", "") for row in rows))]
+    cols = [cols[i] for i in keep]
+    rows = [[row[i] for i in keep] for row in rows]
     done = sum(r["status"] == "done" for r in runs)
     print(f"# {info['name']}: {len(runs)} runs, {done} done, "
           f"{sum(r['status'] == 'failed' for r in runs)} failed, {sum(r['status'] == 'planned' for r in runs)} to run")
@@ -275,7 +255,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cell(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    from perflab.model import fmt_level
+
+    return fmt_level(value)
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> str:

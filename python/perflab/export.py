@@ -4,8 +4,8 @@ Metrics: one row per (run, metric) with the run's factor values as columns:
 run, combination, repetition, status, <factor paths...>, metric, value, unit.
 Series (`--table series`): one row per sample: the run columns, then source,
 name, t (seconds on the run's clock), value. Queries (`--table queries`): one
-row per statement or query execution: stream, seq, query, seconds, status,
-error, text. Formats: csv and json to stdout, or to --output; parquet (binary,
+row per statement or query execution: stream, seq, query, started_s, seconds,
+query_status, error, text (`status` is the run's, as in every table). Formats: csv and json to stdout, or to --output; parquet (binary,
 through pyarrow) only to --output.
 """
 
@@ -62,19 +62,27 @@ def series_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
 def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
     columns, run_part = _run_columns(store)
     runs = {r["id"]: run_part(r) for r in store.runs()}
-    fields = ["stream", "seq", "query", "started_s", "seconds", "status", "error", "text"]
-    rows = (runs[q["run_id"]] | {f: q[f] for f in fields} for q in store.queries())
-    return [*columns, *fields], rows
+    # the store's column name -> the export's: the run columns already hold a `status`
+    fields = {"stream": "stream", "seq": "seq", "query": "query", "started_s": "started_s", "seconds": "seconds",
+              "status": "query_status", "error": "error", "text": "text"}
+    rows = (runs[q["run_id"]] | {name: q[f] for f, name in fields.items()} for q in store.queries())
+    return [*columns, *fields.values()], rows
 
 
 def table_rows(store: Store, table: str) -> tuple[list[str], Any]:
+    rows: Any
     if table == "metrics":
-        return metric_rows(store)
-    if table == "series":
-        return series_rows(store)
-    if table == "queries":
-        return query_rows(store)
-    raise UserError(f"--table {table}: no such table", f"choose one of: {', '.join(TABLES)}")
+        columns, rows = metric_rows(store)
+    elif table == "series":
+        columns, rows = series_rows(store)
+    elif table == "queries":
+        columns, rows = query_rows(store)
+    else:
+        raise UserError(f"--table {table}: no such table", f"choose one of: {', '.join(TABLES)}")
+    # a name twice would lose one column in csv and json and break parquet
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    assert not twice, f"export of {table}: column names twice: {twice}"
+    return columns, rows
 
 
 def write_parquet(columns: list[str], rows: Any, path: Path) -> int:

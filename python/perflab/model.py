@@ -12,6 +12,25 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+# A factor level that leaves the setting at its default ("" for a wal_dir,
+# say) is shown as this word, never as an empty cell or "wal_dir=".
+DEFAULT_LEVEL = "default"
+
+
+def fmt_level(value: Any) -> str:
+    """A factor level as people read it: booleans as in the file, an empty or
+    unset value as `default`."""
+    if value is None or value == "":
+        return DEFAULT_LEVEL
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def fmt_factors(factors: dict[str, Any], sep: str = " ") -> str:
+    """name=level for each factor (the last part of its path)."""
+    return sep.join(f"{k.rsplit('.', 1)[-1]}={fmt_level(v)}" for k, v in factors.items())
+
 
 @dataclass
 class Metric:

@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from perflab import model
+
 
 def fmt_value(value: float | None) -> str:
     if value is None:
@@ -25,7 +27,7 @@ def fmt_value(value: float | None) -> str:
 
 
 def fmt_factors(factors: dict[str, Any]) -> str:
-    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in factors.items()) or "(no factors)"
+    return model.fmt_factors(factors) or "(no factors)"
 
 
 class Progress:

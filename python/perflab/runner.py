@@ -1,5 +1,11 @@
 """Executes a plan: provision, prepare, collect, run, check, store; and resume.
 
+`start` makes a new experiment's store and plan, `resume` reopens one (runs
+left in flight are planned again; with `retry_failed`, failed runs too, as new
+attempts that keep the old ones' records); `execute` runs what is planned.
+Every path is made absolute here, at entry: the server perflab starts does not
+share the user's working directory.
+
 For each run not yet done: the target is provisioned (or reconfigured, which
 restarts a server whose settings changed), the workload's data is prepared
 when its data-defining settings changed, collectors sample on the run's clock,
@@ -16,14 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shutil
 import signal
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from perflab import plan as plan_mod
+from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from perflab.endpoints import Endpoint
@@ -31,6 +41,7 @@ from perflab.errors import Interrupted, RunFailure, UserError
 from perflab.model import Event, RunResult
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
+from perflab.secrets import MASK, mask_secrets
 from perflab.spec import Experiment, RunSpec
 from perflab.store import Store
 from perflab.targets import TARGETS
@@ -68,6 +79,108 @@ def signals_ignored() -> Iterator[None]:
             signal.signal(s, h)
 
 
+# ------------------------------------------------------------------ sessions
+
+
+@dataclass
+class Session:
+    """An experiment ready to execute: its store, file, plan, and what a
+    resume found (runs in flight, failed runs retried or left)."""
+
+    store: Store
+    exp: Experiment
+    plan: list[PlannedRun]
+    base_dir: Path  # relative paths in the experiment file are taken from here
+    recovered: list[int] = field(default_factory=list)
+    retried: list[int] = field(default_factory=list)
+
+    def count(self, *statuses: str) -> int:
+        return sum(1 for r in self.store.runs() if r["status"] in statuses)
+
+
+@dataclass
+class Outcome:
+    done: int  # in this session
+    failed: int  # in this session
+    failed_total: int  # in the store, this session or earlier
+
+
+def default_out(name: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("results") / f"{name}-{stamp}"
+
+
+def start(experiment_path: Path, out: Path | None) -> Session:
+    """A new experiment: validate the file, expand the plan, create the store."""
+    from perflab.host import host_facts
+
+    experiment_path = Path(experiment_path).resolve()
+    exp = spec_mod.load(experiment_path)
+    out = Path(out or default_out(exp.name)).resolve()
+    seed = plan_mod.choose_seed(exp)
+    runs = plan_mod.expand(exp, seed)
+    store = Store.create(
+        out, name=exp.name, spec_text=mask_secrets(exp.text), spec_path=str(experiment_path),
+        seed=seed, factors=list(exp.factors), host=host_facts(),
+    )
+    store.add_plan(runs)
+    return Session(store, exp, runs, experiment_path.parent)
+
+
+def resume(out_dir: Path, retry_failed: bool = False) -> Session:
+    """Reopen an experiment to run what is left: the runs an interrupted
+    perflab left in flight, and with `retry_failed` the failed ones, as new
+    attempts (the failed attempt's record stays in the store's attempt table,
+    its files in runs/NNN/attempt-K/)."""
+    store = Store.open(Path(out_dir).resolve())
+    info = store.experiment()
+    text = info["spec_text"]
+    spec_path = Path(info["spec_path"]) if info["spec_path"] else None
+    if MASK in text:
+        # The store never holds a password: take it from the original file,
+        # if that file is still the experiment that was run.
+        original = spec_path.read_text() if spec_path and spec_path.is_file() else None
+        if original is None or mask_secrets(original) != text:
+            raise UserError(
+                "the stored experiment had a password, which perflab does not store, and the original file "
+                f"({spec_path}) is gone or changed",
+                "restore the original experiment file, or put the password in PGPASSWORD or ~/.pgpass",
+            )
+        text = original
+    exp = spec_mod.load_text(text, spec_path)
+    runs = plan_mod.expand(exp, info["seed"])
+    stored = {r["id"]: r for r in store.runs()}
+    if len(stored) != len(runs) or any(stored[r.number]["factors"] != r.factors for r in runs if r.number in stored):
+        raise UserError(f"{store.dir}: the stored plan does not match its experiment", "start a new `perflab run`")
+    recovered = store.recover()
+    retried = []
+    if retry_failed:
+        kept = {run_id: _keep_attempt_files(store.dir, run_id, attempt) for run_id, attempt in store.failed_runs()}
+        retried = store.retry_failed(kept)
+    base_dir = spec_path.parent if spec_path and spec_path.parent.is_dir() else Path.cwd()
+    return Session(store, exp, runs, base_dir.resolve(), recovered, retried)
+
+
+def _keep_attempt_files(out_dir: Path, run_id: int, attempt: int) -> str | None:
+    """Move a failed attempt's per-run files to runs/NNN/attempt-K/, so the
+    new attempt's do not overwrite them."""
+    run_dir = out_dir / "runs" / f"{run_id:03d}"
+    files = [p for p in run_dir.iterdir() if not p.name.startswith("attempt-")] if run_dir.is_dir() else []
+    if not files:
+        return None
+    dest = run_dir / f"attempt-{attempt}"
+    dest.mkdir(exist_ok=True)
+    for p in files:
+        shutil.move(str(p), dest / p.name)
+    return str(dest.relative_to(out_dir))
+
+
+def execute(session: Session, progress: Progress) -> Outcome:
+    """Run every planned run; Interrupted propagates (every server stopped)."""
+    counts = Runner(session.exp, session.store, session.plan, progress, session.base_dir).run()
+    return Outcome(counts["done"], counts["failed"], session.count("failed"))
+
+
 @dataclass
 class ActiveTarget:
     identity: str
@@ -93,14 +206,19 @@ class Runner:
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
         counts = {"done": 0, "failed": 0}
+        finished = False
         try:
             with interrupt_on_signals():
                 for number in todo:
                     status = self._one(self.plan[number])
                     counts[status] += 1
+            finished = True
         finally:
             with signals_ignored():
                 self._release_target()
+                # An interrupted experiment keeps its data, so resume reuses it.
+                if finished and not any(r["status"] == "planned" for r in self.store.runs()):
+                    self._discard_data()
                 self.progress.close()
         return counts
 
@@ -118,7 +236,8 @@ class Runner:
         described: dict[str, Any] | None = None
         target: Target | None = None
         try:
-            target, endpoint, identity = self._target_for(spec, result)
+            target, identity = self._target_object(spec)
+            endpoint = self._bring_up(target, identity, spec, result)
             described = target.describe()
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
@@ -148,7 +267,13 @@ class Runner:
                 if alive:
                     error = f"{error} ({alive})"
             log_tail = getattr(exc, "log_tail", None) or (target.log_tail(LOG_TAIL_LINES) if target else None)
-            (run_dir / "error.txt").write_text(error + "\n\n" + traceback.format_exc())
+            # error.txt is for the user: the error and the server's words. A
+            # traceback helps only when perflab itself failed (not a RunFailure).
+            (run_dir / "error.txt").write_text(
+                error + "\n" + (f"\nserver log, last lines:\n{log_tail}\n" if log_tail else "")
+            )
+            if not isinstance(exc, RunFailure):
+                (run_dir / "traceback.txt").write_text(traceback.format_exc())
         finally:
             if target is not None:
                 with contextlib.suppress(Exception):
@@ -168,17 +293,33 @@ class Runner:
 
     # ------------------------------------------------------------ pieces
 
-    def _target_for(self, spec: RunSpec, result: RunResult) -> tuple[Target, Endpoint, str]:
-        cls = TARGETS.get(spec.target.kind)
-        identity = f"{spec.target.kind}:{cls.identity(spec.target)}"
+    def _identity(self, target_settings: Any) -> str:
+        cls = TARGETS.get(target_settings.kind)
+        return f"{target_settings.kind}:{cls.identity(target_settings)}"
+
+    def _target_dir(self, kind: str, identity: str) -> Path:
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+        return self.out_dir / "targets" / f"{kind}-{digest}"
+
+    def _target_object(self, spec: RunSpec) -> tuple[Target, str]:
+        """The run's target, not yet started: the active one when the run
+        shares its identity and it is alive, else a new one (the active one is
+        stopped first)."""
+        identity = self._identity(spec.target)
         active = self.active
         if active is not None and active.identity == identity and active.target.check_alive() is None:
-            if active.target.reconfigure(spec.target):
-                result.events.append(Event(0.0, "restart", "server restarted with this run's settings"))
-            return active.target, active.endpoint, identity
+            return active.target, identity
         self._release_target()
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-        target = cls(spec.target, self.out_dir / "targets" / f"{spec.target.kind}-{digest}")
+        target = TARGETS.get(spec.target.kind)(spec.target, self._target_dir(spec.target.kind, identity), self.base_dir)
+        return target, identity
+
+    def _bring_up(self, target: Target, identity: str, spec: RunSpec, result: RunResult) -> Endpoint:
+        """Reconfigure the active target for this run, or provision a new one."""
+        active = self.active
+        if active is not None and active.target is target:
+            if target.reconfigure(spec.target):
+                result.events.append(Event(0.0, "restart", "server restarted with this run's settings"))
+            return active.endpoint
         try:
             endpoint = target.provision()
         except BaseException:
@@ -190,7 +331,33 @@ class Runner:
         self.active = ActiveTarget(identity, target, endpoint)
         if endpoint.fresh:
             self.store.set_dataset(identity, None, None)
-        return target, endpoint, identity
+        return endpoint
+
+    def _discard_data(self) -> None:
+        """The experiment is finished: remove each target's data (a cluster,
+        a separate WAL directory, a database file) unless it says keep_data."""
+        seen: set[str] = set()
+        for planned in self.plan.values():
+            settings = self.exp.resolve(planned.factors).target
+            identity = self._identity(settings)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            target = TARGETS.get(settings.kind)(settings, self._target_dir(settings.kind, identity), self.base_dir)
+            if settings.keep_data:
+                kept = target.data_locations()
+                if kept:
+                    self.progress.say(f"kept the target's data (keep_data = true): {', '.join(map(str, kept))}")
+                continue
+            try:
+                freed = target.discard_data()
+            except Exception as exc:  # the results are stored; say what is left behind
+                self.progress.warn(f"the target's data was not removed: {exc}")
+                continue
+            if freed:
+                self.progress.say(f"removed the target's data ({freed / 2**20:.0f} MiB; "
+                                  "keep it with target.keep_data = true)")
+            self.store.set_dataset(identity, None, None)
 
     def _release_target(self) -> None:
         if self.active is not None:

@@ -46,6 +46,8 @@ class ExperimentSection(StrictModel):
     repetitions: int = Field(default=1, ge=1)
     order: Literal["sequential", "random"] = "sequential"
     seed: int | None = None
+    # factor path -> the level the report compares the others with (default: the first)
+    baseline: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
     @classmethod
@@ -330,6 +332,15 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
             problems += [(p, t) for p, t in more if p not in reported]
         raise SpecError(list(dict.fromkeys(problems)), source)
     assert model is not None
+
+    for fpath, level in model.experiment.baseline.items():
+        where = fmt_path(("experiment", "baseline", fpath))
+        if fpath not in factors:
+            problems.append((where, f"not a factor; allowed: {', '.join(json.dumps(f) for f in factors) or 'none'}"))
+        elif level not in factors[fpath]:
+            problems.append((where, f"got {_short(level)}; allowed: one of its levels, {_short(factors[fpath])}"))
+    if problems:
+        raise SpecError(problems, source)
 
     firsts = {p: v[0] for p, v in factors.items()}
     _, base_problems = _resolve(raw, firsts)

@@ -24,8 +24,9 @@ from perflab.model import Event, RunResult
 from perflab.workloads.base import SeriesSink
 
 STORE_NAME = "perflab.sqlite"
-# 2: query.started_s (stores of version 1 are upgraded in place when opened)
-SCHEMA_VERSION = 2
+# 2: query.started_s; 3: attempt (earlier attempts of a retried run). Older
+# stores are upgraded in place when opened.
+SCHEMA_VERSION = 3
 RUN_STATUSES = ("planned", "running", "done", "failed")
 
 SCHEMA = """
@@ -102,6 +103,18 @@ CREATE TABLE event (
     kind TEXT NOT NULL,
     message TEXT NOT NULL
 );
+CREATE TABLE attempt (              -- an earlier attempt of a run that was retried
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    attempt INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    started_at TEXT,
+    ended_at TEXT,
+    seconds REAL,
+    error TEXT,
+    log_tail TEXT,
+    files TEXT,                       -- where its per-run files were kept (relative to the output dir)
+    PRIMARY KEY (run_id, attempt)
+);
 CREATE TABLE dataset (
     target_identity TEXT PRIMARY KEY,
     data_key TEXT NOT NULL,
@@ -124,11 +137,19 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _upgrade_from_1(conn: sqlite3.Connection) -> None:
-    """Schema 1 to 2: queries gained their start time (NULL for those stored
-    before); nothing stored is changed."""
-    with conn:
-        conn.execute("ALTER TABLE query ADD COLUMN started_s REAL")
+ATTEMPT_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE attempt"):SCHEMA.index("CREATE TABLE dataset")].strip().rstrip(";")
+ATTEMPT_TABLE = ATTEMPT_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+
+
+def _upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """Older schemas to this one, in place; nothing stored is changed.
+    1 to 2: queries gained their start time (NULL for those stored before).
+    2 to 3: the attempt table (empty: no run was retried before)."""
+    with _tx(conn):
+        if version < 2:
+            conn.execute("ALTER TABLE query ADD COLUMN started_s REAL")
+        if version < 3:
+            conn.execute(ATTEMPT_TABLE)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
@@ -152,6 +173,7 @@ class Store:
         factors: list[str],
         host: dict[str, Any],
     ) -> Store:
+        out_dir = out_dir.resolve()
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / STORE_NAME
         if path.exists():
@@ -173,7 +195,9 @@ class Store:
 
     @classmethod
     def open(cls, out_dir: Path) -> Store:
-        path = Path(out_dir) / STORE_NAME
+        # Absolute from here on: a server started later does not share the
+        # user's working directory.
+        path = Path(out_dir).resolve() / STORE_NAME
         if not path.is_file():
             raise UserError(
                 f"{out_dir} holds no perflab store ({STORE_NAME})",
@@ -184,8 +208,8 @@ class Store:
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{path}: not a readable perflab store: {exc}", "give a perflab output directory") from None
-        if version is not None and int(version[0]) == 1:
-            _upgrade_from_1(conn)
+        if version is not None and 1 <= int(version[0]) < SCHEMA_VERSION:
+            _upgrade(conn, int(version[0]))
             version = (str(SCHEMA_VERSION),)
         if version is None or int(version[0]) != SCHEMA_VERSION:
             raise UserError(
@@ -255,6 +279,28 @@ class Store:
                 self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
                 self._event(run_id, None, "resumed", "the previous attempt was interrupted; the run is run again")
         return ids
+
+    def retry_failed(self, files: dict[int, str | None]) -> list[int]:
+        """Failed runs back to planned, each failed attempt kept in `attempt`
+        (its error, log tail, times, and where its files went: `files`)."""
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM run WHERE status='failed' ORDER BY id")]
+        with _tx(self.conn):
+            for run_id in ids:
+                self.conn.execute(
+                    "INSERT INTO attempt SELECT id, attempts, status, started_at, ended_at, seconds, error, log_tail, ? "
+                    "FROM run WHERE id=?", (files.get(run_id), run_id),
+                )
+                self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
+                self._event(run_id, None, "retry", "the failed attempt is kept in the attempt table; the run is run again")
+        return ids
+
+    def failed_runs(self) -> list[tuple[int, int]]:
+        """(run id, attempts so far) of the failed runs."""
+        return [(r[0], r[1]) for r in self.conn.execute("SELECT id, attempts FROM run WHERE status='failed' ORDER BY id")]
+
+    def attempts(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM attempt" + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY run_id, attempt"
+        return [dict(r) for r in self.conn.execute(sql, () if run_id is None else (run_id,))]
 
     def finish_run(
         self,

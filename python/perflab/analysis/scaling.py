@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from perflab.analysis.stats import DEFAULT_SEED, Summary, summarize
+from perflab.model import fmt_factors
 
 
 def is_numeric(value: Any) -> bool:
@@ -45,7 +46,7 @@ class Curve:
 
     @property
     def label(self) -> str:
-        return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.others.items()) or "all runs"
+        return fmt_factors(self.others, ", ") or "all runs"
 
     def peak(self, higher_is_better: bool | None = True) -> CurvePoint | None:
         """The best point (highest mean, or lowest when lower is better)."""

@@ -13,6 +13,10 @@ References
   Outliers*, ASQC Basic References in Quality Control vol. 16, p. 11-13.
 - Mann-Whitney U: Mann & Whitney (1947), Ann. Math. Statist. 18(1):50-60;
   tie correction as in Lehmann (1975), *Nonparametrics*, sec. 1.4.
+- Log-normal interval of a mean (modified Cox method): Olsson (2005),
+  "Confidence intervals for the mean of a log-normal distribution", Journal
+  of Statistics Education 13(1); Zhou & Gao (1997), Statistics in Medicine
+  16:783-790.
 """
 
 from __future__ import annotations
@@ -53,6 +57,13 @@ OUTLIER_MIN_N = 5
 # as too noisy to trust its mean without a look (5%: the level the pgbench
 # documentation and most lab practice treat as an unstable benchmark).
 HIGH_CV = 0.05
+
+# Fewer repetitions than this and a 95% interval means little (with n = 2 the
+# t quantile is 12.7): the report says so and suggests how many to run.
+MIN_MEANINGFUL_N = 3
+# The precision the suggestion aims at: a 95% CI half-width of 5% of the mean.
+TARGET_HALF_WIDTH = 0.05
+MAX_SUGGESTED_N = 100
 
 # Mann-Whitney U: exact null distribution (no ties) up to this many values in
 # the two samples together; beyond it, the normal approximation is accurate.
@@ -184,6 +195,23 @@ def t_interval(values: Values, confidence: float = CONFIDENCE) -> Interval:
     return Interval(mean, mean - half, mean + half, confidence, "student-t")
 
 
+def lognormal_interval(values: Values, confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the mean of positive values on the log scale (modified Cox,
+    Olsson 2005): exp(ybar + s^2/2 +- t * sqrt(s^2/n + s^4/(2(n-1)))), y = ln x.
+    It cannot go below zero, as TPS or a latency cannot."""
+    x, mean, single = _sample(values, confidence)
+    if single is not None:
+        return single
+    if (x <= 0).any():
+        raise ValueError("the log-normal interval needs positive values")
+    y = np.log(x)
+    n = len(y)
+    var = float(y.var(ddof=1))
+    centre = float(y.mean()) + var / 2.0
+    half = t_ppf((1.0 + confidence) / 2.0, n - 1) * math.sqrt(var / n + var * var / (2.0 * (n - 1)))
+    return Interval(mean, math.exp(centre - half), math.exp(centre + half), confidence, "log-normal (modified Cox)")
+
+
 def bootstrap_interval(
     values: Values,
     confidence: float = CONFIDENCE,
@@ -205,11 +233,31 @@ def bootstrap_interval(
 def mean_interval(values: Values, confidence: float = CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
     """The report's interval of a mean: Student t when n < BOOTSTRAP_MIN_N (the
     usual case of 3-10 repetitions), the seeded percentile bootstrap otherwise,
-    which does not assume the runs' figures are normal."""
+    which does not assume the runs' figures are normal. When every value is
+    positive (TPS, a latency) and the t interval would reach below zero (few,
+    spread runs), the log-normal interval is used instead: a quantity that
+    cannot be negative gets no negative bound. (The bootstrap's bounds are
+    means of resamples, never below the smallest value.)"""
     x = _values(values)
     if len(x) < BOOTSTRAP_MIN_N:
-        return t_interval(x, confidence)
+        t = t_interval(x, confidence)
+        if len(x) > 1 and t.low < 0 and (x > 0).all():
+            return lognormal_interval(x, confidence)
+        return t
     return bootstrap_interval(x, confidence, seed=seed)
+
+
+def repetitions_for(values: Values, half_width: float = TARGET_HALF_WIDTH, confidence: float = CONFIDENCE) -> int:
+    """Repetitions for a Student t 95% CI half-width of `half_width` x mean,
+    at the CV these values show: the least n with t_{n-1} CV / sqrt(n) <= half_width
+    (at least MIN_MEANINGFUL_N, at most MAX_SUGGESTED_N)."""
+    cv = coefficient_of_variation(values)
+    if not math.isfinite(cv):
+        return MIN_MEANINGFUL_N
+    for n in range(MIN_MEANINGFUL_N, MAX_SUGGESTED_N + 1):
+        if t_ppf((1.0 + confidence) / 2.0, n - 1) * cv / math.sqrt(n) <= half_width:
+            return n
+    return MAX_SUGGESTED_N
 
 
 def ratio_interval(
@@ -311,6 +359,11 @@ def summarize(values: Sequence[float], seed: int = DEFAULT_SEED, high_cv: float 
         )
     if len(x) == 1:
         warnings.append("n=1: no interval; repeat the run (experiment.repetitions)")
+    elif len(x) < MIN_MEANINGFUL_N:
+        warnings.append(
+            f"n={len(x)}: the interval means little; about {repetitions_for(x)} repetitions would give "
+            f"+-{TARGET_HALF_WIDTH * 100:.0f}% at this CV (experiment.repetitions)"
+        )
     return Summary(
         n=len(x),
         mean=float(x.mean()),

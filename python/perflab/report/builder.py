@@ -9,15 +9,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perflab.analysis import degradation, scaling
+from perflab.analysis import degradation, effects, scaling
 from perflab.analysis.stats import (
     BOOTSTRAP_MIN_N,
     BOOTSTRAP_RESAMPLES,
     HIGH_CV,
+    MIN_MEANINGFUL_N,
     MODIFIED_Z_THRESHOLD,
+    TARGET_HALF_WIDTH,
+    repetitions_for,
 )
 from perflab.collectors import COLLECTORS
-from perflab.model import Flag
+from perflab.model import Flag, fmt_factors, fmt_level
 from perflab.report import figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, flatten, representative_run
@@ -31,7 +34,11 @@ MAX_LINES_PER_FIGURE = 10
 MAX_SERIES_FIGURES = 6
 MAX_RUN_PANELS = 8
 MAX_DEGRADATION_DETAILS = 4
-DEGRADATION_MIN_RUNS = 3
+# A trend over n runs has n - 2 degrees of freedom: over 3 runs its 95% CI
+# uses t = 12.7 and spans thousands of tx/s either way (a WAL sweep of 3
+# repetitions showed "120 [-4,017, 4,257]" per run), which reads as a finding
+# and is none. From 5 runs (t = 3.18) a trend can say something.
+DEGRADATION_MIN_RUNS = 5
 LATENCY_TABLE_PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 SectionHtml = tuple[str, str, str]  # anchor, title, body
@@ -80,7 +87,9 @@ class ReportBuilder:
     def ci_note(self) -> str:
         return (
             f"95% CI: Student t when n < {BOOTSTRAP_MIN_N}, else percentile bootstrap "
-            f"({BOOTSTRAP_RESAMPLES:,} resamples, seed {self.data.experiment['seed']})"
+            f"({BOOTSTRAP_RESAMPLES:,} resamples, seed {self.data.experiment['seed']}); when a Student t "
+            "interval of positive figures (TPS, latency) would reach below zero, the log-normal interval "
+            "(modified Cox, Olsson 2005) instead, which cannot"
         )
 
     def done_runs(self) -> list[dict[str, Any]]:
@@ -90,6 +99,7 @@ class ReportBuilder:
 
     def render(self) -> str:
         builders: list[Callable[[], list[SectionHtml]]] = [
+            self.factor_effects,
             self.results,
             self.failures,
             self.scaling,
@@ -193,6 +203,103 @@ class ReportBuilder:
             }
         )
 
+    # ------------------------------------------------------------------ effects
+
+    def baseline_level(self, factor: str) -> Any:
+        """The level a factor's other levels are compared with: the one the
+        file names in [experiment.baseline], else the first."""
+        named = self.data.spec.get("experiment", {}).get("baseline", {})
+        levels = self.data.factor_values[factor]
+        if isinstance(named, dict) and factor in named and named[factor] in levels:
+            return named[factor]
+        return levels[0]
+
+    def effect_rows(self) -> list[tuple[str, Any, Any, dict[str, Any], str, effects.Effect, float, float, int, int]]:
+        """(factor, level, baseline, other factors' levels, metric, effect,
+        mean at baseline, mean at level, n baseline, n level) for every factor
+        with two or more levels, each level against the baseline, at each
+        combination of the other factors (an effect may differ between them)."""
+        d = self.data
+        out = []
+        for factor, levels in d.factor_values.items():
+            if len(levels) < 2:
+                continue
+            base = self.baseline_level(factor)
+            # the other factors that vary: a factor with one level is no context
+            others = [f for f, values in d.factor_values.items() if f != factor and len(values) >= 2]
+            contexts: dict[str, dict[str, Any]] = {}
+            by_key: dict[tuple[str, str], list[int]] = {}
+            for combo in d.combinations:
+                context = {f: combo.factors.get(f) for f in others}
+                key = json.dumps(context, sort_keys=True, default=str)
+                contexts.setdefault(key, context)
+                level = json.dumps(combo.factors.get(factor), default=str)
+                by_key.setdefault((key, level), []).extend(combo.run_ids)
+            base_json = json.dumps(base, default=str)
+            for key, context in contexts.items():
+                for level in levels:
+                    if level == base:
+                        continue
+                    a_ids = by_key.get((key, base_json), [])
+                    b_ids = by_key.get((key, json.dumps(level, default=str)), [])
+                    for name in d.headline:
+                        a = [d.values[r][name] for r in a_ids if name in d.values.get(r, {})]
+                        b = [d.values[r][name] for r in b_ids if name in d.values.get(r, {})]
+                        if not a or not b:
+                            continue
+                        found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"])
+                        out.append((factor, level, base, context, name, found, sum(a) / len(a), sum(b) / len(b),
+                                    len(a), len(b)))
+        return out
+
+    def factor_effects(self) -> list[SectionHtml]:
+        """The answer to "does this factor matter?": each level against the
+        baseline level, as a ratio with its CI and a verdict, as `compare`
+        gives between two experiments."""
+        d = self.data
+        varied = [f for f, levels in d.factor_values.items() if len(levels) >= 2]
+        if not varied:
+            return []
+        rows_found = self.effect_rows()
+        if not rows_found:
+            return [("effects", "Effects", h.note("No factor level has finished runs beside its baseline's."))]
+        answers, rows, classes = [], [], []
+        first_metric = d.headline[0] if d.headline else None
+        for factor, level, base, context, name, found, mean_a, mean_b, n_a, n_b in rows_found:
+            where = fmt_factors(context, ", ") or "all runs"
+            ratio = found.ratio
+            ci = f"[{ratio.low:.3f}, {ratio.high:.3f}]" if math.isfinite(ratio.low) else "–"
+            if name == first_metric:
+                verdict = {"better": "better", "worse": "worse", "differs": "different", "~": "no significant change",
+                           "n=1": "not tested (n=1)"}.get(found.verdict, found.verdict)
+                answers.append(
+                    f"{_short(factor)} = {fmt_level(level)} against {fmt_level(base)}"
+                    + (f" (at {where})" if context else "")
+                    + f": {name} x{ratio.estimate:.3f}, 95% CI {ci}: {verdict}"
+                )
+            verdict_class = {"better": "good", "worse": "bad"}.get(found.verdict, "")
+            rows.append([
+                _short(factor), fmt_level(level), fmt_level(base), where, f"{name} ({d.metrics[name].unit})",
+                h.td(f"{ratio.estimate:.3f} {ci}", "num"), h.td(found.verdict, verdict_class),
+                mean_a, mean_b, f"{n_a}/{n_b}", found.method, "–" if found.p_value is None else f"{found.p_value:.3g}",
+            ])
+            classes.append("" if found.verdict in ("~", "n=1") else "changed")
+        listing = "".join(f"<li>{h.esc(a)}</li>" for a in answers)
+        named = self.data.spec.get("experiment", {}).get("baseline")
+        how = ("the baseline is the level named in [experiment.baseline]" if named else
+               "the baseline is each factor's first level (name another in [experiment.baseline])")
+        body = (
+            f'<ul class="answers">{listing}</ul>'
+            + h.table(
+                ["factor", "level", "baseline", "other factors", "metric", "level / baseline [95% CI]", "verdict",
+                 "baseline mean", "level mean", "n", "test", "p"],
+                rows, row_classes=classes,
+                caption=f"Each level of each factor against the baseline, at each combination of the other "
+                f"factors; {how}. better/worse follow the metric's direction. {effects.LEGEND}",
+            )
+        )
+        return [("effects", "Effects of the factors", body)]
+
     # ------------------------------------------------------------------ results
 
     def combination_warnings(self, combo: Combination) -> list[str]:
@@ -212,6 +319,12 @@ class ReportBuilder:
             out.append("failed " + ", ".join(f"#{i}" for i in combo.failed_ids))
         if len(combo.run_ids) == 1:
             out.append("n=1: no interval")
+        elif 1 < len(combo.run_ids) < MIN_MEANINGFUL_N:
+            # the summaries say how many repetitions their CV asks for; the most any asks
+            needed = max((repetitions_for(self.data.values_of(combo, name)) for name in combo.summaries),
+                         default=MIN_MEANINGFUL_N)
+            out.append(f"n={len(combo.run_ids)}: the interval means little; run about {needed} repetitions "
+                       f"for +-{TARGET_HALF_WIDTH * 100:.0f}%")
         return out
 
     def results(self) -> list[SectionHtml]:
@@ -219,7 +332,7 @@ class ReportBuilder:
         if not d.combinations:
             return [("results", "Results", h.note("The plan is empty."))]
         factor_names = list(d.factor_values)
-        headers = ["#", *[_short(f) for f in factor_names], "n"]
+        headers = ["#", *[_short(f) for f in factor_names], "runs"]
         for name in d.headline:
             info = d.metrics[name]
             tag = " [estimated]" if info.estimated else ""
@@ -228,15 +341,21 @@ class ReportBuilder:
         rows = []
         classes = []
         for combo in d.combinations:
-            row: list[Any] = [combo.index, *[combo.factors.get(f) for f in factor_names], len(combo.run_ids)]
+            row: list[Any] = [combo.index, *[fmt_level(combo.factors.get(f)) for f in factor_names],
+                              len(combo.run_ids)]
             for name in d.headline:
                 s = combo.summaries.get(name)
                 if s is None:
                     row += ["–", "–", "–"]
                     continue
+                # a metric measured in fewer of the runs (a load, done once and
+                # reused) says its own n, not the combination's
+                ci_text = h.fmt_interval(s.interval) if s.n > 1 else "n=1: no interval"
+                if 1 < s.n < len(combo.run_ids):
+                    ci_text += f" (n={s.n})"
                 row += [
                     s.mean,
-                    h.td(h.fmt_interval(s.interval), "num", title=f"{s.interval.method}, n={s.n}"),
+                    h.td(ci_text, "num", title=f"{s.interval.method}, n={s.n}"),
                     h.td(h.fmt_pct(s.cv * 100, 1, signed=False), "num warn" if s.cv > HIGH_CV else "num"),
                 ]
             row.append(h.td(", ".join(sorted(combo.flags)), "flag") if combo.flags else "")
@@ -269,7 +388,7 @@ class ReportBuilder:
             return []
         parts = []
         for r in failed:
-            factors = ", ".join(f"{k}={v}" for k, v in r["factors"].items()) or "no factors"
+            factors = fmt_factors(r["factors"], ", ") or "no factors"
             parts.append(f"<h3>run #{r['id']} ({h.esc(factors)}, repetition {r['repetition']})</h3>")
             parts.append(h.pre(r["error"] or "(no error recorded)"))
             if r["log_tail"]:
@@ -492,7 +611,7 @@ class ReportBuilder:
             if fig is None:
                 continue
             run = d.runs_by_id[run_id]
-            label = ", ".join(f"{_short(k)}={v}" for k, v in run["factors"].items()) or "the run"
+            label = fmt_factors(run["factors"], ", ") or "the run"
             parts.append(self.figure(fig, f"run-{run_id:03d}-telemetry",
                                      f"run #{run_id} ({label}): telemetry on the run's clock."))
         if not parts:
@@ -631,6 +750,9 @@ class ReportBuilder:
         varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat_by_run.values()}) > 1]
         # paths and pids differ run to run without meaning anything
         varying = [k for k in varying if not k.endswith(("pid", "_dir", "endpoint")) and "notes" not in k]
+        # how perflab reaches the server (a fresh socket directory per start,
+        # targets describe it apart) is no setting of the experiment's
+        varying = [k for k in varying if not k.startswith("connection_settings.")]
         # key_settings repeat effective_settings: show a setting once
         varying = [k for k in varying
                    if not (k.startswith("key_settings.") and f"effective_settings.{k[13:]}" in varying)]
@@ -658,7 +780,7 @@ class ReportBuilder:
         for r in d.runs:
             error = (r["error"] or "").splitlines()[0][:120] if r["error"] else ""
             rows.append([
-                r["id"], r["combination"], r["repetition"], *[r["factors"].get(f) for f in factor_names],
+                r["id"], r["combination"], r["repetition"], *[fmt_level(r["factors"].get(f)) for f in factor_names],
                 r["status"], r["started_at"] or "", r["seconds"] if r["seconds"] is not None else "–",
                 *[d.values.get(r["id"], {}).get(n, "–") for n in d.headline[:1]],
                 h.td(", ".join(r["flags"]), "flag") if r["flags"] else "", error,

@@ -2,16 +2,10 @@
 
 Runs are matched by the values of the factors the experiments share; per
 combination and headline metric the comparison gives A, B, the ratio B/A with
-its bootstrap 95% CI, and a test of the difference with its method named:
-
-- Mann-Whitney U (exact without ties) when both sides have at least
-  MWU_MIN_N runs (with fewer, its smallest possible p is above 0.05, so it
-  could never say "different");
-- with 2 or 3 runs a side, whether the bootstrap CI of the ratio excludes 1;
-- with a single run on a side, no test ("n=1").
-
-A difference that is not significant is shown as "~", never as a bare
-percentage. The first directory is the baseline A; each other one is a B.
+its bootstrap 95% CI, and a test of the difference with its method named
+(perflab.analysis.effects says which test when). A difference that is not
+significant is shown as "~", never as a bare percentage. The first directory
+is the baseline A; each other one is a B.
 """
 
 from __future__ import annotations
@@ -22,15 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perflab.analysis.stats import DEFAULT_SEED, Interval, mann_whitney_u, ratio_interval
+from perflab.analysis.effects import LEGEND, effect
+from perflab.analysis.stats import DEFAULT_SEED, Interval
 from perflab.errors import UserError
+from perflab.model import fmt_factors
 from perflab.report import figures
 from perflab.report import html as h
 from perflab.report.data import ReportData, flatten, load
 from perflab.store import Store
 
-SIGNIFICANCE = 0.05
-MWU_MIN_N = 4
 # Keys of the experiment file that name or describe it, not what was measured.
 IGNORED_SPEC_KEYS = ("experiment.name", "experiment.description")
 
@@ -85,25 +79,7 @@ def _grouped(data: ReportData, factors: list[str], metric: str) -> dict[str, lis
 
 def _label(key: str) -> str:
     factors = json.loads(key)
-    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in factors.items()) or "all runs"
-
-
-def _test(a: list[float], b: list[float], ratio: Interval, higher_is_better: bool | None) -> tuple[str, float | None, str]:
-    if min(len(a), len(b)) < 2:
-        return "none (n=1)", None, "n=1"
-    if min(len(a), len(b)) >= MWU_MIN_N:
-        result = mann_whitney_u(a, b)
-        significant = result.p_value < SIGNIFICANCE
-        method, p = result.method, result.p_value
-    else:
-        significant = ratio.excludes(1.0)
-        method, p = "bootstrap 95% CI of the ratio excludes 1", None
-    if not significant:
-        return method, p, "~"
-    if higher_is_better is None:
-        return method, p, "differs"
-    b_higher = ratio.estimate > 1.0
-    return method, p, "B better" if b_higher == higher_is_better else "B worse"
+    return fmt_factors(factors, ", ") or "all runs"
 
 
 def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], list[str]]:
@@ -127,10 +103,10 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
         info = a.metrics.get(metric) or b.metrics[metric]
         for key in [k for k in ga if k in gb]:
             va, vb = ga[key], gb[key]
-            ratio = ratio_interval(va, vb, seed=DEFAULT_SEED)
-            method, p, verdict = _test(va, vb, ratio, info.higher_is_better)
+            found = effect(va, vb, info.higher_is_better, seed=DEFAULT_SEED)
+            verdict = f"B {found.verdict}" if found.verdict in ("better", "worse") else found.verdict
             rows.append(Row(_label(key), metric, info.unit, len(va), len(vb), sum(va) / len(va), sum(vb) / len(vb),
-                            ratio, method, p, verdict))
+                            found.ratio, found.method, found.p_value, verdict))
     key_order = {label: i for i, label in enumerate(dict.fromkeys(r.combination for r in rows))}
     rows.sort(key=lambda r: (key_order[r.combination], metrics.index(r.metric)))
     if unmatched:
@@ -184,8 +160,7 @@ def compare(dirs: list[Path], html: Path | None = None) -> str:
             out.append("experiment files differ in: " + "; ".join(f"{k}: {va!r} -> {vb!r}" for k, va, vb in diffs))
         out += [f"note: {n}" for n in notes]
         out.append(_text_table(HEADERS, [_cells(r) for r in rows]))
-        out.append(f"~ = no significant difference at p < {SIGNIFICANCE} (test named per row); "
-                   "ratio CI: two-sample percentile bootstrap, 10,000 resamples.")
+        out.append(LEGEND)
         out.append("")
         if fig_dir is not None:
             html_parts.append(_html_block(title, diffs, notes, rows, fig_dir, len(html_parts)))
@@ -213,8 +188,9 @@ def _html_block(title: str, diffs: list[tuple[str, Any, Any]], notes: list[str],
     fig = figures.ratio_figure([f"{r.combination} · {r.metric}" for r in rows], [r.ratio.estimate for r in rows],
                                [r.ratio.low for r in rows], [r.ratio.high for r in rows], "B / A per combination")
     svg = figures.save(fig, fig_dir, f"compare-{index + 1}")
-    parts.append(h.figure(svg, "Ratio B/A with its bootstrap 95% CI; 1.0 is no change.", f"compare-{index + 1}"))
-    parts.append(h.note(f"~ = no significant difference at p < {SIGNIFICANCE}; each row names its test."))
+    parts.append(h.figure(svg, "Ratio B/A with its bootstrap 95% CI; 1.0 is no change.", f"compare-{index + 1}",
+                          files_dir=fig_dir.name))
+    parts.append(h.note(LEGEND))
     return "".join(parts)
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.analysis.stats import Summary, summarize
+from perflab.model import fmt_factors, fmt_level
 from perflab.store import Store
 
 if sys.version_info >= (3, 11):
@@ -52,7 +53,9 @@ class Combination:
     def label(self, short: bool = True) -> str:
         if not self.factors:
             return "all runs"
-        return ", ".join(f"{k.rsplit('.', 1)[-1] if short else k}={v}" for k, v in self.factors.items())
+        if short:
+            return fmt_factors(self.factors, ", ")
+        return ", ".join(f"{k}={fmt_level(v)}" for k, v in self.factors.items())
 
 
 def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
@@ -135,6 +138,13 @@ def load(store: Store, seed: int | None = None) -> ReportData:
             combo.flags.update(run["flags"])
         elif run["status"] == "failed":
             combo.failed_ids.append(run["id"])
+    # levels in the file's order (a random plan runs them in any order): the
+    # first is the baseline an effect is measured against
+    file_levels = spec.get("factors", {}) if isinstance(spec.get("factors"), dict) else {}
+    for name, seen in factor_values.items():
+        listed = file_levels.get(name)
+        if isinstance(listed, list):
+            factor_values[name] = [v for v in listed if v in seen] + [v for v in seen if v not in listed]
     summary_seed = experiment["seed"] if seed is None else seed
     for combo in combos.values():
         for name in headline:

@@ -13,6 +13,7 @@ from pathlib import Path
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from perflab.analysis.degradation import Degradation
 from perflab.analysis.scaling import Curve
@@ -23,6 +24,8 @@ SPECTRUM_PERCENTILES = (50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99)
 SPECTRUM_TICKS = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 WIDTH_IN, HEIGHT_IN = 7.2, 3.9
+# Up to this many factor values, each gets its own tick on a scaling axis.
+MAX_VALUE_TICKS = 12
 PNG_DPI = 110
 # Figure file names are made from metric, histogram and series names, which
 # may hold dots or other marks ("latency.tpcb-like", "ins.mean_ms").
@@ -87,10 +90,17 @@ def scaling_figure(curves: list[Curve], factor: str, metric_label: str, ci_note:
         highs = [p.summary.interval.high for p in curve.points]
         if all(math.isfinite(v) for v in lows + highs):
             ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.18, linewidth=0)
-    if _log_x_helps(sorted(set(xs_all))):
+    ticks = sorted(set(xs_all))
+    if _log_x_helps(ticks):
         ax.set_xscale("log", base=2)
-        ticks = sorted(set(xs_all))
         ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
+        ax.minorticks_off()
+    elif all(float(x).is_integer() for x in ticks):
+        # clients, cores: no tick at 2.5 clients
+        if len(ticks) <= MAX_VALUE_TICKS:
+            ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.minorticks_off()
     ax.set_xlabel(factor)
     ax.set_ylabel(metric_label)

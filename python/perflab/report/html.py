@@ -95,10 +95,11 @@ def pre(text: str) -> str:
     return f"<pre>{esc(text)}</pre>"
 
 
-def figure(svg: str, caption: str, name: str) -> str:
+def figure(svg: str, caption: str, name: str, files_dir: str = "figures") -> str:
+    """`files_dir`: where the figure's files are, relative to the page."""
     return (
         f'<figure id="fig-{esc(name)}">{svg}<figcaption>{esc(caption)} '
-        f'<span class="files">figures/{esc(name)}.svg · .png</span></figcaption></figure>'
+        f'<span class="files">{esc(files_dir)}/{esc(name)}.svg · .png</span></figcaption></figure>'
     )
 
 
@@ -139,6 +140,7 @@ th.sorted-asc::after { content: " \\25B2"; font-size: 10px; }
 th.sorted-desc::after { content: " \\25BC"; font-size: 10px; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 td.warn { color: var(--warn); background: var(--warnbg); min-width: 14em; }
+td.num.warn { min-width: 0; }  /* a flagged number (a CV) stays as narrow as its figure */
 .scroll { overflow-x: auto; max-width: 100%; }
 td.bad, tr.failed td { color: var(--bad); }
 td.good { color: var(--good); }

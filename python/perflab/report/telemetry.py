@@ -28,6 +28,7 @@ from matplotlib.figure import Figure
 
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import TelemetryPanel
+from perflab.model import fmt_factors
 from perflab.store import Store
 
 THROUGHPUT_NAMES = ("tps", "qps")
@@ -50,7 +51,22 @@ def _load(store: Store, run_id: int, source: str, name_like: str = "%") -> Serie
         ts, vs = out[name]
         ts.append(t)
         vs.append(value)
-    return dict(out)
+    return {name: _without_partial_last(ts, vs) for name, (ts, vs) in out.items()}
+
+
+def _without_partial_last(ts: list[float], vs: list[float]) -> tuple[list[float], list[float]]:
+    """A collector's last sample is taken when it stops, over what is left of
+    an interval (0.1 s of a 1 s interval, say): a rate or a percentage over so
+    short a span is mostly noise, and drawn as a sudden drop or spike at the
+    end of every panel. Such a sample (under half the series' usual interval)
+    is left out of the figure; the store keeps it."""
+    if len(ts) < 3:
+        return ts, vs
+    gaps = sorted(b - a for a, b in zip(ts, ts[1:], strict=False))
+    usual = gaps[len(gaps) // 2]
+    if usual > 0 and ts[-1] - ts[-2] < usual / 2:
+        return ts[:-1], vs[:-1]
+    return ts, vs
 
 
 def _sources(store: Store, run_id: int) -> list[str]:
@@ -227,7 +243,7 @@ def _title(store: Store, run_id: int) -> str:
     name = store.experiment().get("name", "")
     if run is None:
         return f"{name} run {run_id}"
-    factors = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in run["factors"].items())
+    factors = fmt_factors(run["factors"], ", ")
     text = f"{name}: run {run_id}, repetition {run['repetition']}"
     return f"{text} ({factors})" if factors else text
 

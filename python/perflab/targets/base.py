@@ -13,6 +13,11 @@ from perflab.settings_model import StrictModel
 
 class TargetSettings(StrictModel):
     kind: str
+    # Keep the target's data (a cluster, a database file) when the experiment
+    # has finished. The default drops it: the results are in the store, and a
+    # cluster is most of an output directory's size. An interrupted experiment
+    # always keeps it, so `perflab resume` reuses the loaded data.
+    keep_data: bool = False
 
 
 class Target(abc.ABC):
@@ -24,9 +29,17 @@ class Target(abc.ABC):
     # collectors may need of this target.
     endpoint_type: ClassVar[type[Endpoint]]
 
-    def __init__(self, settings: Any, workdir: Path) -> None:
+    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
         self.settings = settings
         self.workdir = workdir
+        # where the experiment file is: its relative paths are taken from here
+        self.base_dir = (base_dir or Path.cwd()).resolve()
+
+    def path_from_file(self, given: str) -> Path:
+        """A path the experiment file gives, made absolute as every path in
+        the file is: relative to the file's directory, so a resume started
+        from another directory finds the same place."""
+        return (self.base_dir / Path(given).expanduser()).resolve()
 
     @classmethod
     def identity(cls, settings: Any) -> str:
@@ -61,6 +74,15 @@ class Target(abc.ABC):
 
     def end_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
         """Called after each run, failed or not (e.g. to keep the run's server log)."""
+
+    def data_locations(self) -> list[Path]:
+        """Where this target keeps data perflab made (for keep_data = true)."""
+        return []
+
+    def discard_data(self) -> int:
+        """Remove the data perflab made for this target (never anything it did
+        not make); the target is stopped. Returns the bytes freed."""
+        return 0
 
     def log_tail(self, lines: int = 40) -> str | None:
         """The server log's last lines, for a failed run's record."""

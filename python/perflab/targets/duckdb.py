@@ -151,8 +151,8 @@ class DuckDbTarget(Target):
 
     settings: DuckDbSettings
 
-    def __init__(self, settings: DuckDbSettings, workdir: Path) -> None:
-        super().__init__(settings, workdir)
+    def __init__(self, settings: DuckDbSettings, workdir: Path, base_dir: Path | None = None) -> None:
+        super().__init__(settings, workdir, base_dir)
         self.database: Any = None
         self.endpoint: DuckDbEndpoint | None = None
         self._lock = threading.Lock()
@@ -175,7 +175,7 @@ class DuckDbTarget(Target):
 
     def _path(self) -> Path:
         if self.settings.path:
-            return Path(self.settings.path).expanduser().resolve()
+            return self.path_from_file(self.settings.path)
         return (self.workdir / DATABASE_FILE).resolve()
 
     def provision(self) -> Endpoint:
@@ -264,6 +264,25 @@ class DuckDbTarget(Target):
         except duckdb.Error as exc:  # describing must never fail a run
             info["describe_error"] = str(exc)
         return info
+
+    def data_locations(self) -> list[Path]:
+        path = self._path()
+        return [path] if path.exists() else []
+
+    def discard_data(self) -> int:
+        """The database file, only if perflab created it (its mark beside it),
+        with DuckDB's write-ahead log."""
+        path = self._path()
+        if not path.exists() or _foreign(path):
+            return 0
+        wal = path.with_name(path.name + ".wal")
+        freed = 0
+        for p in (path, wal):
+            if p.exists():
+                freed += p.stat().st_size
+                p.unlink()
+        _mark(path).unlink(missing_ok=True)  # last: a cut-short removal is finished by the next
+        return freed
 
     def processes(self) -> dict[int, str]:
         return {os.getpid(): "embedded"} if self.database is not None else {}

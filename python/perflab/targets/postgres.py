@@ -15,6 +15,8 @@ every session is read-only, unless `allow_destructive = true`.
 from __future__ import annotations
 
 import contextlib
+import difflib
+import functools
 import hashlib
 import json
 import os
@@ -48,6 +50,13 @@ PIDFILE = "perflab-target.json"
 SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 # Settings perflab sets itself to reach the server; a user value would break that.
 RESERVED_SETTINGS = ("port", "listen_addresses", "unix_socket_directories", "unix_socket_permissions")
+# Units PostgreSQL accepts after a number (docs: "Parameter Names and Values").
+SETTING_UNITS = ("B", "kB", "MB", "GB", "TB", "us", "ms", "s", "min", "h", "d")
+NUMBER_WITH_UNIT = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*(" + "|".join(SETTING_UNITS) + r")?\s*$")
+BOOLEAN_WORDS = ("on", "off", "true", "false", "yes", "no", "1", "0")
+# Log lines of a failed start that say why (the rest is routine).
+START_FAILURE_LINE = re.compile(r"\b(FATAL|PANIC|ERROR):|LOG:.*(invalid|unrecognized|parameter|could not|out of)",
+                                re.IGNORECASE)
 
 SettingValue = str | int | float | bool
 
@@ -334,8 +343,8 @@ class PostgresTarget(Target):
 
     settings: PostgresSettings
 
-    def __init__(self, settings: PostgresSettings, workdir: Path) -> None:
-        super().__init__(settings, workdir)
+    def __init__(self, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> None:
+        super().__init__(settings, workdir, base_dir)
         self.external = settings.dsn is not None
         self.run_as: str | None = None
         self.bin_dir: Path | None = None
@@ -346,20 +355,25 @@ class PostgresTarget(Target):
         self.endpoint: PostgresEndpoint | None = None
         self.running = False
         self.started_settings: dict[str, SettingValue] | None = None
-        self._log_start = 0
+        # Where this run's part of the server log starts: a run's server.log
+        # holds what the server wrote since the previous run ended, including
+        # a (re)start for this run's settings, or the words of a failed start.
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.notes: list[str] = []
 
     # -------------------------------------------------------------- identity/validation
 
     @classmethod
     def identity(cls, settings: Any) -> str:
-        keep = settings.model_dump(exclude={"settings", "restart", "start_timeout"})
+        keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data"})
         # The identity is stored (dataset table): never with a password in it.
         return mask_secrets(json.dumps(keep, sort_keys=True))
 
     @classmethod
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
         problems = []
+        if settings.dsn is None:
+            problems += setting_problems(settings)
         if settings.dsn is not None:
             managed_only = [k for k in ("bin_dir", "run_as") if getattr(settings, k) is not None]
             managed_only += ["settings"] if settings.settings else []
@@ -427,7 +441,7 @@ class PostgresTarget(Target):
 
     def _data_dir(self) -> Path:
         if self.settings.storage.data_dir:
-            return Path(self.settings.storage.data_dir).resolve()
+            return self.path_from_file(self.settings.storage.data_dir)
         default = self.workdir / "pgdata"
         if _reachable_by(self.workdir, self.run_as):
             return default
@@ -504,16 +518,19 @@ class PostgresTarget(Target):
         _chown(data_dir, self.run_as)
         args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
                 "--locale=C", "--no-sync"]
+        created = "created by perflab initdb; perflab may drop and recreate it\n"
         if self.settings.storage.wal_dir:
-            wal = Path(self.settings.storage.wal_dir).resolve()
+            wal = self.path_from_file(self.settings.storage.wal_dir)
             if wal.exists() and any(wal.iterdir()):
                 raise UserError(f"target.storage.wal_dir: {wal} is not empty", "give an empty or new directory")
+            if not wal.exists():
+                created += f"wal_dir created: {wal}\n"
             wal.mkdir(parents=True, exist_ok=True, mode=0o700)
             _chown(wal, self.run_as)
             args += ["-X", str(wal)]
         proc = self._pg(args, timeout=300)
         (self.workdir / "initdb.log").write_text(proc.stdout + proc.stderr)
-        (data_dir / CREATED_MARK).write_text("created by perflab initdb; perflab may drop and recreate it\n")
+        (data_dir / CREATED_MARK).write_text(created)
         with (data_dir / "postgresql.conf").open("a") as f:
             f.write("\n# perflab: the run's settings\ninclude 'perflab.conf'\n")
         return True
@@ -569,6 +586,8 @@ class PostgresTarget(Target):
             self.log_path = self.data_dir.parent / "server.log"
             self.log_path.touch()
             _chown(self.log_path, self.run_as)
+            self._log_start = self.log_path.stat().st_size
+        start_offset = self.log_path.stat().st_size
         timeout = int(self.settings.start_timeout)
         proc = self._pg(
             ["pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", str(timeout)],
@@ -577,10 +596,8 @@ class PostgresTarget(Target):
         if proc.returncode != 0:
             # One run's settings may be impossible (shared_buffers too large, say):
             # that run fails, with the server's own words, and the others go on.
-            raise RunFailure(
-                f"PostgreSQL did not start: {(proc.stderr or proc.stdout).strip()[-500:]}",
-                log_tail=self.log_tail(40),
-            )
+            why = self._start_failure_lines(start_offset) or (proc.stderr or proc.stdout).strip()[-500:]
+            raise RunFailure(f"PostgreSQL did not start: {why}", log_tail=self.log_tail(40))
         self.running = True
         self.started_settings = dict(self.settings.settings)
         (self.workdir / PIDFILE).write_text(
@@ -635,8 +652,15 @@ class PostgresTarget(Target):
             self.endpoint.fresh = False
         return True
 
-    def begin_run(self, run_dir: Path) -> None:
-        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+    def _start_failure_lines(self, offset: int) -> str:
+        """The server's own reasons for a failed start, from its log."""
+        with self.log_path.open("rb") as f:
+            f.seek(offset)
+            text = f.read(256 * 1024).decode(errors="replace")
+        lines = [line.strip() for line in text.splitlines() if START_FAILURE_LINE.search(line)]
+        # without the timestamp and pid prefix: "LOG:  unrecognized ..."
+        lines = [re.sub(r"^.*?\b(?=(FATAL|PANIC|ERROR|LOG):)", "", line) for line in lines]
+        return "; ".join(dict.fromkeys(re.sub(r"\s+", " ", line) for line in lines))[-1000:]
 
     def end_run(self, run_dir: Path) -> None:
         if self.external or not self.log_path.exists():
@@ -645,6 +669,7 @@ class PostgresTarget(Target):
         with self.log_path.open("rb") as src, (run_dir / "server.log").open("wb") as dst:
             src.seek(self._log_start)
             shutil.copyfileobj(src, dst)
+            self._log_start = src.tell()
 
     def log_tail(self, lines: int = 40) -> str | None:
         if self.external or not self.log_path.exists():
@@ -709,7 +734,10 @@ class PostgresTarget(Target):
                     "SELECT name, current_setting(name) FROM pg_settings "
                     "WHERE source NOT IN ('default', 'override', 'client', 'session') ORDER BY name"
                 ).fetchall()
-                info["effective_settings"] = dict(rows)
+                # How perflab reaches the server (a fresh socket directory per
+                # start) is kept apart: it is no setting of the experiment's.
+                info["effective_settings"] = {k: v for k, v in rows if k not in RESERVED_SETTINGS}
+                info["connection_settings"] = {k: v for k, v in rows if k in RESERVED_SETTINGS}
                 key = ("shared_buffers", "work_mem", "max_connections", "fsync", "synchronous_commit",
                        "wal_level", "max_wal_size", "checkpoint_timeout")
                 info["key_settings"] = {
@@ -736,6 +764,50 @@ class PostgresTarget(Target):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def data_locations(self) -> list[Path]:
+        if self.external:
+            return []
+        self.run_as = _current_run_as(self.settings)
+        data_dir = self._data_dir()
+        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
+        return [p for p in (data_dir, wal) if p is not None and p.exists()]
+
+    def discard_data(self) -> int:
+        """Remove the cluster perflab created (and its separate WAL directory);
+        the server must be stopped. A cluster without perflab's mark is not
+        touched."""
+        if self.external:
+            return 0
+        self.run_as = _current_run_as(self.settings)
+        data_dir = self._data_dir()
+        if not (data_dir / CREATED_MARK).exists():
+            return 0
+        if self.postmaster_pid_of(data_dir) is not None:
+            raise UserError(f"{data_dir}: the server is still running", "stop it before removing its data")
+        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
+        freed = _size_bytes(data_dir) + (_size_bytes(wal) if wal else 0)
+        # The mark goes last: a removal cut short is finished by the next one.
+        for child in data_dir.iterdir():
+            if child.name != CREATED_MARK:
+                _remove(child)
+        if wal is not None and wal.is_dir():
+            for child in wal.iterdir():
+                _remove(child)
+            # a directory the user made (a mount point, say) stays, emptied
+            if (data_dir / CREATED_MARK).read_text().find(f"wal_dir created: {wal}") >= 0:
+                with contextlib.suppress(OSError):
+                    wal.rmdir()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return freed
+
+    @staticmethod
+    def postmaster_pid_of(data_dir: Path) -> int | None:
+        try:
+            pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pid if _pid_alive(pid) else None
+
     def teardown(self) -> None:
         if self.external:
             return
@@ -748,6 +820,124 @@ class PostgresTarget(Target):
             shutil.rmtree(self.socket_dir, ignore_errors=True)
             self.socket_dir = None
         (self.workdir / PIDFILE).unlink(missing_ok=True)
+
+
+def _size_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for p in path.rglob("*"):
+        with contextlib.suppress(OSError):
+            if p.is_file() and not p.is_symlink():
+                total += p.stat().st_size
+    return total
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ settings the server knows
+
+
+@dataclass(frozen=True)
+class ServerSetting:
+    name: str
+    vartype: str  # BOOLEAN, INTEGER, REAL, ENUM, STRING
+    minimum: float | None
+    maximum: float | None
+
+
+@functools.lru_cache(maxsize=8)
+def server_settings(bin_dir: Path) -> tuple[str, dict[str, ServerSetting]]:
+    """The settings this PostgreSQL build knows, from `postgres
+    --describe-config` (it needs no data directory and no running server),
+    with its version: ("16.4", {name: ServerSetting})."""
+    out = subprocess.run([str(bin_dir / "postgres"), "--describe-config"], capture_output=True, text=True,
+                         timeout=30, env={**os.environ, "LC_ALL": "C"}).stdout
+    known = {}
+    for line in out.splitlines():
+        fields = line.split("\t")
+        if len(fields) < 7:
+            continue
+
+        def number(text: str) -> float | None:
+            try:
+                return float(text)
+            except ValueError:
+                return None
+
+        known[fields[0]] = ServerSetting(fields[0], fields[3], number(fields[5]), number(fields[6]))
+    version = ".".join(map(str, _version_of(bin_dir) or ())) or "?"
+    return version, known
+
+
+@functools.lru_cache(maxsize=8)
+def _bin_dir_for_check(explicit: str | None, run_as: str | None) -> Path | None:
+    try:
+        return find_bin_dir(explicit, run_as)
+    except UserError:
+        return None  # provisioning says what is missing, with its fix
+
+
+def setting_problems(settings: PostgresSettings) -> list[tuple[str, str]]:
+    """Names and values of target.settings that this PostgreSQL would refuse
+    at start: checked against the server binary's own list, so `perflab check`
+    catches a typo before any run (dotted names are extensions' own settings,
+    which the server takes as they are)."""
+    try:
+        run_as = _current_run_as(settings)
+    except UserError:
+        return []  # said when the target is provisioned
+    bin_dir = _bin_dir_for_check(settings.bin_dir, run_as)
+    if bin_dir is None or not settings.settings:
+        return []
+    version, known = server_settings(bin_dir)
+    if not known:
+        return []
+    problems = []
+    for name, value in settings.settings.items():
+        path = f"target.settings.{name}"
+        if "." in name:
+            continue
+        info = known.get(name)
+        if info is None:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"did you mean {close[0]}?" if close else "see `postgres --describe-config` for the names"
+            problems.append((path, f"got {name!r}: PostgreSQL {version} has no such setting; {hint}"))
+            continue
+        problem = _value_problem(info, value)
+        if problem:
+            problems.append((path, f"got {json.dumps(value)}; allowed: {problem} (PostgreSQL {version})"))
+    return problems
+
+
+def _value_problem(info: ServerSetting, value: SettingValue) -> str | None:
+    if info.vartype == "BOOLEAN":
+        if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+            return None
+        text = str(value).strip().lower()
+        # PostgreSQL takes any unambiguous prefix of its boolean words
+        if text and len([w for w in BOOLEAN_WORDS if w.startswith(text)]) == 1:
+            return None
+        return "a boolean: on, off, true, false, yes, no, 1 or 0"
+    if info.vartype in ("INTEGER", "REAL"):
+        if isinstance(value, bool):
+            return "a number"
+        if isinstance(value, (int, float)):
+            # a bare number is in the setting's base unit, which the range uses too
+            low, high = info.minimum, info.maximum
+            if low is not None and high is not None and not low <= value <= high:
+                return f"a number from {low:g} to {high:g}"
+            if info.vartype == "INTEGER" and isinstance(value, float) and not value.is_integer():
+                return "a whole number"
+            return None
+        if not NUMBER_WITH_UNIT.match(str(value)):
+            return f"a number, with a unit for a size or time ({', '.join(SETTING_UNITS)}), e.g. \"128MB\" or \"10s\""
+    return None
 
 
 def _conf_value(value: SettingValue) -> str:

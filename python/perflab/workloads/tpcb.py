@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from perflab import _engine
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
+from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 
@@ -339,7 +339,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         rows = []
         for run in runs:
             m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
-            factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
+            factors = fmt_factors(run["factors"], ", ")
             rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in columns],
                          ", ".join(run["flags"])])
         blocks: list[Any] = [

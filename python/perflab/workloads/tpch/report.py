@@ -6,6 +6,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from perflab.model import fmt_factors, fmt_level
+
 METRICS = (("power_at_size", "Power@Size"), ("throughput_at_size", "Throughput@Size"),
            ("qphh_at_size", "QphH@Size"), ("load.total_s", "load test s"), ("maintenance_s", "maintenance s"))
 QUERY_NAMES = [f"Q{n}" for n in range(1, 23)] + ["RF1", "RF2"]
@@ -22,7 +24,7 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     stream_times: dict[int, dict[int, dict[str, float]]] = {}  # run -> stream -> query -> s
     for run in runs:
         m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
-        factors = ", ".join(f"{k}={v}" for k, v in run["factors"].items())
+        factors = fmt_factors(run["factors"], ", ")
         metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
                             ", ".join(run["flags"])])
         by_query: dict[str, list[float]] = {}
@@ -46,10 +48,12 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
         Table(["run", "factors", "status", *[label for _, label in METRICS], "flags"], metric_rows,
               "TPC-H metrics per run (clause 5.4); runs flagged invalid-metrics have none"),
     ]
-    blocks.append(Table(["query", *[f"run {r['id']}" for r in runs]], list(query_rows.values()),
-                        "seconds: mean (min-max, n) over every stream the query ran in"))
+    labels = run_labels(runs)
+    blocks.append(Table(["query", *[labels[r["id"]] for r in runs]], list(query_rows.values()),
+                        "seconds: mean (min-max, n) over every stream the query ran in; columns by factor "
+                        "values (repetition after #)"))
     if power_times:
-        blocks.append(_bars_figure({f"run {r}": power_times[r] for r in sorted(power_times)}, "tpch-power-stream",
+        blocks.append(_bars_figure({labels[r]: power_times[r] for r in sorted(power_times)}, "tpch-power-stream",
                                    "power test (stream 0): each query's and refresh function's time"))
     else:
         blocks.append(Text("no power test in these runs"))
@@ -62,6 +66,20 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
             f"throughput test of run {last} (the last run that had one): each query's time per stream; the "
             "refresh stream (numbered S + 1) shows the sum of its RF1 and of its RF2 times"))
     return [Section("TPC-H", blocks)]
+
+
+def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
+    """Each run by what varied: its factor levels ("postgres", "duckdb"), with
+    the repetition when the experiment repeats; "run N" without factors."""
+    repeated = len({r["repetition"] for r in runs}) > 1
+    out = {}
+    for r in runs:
+        label = ", ".join(fmt_level(v) for v in r["factors"].values())
+        if not label:
+            out[r["id"]] = f"run {r['id']}"
+        else:
+            out[r["id"]] = f"{label} #{r['repetition']}" if repeated else label
+    return out
 
 
 def _bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str) -> Any:
