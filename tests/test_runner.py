@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import cli_command, postmasters_under
+from perflab.runner import interrupt_on_signals
 
 EXPERIMENT = """
 [experiment]
@@ -251,3 +255,20 @@ def test_a_restart_for_new_settings_is_an_event_of_that_run(workdir: Path, run_c
     conn = sqlite3.connect(out / "perflab.sqlite")
     restarts = conn.execute("SELECT run_id FROM event WHERE kind = 'restart'").fetchall()
     assert restarts == [(2,)]  # synchronous_commit on -> off before run 2
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_signal_whose_exception_python_drops_still_requests_the_stop() -> None:
+    """A signal handled inside __del__ (or a weakref callback) has its
+    Interrupted printed and dropped by Python; the stop must still be seen."""
+
+    class SignalledDuringDel:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100_000):  # the handler runs here, and its exception is dropped
+                pass
+
+    with interrupt_on_signals() as stop:
+        obj = SignalledDuringDel()
+        del obj
+        assert stop.is_set()

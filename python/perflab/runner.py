@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import shutil
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -53,16 +54,26 @@ LOG_TAIL_LINES = 40
 
 
 @contextlib.contextmanager
-def interrupt_on_signals() -> Iterator[None]:
+def interrupt_on_signals() -> Iterator[threading.Event]:
     """SIGINT and SIGTERM raise Interrupted in the main thread, so every
-    `finally` (server teardown above all) runs."""
+    `finally` (server teardown above all) runs.
+
+    The exception alone is not enough: a signal that lands while a weakref
+    callback or a __del__ runs has its exception printed and dropped by
+    Python ("Exception ignored in ..."), and the experiment went on to the
+    end (seen once in test_sigint_stops_the_server_and_keeps_finished_runs).
+    So the handler also sets the Event this yields: runs take it as their
+    cancel (the engine checks it every 200 ms and raises Interrupted), and
+    the runner checks it between runs."""
+    requested = threading.Event()
 
     def handler(signum: int, frame: Any) -> None:
+        requested.set()
         raise Interrupted(signal.Signals(signum).name)
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield requested
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -199,6 +210,8 @@ class Runner:
         self.base_dir = base_dir
         self.active: ActiveTarget | None = None
         self._warned: set[str] = set()
+        # Set by SIGINT/SIGTERM (see interrupt_on_signals); every run's cancel.
+        self._stop = threading.Event()
 
     # ------------------------------------------------------------ the loop
 
@@ -208,10 +221,14 @@ class Runner:
         counts = {"done": 0, "failed": 0}
         finished = False
         try:
-            with interrupt_on_signals():
+            with interrupt_on_signals() as self._stop:
                 for number in todo:
+                    if self._stop.is_set():
+                        raise Interrupted("stop requested")
                     status = self._one(self.plan[number])
                     counts[status] += 1
+                if self._stop.is_set():
+                    raise Interrupted("stop requested")
             finished = True
         finally:
             with signals_ignored():
@@ -242,9 +259,12 @@ class Runner:
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
-                             status=self.progress.status, warn=self.progress.warn)
+                             cancel=self._stop, status=self.progress.status, warn=self.progress.warn)
             self._prepare(workload, endpoint, identity, ctx, result)
             result.merge(self._measure(workload, endpoint, target, spec, ctx))
+            if self._stop.is_set():
+                # A workload that saw its cancel ended early: the run is not done.
+                raise Interrupted("stop requested")
             check = workload.check(endpoint, ctx)
             for name, (passed, detail) in check.checks.items():
                 result.add_metric(f"check.{name}", 1.0 if passed else 0.0, "pass", detail)
