@@ -38,9 +38,9 @@ from _common import run_main
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import CollectorContext, SamplingCollector
 from perflab.collectors.pgstat import PgstatCollector
+from perflab.context import RunContext, SeriesSink
 from perflab.model import RunResult
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
-from perflab.workloads.base import RunContext, SeriesSink
 
 LIMIT_PCT_OF_ONE_CORE = 0.5
 

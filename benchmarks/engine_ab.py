@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import cores, run_main, spread
+from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
-from perflab.workloads.base import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 from perflab.workloads.tpch import schema as tpch_schema
 
@@ -53,7 +53,7 @@ import dataclasses, json, resource, sys, time
 from pathlib import Path
 import perflab
 from perflab.targets.postgres import PostgresEndpoint
-from perflab.workloads.base import RunContext
+from perflab.context import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 # The checkouts' endpoints differ (an older one has a `dialect` field): give each what it takes.
 fields = {f.name for f in dataclasses.fields(PostgresEndpoint)}

@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import cores, run_main, spread
+from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
-from perflab.workloads.base import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 # The targets on a 2-core machine shared by driver and server.

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 from _common import run_main
+from perflab.context import RunContext
 from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
-from perflab.workloads.base import RunContext
 from perflab.workloads.tpch import TpchSettings, TpchWorkload, schema
 
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB",

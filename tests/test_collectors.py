@@ -27,11 +27,11 @@ from perflab.collectors.pgstat import PgstatCollector, PgstatSettings
 from perflab.collectors.process import ProcessCollector, ProcessSettings, role_from_title
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S
 from perflab.collectors.vmstat import VmstatCollector, VmstatSettings
+from perflab.context import RunContext, SeriesSink
 from perflab.endpoints import Capability
 from perflab.model import Metric, RunResult
 from perflab.report.telemetry import build_run_figure, write_run_figure
 from perflab.store import Store
-from perflab.workloads.base import RunContext, SeriesSink
 
 Points = dict[str, list[tuple[float, float]]]
 

@@ -18,7 +18,7 @@ from perflab.errors import UserError
 from perflab.report import write_report
 from perflab.report.figures import new_figure
 from perflab.report.html import fmt, fmt_pct
-from perflab.report.section import Figure, Section, Table, Text
+from perflab.section import Figure, Section, Table, Text
 from perflab.store import Store
 from perflab.workloads.sql import SqlWorkload
 from synthetic_store import build_store
@@ -74,6 +74,8 @@ def test_failures_flags_and_degradation_are_shown(durability_report: tuple[Path,
     assert "server closed the connection unexpectedly" in html
     assert "terminated by signal 9" in html  # the log tail
     assert "client-bound" in html
+    # the process collector's own section: server and driver CPU per combination
+    assert "CPU: server and driver" in html and "driver share (%)" in html
     # 3% lost per repetition: the trend test says so, and OSDL's column is there
     assert "degrades by trend" in html
     runs = [r for r in _embedded(html)["runs"] if r["combination"] == 3]

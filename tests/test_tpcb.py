@@ -21,12 +21,12 @@ from pydantic import ValidationError
 
 from conftest import postmasters_under
 from perflab import _engine
+from perflab.context import RunContext, SeriesSink
 from perflab.errors import Interrupted, RunFailure
 from perflab.runner import interrupt_on_signals
 from perflab.store import Store
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads import WORKLOADS
-from perflab.workloads.base import RunContext, SeriesSink
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 APPLICATION = "perflab-tpcb"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perflab import _engine
-from perflab.workloads.base import RunContext
+from perflab.context import RunContext
 from perflab.workloads.tpch import TpchSettings, TpchWorkload, metrics, qgen
 
 SF = 0.01

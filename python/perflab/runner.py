@@ -37,6 +37,7 @@ from perflab import plan as plan_mod
 from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
+from perflab.context import RunContext
 from perflab.endpoints import Endpoint
 from perflab.errors import Interrupted, RunFailure, UserError
 from perflab.model import Event, RunResult
@@ -48,7 +49,7 @@ from perflab.store import Store
 from perflab.targets import TARGETS
 from perflab.targets.base import Target
 from perflab.workloads import WORKLOADS
-from perflab.workloads.base import RunContext, Workload
+from perflab.workloads.base import Workload
 
 LOG_TAIL_LINES = 40
 

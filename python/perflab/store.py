@@ -19,9 +19,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perflab.context import SeriesSink
 from perflab.errors import UserError
 from perflab.model import Event, RunResult
-from perflab.workloads.base import SeriesSink
 
 STORE_NAME = "perflab.sqlite"
 # 2: query.started_s; 3: attempt (earlier attempts of a retried run). Older

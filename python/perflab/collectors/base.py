@@ -17,12 +17,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from perflab.context import RunContext
 from perflab.endpoints import Capability, Endpoint
 from perflab.model import Event, Metric, RunResult
+from perflab.section import RunGroup, Section
 from perflab.settings_model import StrictModel
 from perflab.targets.base import Target
 from perflab.units import Duration
-from perflab.workloads.base import RunContext
 
 # Server processes that serve perflab's own sampling (pgstat's backend), so
 # the process collector gives them the role "monitor", not "backend".
@@ -92,6 +93,12 @@ class Collector(abc.ABC):
     needs: ClassVar[frozenset[Capability]] = frozenset()
     # Panels this collector adds to each run's telemetry figure, in order.
     panels: ClassVar[tuple[TelemetryPanel, ...]] = ()
+
+    @classmethod
+    def report_sections(cls, groups: list[RunGroup]) -> list[Section]:
+        """Sections this collector adds to the report's telemetry, from the
+        stored metrics of each group of runs. Default: none."""
+        return []
 
     def __init__(self, name: str, settings: Any) -> None:
         self.name = name

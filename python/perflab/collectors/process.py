@@ -24,6 +24,7 @@ away (to "backend" when none was seen: one that lived less than an interval).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import defaultdict
@@ -38,7 +39,9 @@ from perflab.collectors.base import (
     SamplingCollector,
 )
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
-from perflab.model import Event, RunResult
+from perflab.model import Event, Flag, RunResult
+from perflab.section import Block, RunGroup, Section, Table
+from perflab.section import Figure as SectionFigure
 
 ROLES = ("postmaster", "backend", "checkpointer", "walwriter", "background writer", "autovacuum", "other", "monitor",
          "driver")
@@ -176,9 +179,83 @@ class RoleTotals:
     count_max: int = 0
 
 
+def cpu_split(metrics: dict[str, float]) -> tuple[float, float] | None:
+    """(server CPU s, driver CPU s) of a run from this collector's per-role
+    metrics `<collector>.<role>.cpu_s`; role "driver" is perflab itself."""
+    server = driver = 0.0
+    found = False
+    for name, value in metrics.items():
+        parts = name.split(".")
+        if len(parts) != 3 or parts[2] != "cpu_s":
+            continue
+        found = True
+        if parts[1] == "driver":
+            driver += value
+        else:
+            server += value
+    return (server, driver) if found else None
+
+
+def _cpu_split_figure(labels: list[str], server: list[float], driver: list[float]) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8.0, max(2.4, 0.32 * len(labels) + 1.2)), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.grid(True, color="#e3e6ec", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ys = list(range(len(labels)))
+    ax.barh(ys, server, color="#3b6fb6", label="server")
+    ax.barh(ys, driver, left=server, color="#e08a2c", label="driver (perflab)")
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("CPU (cores)")
+    ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncols=2)
+    return fig
+
+
 class ProcessCollector(SamplingCollector):
     Settings = ProcessSettings
     default_on = True
+
+    @classmethod
+    def report_sections(cls, groups: list[RunGroup]) -> list[Section]:
+        """CPU used by the server and by perflab's driver, per group of runs:
+        whether the driver, not the server, was what the machine spent on."""
+        rows: list[list[Any]] = []
+        labels, server_cores, driver_cores = [], [], []
+        for group in groups:
+            measured = [(cpu_split(r["metrics"]), r["seconds"]) for r in group.runs]
+            splits = [(s, secs) for s, secs in measured if s is not None and secs]
+            if not splits:
+                continue
+            server_s = sum(s[0] for s, _ in splits) / len(splits)
+            driver_s = sum(s[1] for s, _ in splits) / len(splits)
+            secs = sum(secs for _, secs in splits) / len(splits)
+            share_pct = driver_s / (server_s + driver_s) * 100 if server_s + driver_s > 0 else math.nan
+            bound = sum(1 for r in group.runs if Flag.CLIENT_BOUND in r["flags"])
+            rows.append([group.index, group.label, len(splits), server_s, driver_s, server_s / secs, driver_s / secs,
+                         share_pct, f"{bound} of {len(group.runs)}" if bound else ""])
+            labels.append(f"#{group.index} {group.label}")
+            server_cores.append(server_s / secs)
+            driver_cores.append(driver_s / secs)
+        if not rows:
+            return []
+        blocks: list[Block] = [Table(
+            ["#", "combination", "runs", "server CPU (s)", "driver CPU (s)", "server (cores)", "driver (cores)",
+             "driver share (%)", "client-bound runs"],
+            rows,
+            caption="Means over each combination's runs, from the process collector (user + system CPU "
+            "by role; 'driver' is perflab's own process). cores = CPU seconds / run seconds. "
+            "A run flagged client-bound was limited by the driver, not the server.",
+        )]
+        if len(labels) <= 40:
+            blocks.append(SectionFigure("cpu-split", _cpu_split_figure(labels, server_cores, driver_cores),
+                                        "CPU used by the server and by the driver, per combination."))
+        return [Section("CPU: server and driver", blocks)]
 
     def __init__(self, name: str, settings: Any) -> None:
         super().__init__(name, settings)

@@ -24,7 +24,7 @@ from perflab.model import Flag, fmt_factors, fmt_level
 from perflab.report import figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, flatten, representative_run
-from perflab.report.section import Figure, Section, Table, Text
+from perflab.section import Figure, RunGroup, Section, Table, Text
 from perflab.store import Store
 from perflab.workloads import WORKLOADS
 
@@ -534,57 +534,26 @@ class ReportBuilder:
 
     # ------------------------------------------------------------------ telemetry
 
-    def cpu_split(self, run_id: int) -> tuple[float, float] | None:
-        """(server CPU s, driver CPU s) from the process collector's per-role
-        metrics `<collector>.<role>.cpu_s`; role "driver" is perflab itself."""
-        server = driver = 0.0
-        found = False
-        for name, value in self.data.values.get(run_id, {}).items():
-            parts = name.split(".")
-            if len(parts) != 3 or parts[2] != "cpu_s":
-                continue
-            found = True
-            if parts[1] == "driver":
-                driver += value
-            else:
-                server += value
-        return (server, driver) if found else None
+    def run_groups(self) -> list[RunGroup]:
+        """The combinations as plain data for collectors' report sections."""
+        d = self.data
+        return [RunGroup(combo.index, combo.label(),
+                         [{**d.runs_by_id[r], "metrics": d.values.get(r, {})} for r in combo.run_ids])
+                for combo in d.combinations]
 
     def telemetry(self) -> list[SectionHtml]:
         d = self.data
         parts = []
-        rows, labels, server_cores, driver_cores = [], [], [], []
-        for combo in d.combinations:
-            measured = [(self.cpu_split(r), d.runs_by_id[r]["seconds"]) for r in combo.run_ids]
-            splits = [(s, secs) for s, secs in measured if s is not None and secs]
-            if not splits:
+        groups = self.run_groups()
+        for name in COLLECTORS.in_registration_order():
+            try:
+                sections = COLLECTORS.get(name).report_sections(groups)
+            except Exception as exc:  # the rest of the report is still worth writing
+                parts.append(h.note(f"the {name} collector's report section failed: {type(exc).__name__}: {exc}",
+                                    "bad"))
                 continue
-            server_s = sum(s[0] for s, _ in splits) / len(splits)
-            driver_s = sum(s[1] for s, _ in splits) / len(splits)
-            secs = sum(secs for _, secs in splits) / len(splits)
-            share = driver_s / (server_s + driver_s) * 100 if server_s + driver_s > 0 else math.nan
-            client_bound = sum(1 for r in combo.run_ids if Flag.CLIENT_BOUND in d.runs_by_id[r]["flags"])
-            rows.append([
-                combo.index, combo.label(), len(splits), server_s, driver_s,
-                server_s / secs, driver_s / secs, h.td(h.fmt_pct(share, 1, signed=False), "num"),
-                h.td(f"{client_bound} of {len(combo.run_ids)}", "flag") if client_bound else "",
-            ])
-            labels.append(f"#{combo.index} {combo.label()}")
-            server_cores.append(server_s / secs)
-            driver_cores.append(driver_s / secs)
-        if rows:
-            parts.append("<h3>CPU: server and driver</h3>")
-            parts.append(h.table(
-                ["#", "combination", "runs", "server CPU (s)", "driver CPU (s)", "server (cores)",
-                 "driver (cores)", "driver share", "client-bound runs"],
-                rows,
-                caption="Means over each combination's runs, from the process collector (user + system CPU "
-                "by role; 'driver' is perflab's own process). cores = CPU seconds / run seconds. "
-                "A run flagged client-bound was limited by the driver, not the server.",
-            ))
-            if len(labels) <= 40:
-                fig = figures.cpu_split_figure(labels, server_cores, driver_cores, "CPU (cores)")
-                parts.append(self.figure(fig, "cpu-split", "CPU used by the server and by the driver, per combination."))
+            for section in sections:
+                parts.append(f"<h3>{h.esc(section.title)}</h3>" + self.render_section(section))
         bound = [r for r in d.runs if Flag.CLIENT_BOUND in r["flags"]]
         if bound:
             parts.append(h.note(

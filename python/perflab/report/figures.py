@@ -153,20 +153,6 @@ def _legend_right(ax: matplotlib.axes.Axes) -> None:
     ax.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def cpu_split_figure(labels: list[str], server: list[float], driver: list[float], unit: str) -> Figure:
-    fig = new_figure(height_in=max(2.4, 0.32 * len(labels) + 1.2))
-    ax = fig.add_subplot()
-    _style(ax)
-    ys = list(range(len(labels)))
-    ax.barh(ys, server, color="#3b6fb6", label="server")
-    ax.barh(ys, driver, left=server, color="#e08a2c", label="driver (perflab)")
-    ax.set_yticks(ys, labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(unit)
-    ax.legend(fontsize=8, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.02), ncols=2)
-    return fig
-
-
 def degradation_figure(d: Degradation, run_labels: list[str], metric_label: str, title: str) -> Figure:
     fig = new_figure(height_in=3.2)
     ax = fig.add_subplot()

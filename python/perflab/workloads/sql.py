@@ -17,12 +17,13 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from perflab.context import RunContext
 from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
 from perflab.settings_model import StrictModel
 from perflab.units import Duration
-from perflab.workloads.base import RunContext, Workload, WorkloadSettings
+from perflab.workloads.base import Workload, WorkloadSettings
 
 # Beyond this many executions per run, per-execution rows are not stored (the
 # metrics still count every execution); an event says so.

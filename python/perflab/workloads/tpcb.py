@@ -23,11 +23,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from perflab import _engine
+from perflab.context import RunContext
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.units import Duration
-from perflab.workloads.base import RunContext, Workload, WorkloadSettings
+from perflab.workloads.base import Workload, WorkloadSettings
 
 SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 # Rows per scale unit (pgbench.c: nbranches, ntellers, naccounts).
@@ -329,7 +330,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
     def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
         """A table of each run's figures, from the store only (the report plots
         the per-second series of every source itself)."""
-        from perflab.report.section import Section, Table, Text
+        from perflab.section import Section, Table, Text
 
         if not runs:
             return []

@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from perflab.context import RunContext
 from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
 from perflab.targets.postgres import PostgresEndpoint
-from perflab.workloads.base import RunContext
 from perflab.workloads.tpch import TpchSettings, TpchWorkload, answers
 
 HERE = Path(__file__).resolve().parent

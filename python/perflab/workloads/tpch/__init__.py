@@ -42,11 +42,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from perflab.context import RunContext
 from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
 from perflab.units import Duration
-from perflab.workloads.base import RunContext, Workload, WorkloadSettings
+from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
 
 TestName = Literal["load", "power", "throughput"]

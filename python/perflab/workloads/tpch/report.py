@@ -14,7 +14,7 @@ QUERY_NAMES = [f"Q{n}" for n in range(1, 23)] + ["RF1", "RF2"]
 
 
 def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
-    from perflab.report.section import Section, Table, Text
+    from perflab.section import Section, Table, Text
 
     if not runs:
         return []
@@ -90,7 +90,7 @@ def _bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str) -
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from perflab.report.section import Figure
+    from perflab.section import Figure
 
     fig, ax = plt.subplots(figsize=(10, 3.5))
     width = 0.8 / len(groups)

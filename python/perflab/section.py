@@ -1,9 +1,11 @@
-"""What a workload adds to the report: sections made of a few kinds of block.
+"""What a workload or a collector adds to the report: sections made of a few
+kinds of block.
 
-A workload's `report_sections(store, runs)` returns `Section`s; the report
-renders them (figures saved under figures/ and inlined), so workloads never
+A workload's or a collector's `report_sections(...)` returns `Section`s; the
+report renders them (figures saved under figures/ and inlined), so they never
 write HTML files or know where the report lives, and the report never
-branches on a workload's name.
+branches on their names. This module sits below workloads, collectors and
+the report: plain data, no imports from perflab.
 """
 
 from __future__ import annotations
@@ -45,3 +47,14 @@ Block = Text | Table | Figure
 class Section:
     title: str
     blocks: list[Block] = field(default_factory=list)
+
+
+@dataclass
+class RunGroup:
+    """Runs that share every factor but the repetition (a combination of the
+    factors), as the report hands them to a collector's `report_sections`:
+    each run is its store row (Store.runs()) plus "metrics": {name: value}."""
+
+    index: int  # the combination's number in the report
+    label: str
+    runs: list[dict[str, Any]]

@@ -1,0 +1,77 @@
+"""No module imports one from a higher layer (the map is CONTRIBUTING.md's).
+
+Read from the source with `ast`, imports inside functions and under
+TYPE_CHECKING included: a lazy import of a higher layer is still a
+dependency the wrong way round.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
+
+# Lowest first. A module may import its own layer or any below it.
+LAYERS: list[set[str]] = [
+    {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
+     "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
+     "perflab.host", "perflab.progress"},
+    {"perflab.analysis", "perflab.targets", "perflab.store"},
+    {"perflab.workloads", "perflab.collectors"},
+    {"perflab.spec", "perflab.plan"},
+    {"perflab.runner", "perflab.export", "perflab.report"},
+    {"perflab.cli"},
+]
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest listed prefix of `module`."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:n])
+        for index, layer in enumerate(LAYERS):
+            if prefix in layer:
+                return index
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to CONTRIBUTING.md's map)")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("perflab")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perflab"):
+            # `from perflab import _engine` names a module; `from perflab.x import y` names x
+            if node.module == "perflab":
+                out += [(node.lineno, f"perflab.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def test_no_module_imports_from_a_higher_layer() -> None:
+    violations = []
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert len(modules) > 40
+    for path in modules:
+        importer = module_name(path)
+        for line, target in imported(path):
+            if layer_of(target) > layer_of(importer):
+                violations.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {importer} "
+                                  f"(layer {layer_of(importer)}) imports {target} (layer {layer_of(target)})")
+    assert not violations, "\n".join(violations)
+
+
+def test_the_check_sees_a_violation() -> None:
+    # the workloads sit above the targets: the other way round is flagged
+    assert layer_of("perflab.targets.postgres") < layer_of("perflab.workloads.tpcb")
+    assert layer_of("perflab.context") < layer_of("perflab.store") < layer_of("perflab.report.builder")
