@@ -128,8 +128,9 @@ def tpch_load_postgres(
     conninfo: str, scale_factor: float, tables: list[str], connections: int
 ) -> list[TableLoad]:
     """Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
-    `connections` parallel connections (libpq key=value conninfo). EngineError
-    names the table that failed."""
+    `connections` parallel connections (libpq key=value conninfo).
+    EngineConnectionError names the table that failed; ConfigError: a bad
+    conninfo."""
 
 def tpch_arrow_stream(table_name: str, scale_factor: float, threads: int) -> object:
     """One table as an Arrow C stream PyCapsule ("arrow_array_stream"),

@@ -1,4 +1,5 @@
-//! The engine's errors as Python exceptions, mapped in this one place
+//! The engine's one error type (`perflab_engine::error::EngineError`) as Python
+//! exceptions, mapped in this one place
 //! (polars: `crates/polars-python/src/error.rs`).
 //!
 //! - `ConfigError(ValueError)`: bad settings the user can fix.
@@ -8,8 +9,7 @@
 //!   infers an interrupt from a RuntimeError and a flag.
 //! - `EngineError(RuntimeError)`: anything else (a bug, or the machine).
 
-use perflab_engine::harness::DriverError;
-use perflab_engine::tpcb::load::LoadError;
+use perflab_engine::error::EngineError as CoreError;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyBaseException, PyConnectionError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -39,19 +39,13 @@ create_exception!(
     "The engine failed for a reason that is neither the settings nor the target."
 );
 
-pub fn driver_error(e: DriverError) -> PyErr {
+/// The one mapping from the engine's error to Python's.
+pub fn engine_error(e: CoreError) -> PyErr {
     match e {
-        DriverError::Config(m) => ConfigError::new_err(m),
-        DriverError::Connect(m) => EngineConnectionError::new_err(m),
-        DriverError::Interrupted => Interrupted::new_err("run interrupted"),
-    }
-}
-
-pub fn load_error(e: LoadError) -> PyErr {
-    match e {
-        LoadError::Config(m) => ConfigError::new_err(m),
-        LoadError::Db(e) => EngineConnectionError::new_err(e.to_string()),
-        LoadError::Interrupted => Interrupted::new_err("load interrupted"),
+        CoreError::Config(m) => ConfigError::new_err(m),
+        CoreError::Target(m) => EngineConnectionError::new_err(m),
+        CoreError::Interrupted => Interrupted::new_err("interrupted"),
+        CoreError::Internal(m) => EngineError::new_err(m),
     }
 }
 

@@ -7,12 +7,13 @@
 //! stop, every client is stopped and the error (the signal handler's, or
 //! `Interrupted`) is returned to Python within about a second.
 
-use crate::errors::{config_error, driver_error, load_error, EngineError, Interrupted};
+use crate::errors::{config_error, engine_error, EngineError, Interrupted};
 use crate::results::{DriverResult, Interval, LatencySummary, LoadReport};
+use perflab_engine::error::EngineError as CoreError;
 use perflab_engine::harness::{HarnessConfig, Progress, Protocol, Run};
 use perflab_engine::hist::{self, LatencyHistogram};
 use perflab_engine::sys::monotonic_ns;
-use perflab_engine::tpcb::load::{self, LoadConfig, LoadError};
+use perflab_engine::tpcb::load::{self, LoadConfig};
 use perflab_engine::tpcb::{QueryMode, Script, TpcbProtocol};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -41,7 +42,7 @@ fn drive<P: Protocol>(
     progress: Option<Bound<'_, PyAny>>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<DriverResult> {
-    let run = Run::start(cfg, protocol).map_err(driver_error)?;
+    let run = Run::start(cfg, protocol).map_err(engine_error)?;
     loop {
         let step = py.detach(|| run.next_progress(POLL_INTERVAL));
         let stop = py
@@ -62,7 +63,7 @@ fn drive<P: Protocol>(
             break;
         }
     }
-    let summary = py.detach(|| run.join()).map_err(driver_error)?;
+    let summary = py.detach(|| run.join()).map_err(engine_error)?;
     DriverResult::new(py, &summary)
 }
 
@@ -111,13 +112,13 @@ fn tpcb_run<'py>(
         t0_ns,
         io: io.parse().map_err(config_error)?,
     };
-    let protocol = TpcbProtocol::new(&conninfo, script, scale, mode).map_err(driver_error)?;
+    let protocol = TpcbProtocol::new(&conninfo, script, scale, mode).map_err(engine_error)?;
     drive(py, cfg, protocol, progress, cancel)
 }
 
 enum LoadMessage {
     Step(String),
-    Done(Result<load::LoadReport, LoadError>),
+    Done(Result<load::LoadReport, CoreError>),
 }
 
 /// Load the pgbench data set; returns each step's seconds and rows per table.
@@ -168,7 +169,7 @@ fn tpcb_load<'py>(
         }
     };
     let _ = loader.join();
-    let report = result.map_err(load_error)?;
+    let report = result.map_err(engine_error)?;
     Ok(LoadReport {
         steps: report.steps,
         rows: report.rows.into_iter().collect(),

@@ -6,7 +6,7 @@ use std::ffi::CString;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 
-use crate::errors::{config_error, EngineError};
+use crate::errors::{config_error, engine_error};
 use crate::results::TableLoad;
 
 use perflab_engine::tpch::{self, refresh, Table};
@@ -46,7 +46,7 @@ pub fn tpch_load_postgres(
         .collect::<PyResult<Vec<_>>>()?;
     let loads = py
         .detach(|| tpch::pgcopy::load_postgres(conninfo, sf, &tables, connections))
-        .map_err(EngineError::new_err)?;
+        .map_err(engine_error)?;
     Ok(loads
         .into_iter()
         .map(|load| TableLoad {

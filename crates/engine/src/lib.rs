@@ -11,6 +11,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod error;
 pub mod harness;
 pub mod hist;
 pub mod pg;

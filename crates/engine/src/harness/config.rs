@@ -1,6 +1,6 @@
 //! What a run is asked to do, independent of the protocol it drives.
 
-use super::DriverError;
+use super::EngineError;
 use crate::uring::IoChoice;
 use std::str::FromStr;
 
@@ -79,8 +79,8 @@ impl HarnessConfig {
         }
     }
 
-    pub fn validate(&self) -> Result<(), DriverError> {
-        let bad = |m: String| Err(DriverError::Config(m));
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |m: String| Err(EngineError::Config(m));
         if self.clients == 0 {
             return bad("clients must be at least 1".into());
         }

@@ -29,6 +29,7 @@ pub use config::{HarnessConfig, Schedule};
 pub use run::{Progress, Run};
 pub use stats::{EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE};
 
+pub use crate::error::EngineError;
 use crate::random::Prng;
 use crate::uring::Ring;
 use std::fmt;
@@ -108,29 +109,6 @@ pub trait Protocol: Send + Sync + 'static {
     /// Close a client at the end of the run (say goodbye to the server).
     fn close(&self, _client: Self::Client) {}
 }
-
-/// Why a run produced no result.
-#[derive(Debug, Clone, PartialEq)]
-pub enum DriverError {
-    /// Bad settings: the user can fix them.
-    Config(String),
-    /// No run happened: a client could not connect or prepare.
-    Connect(String),
-    /// Stopped by `Run::abort` (a signal, or the caller's cancel).
-    Interrupted,
-}
-
-impl fmt::Display for DriverError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DriverError::Config(m) => f.write_str(m),
-            DriverError::Connect(m) => f.write_str(m),
-            DriverError::Interrupted => f.write_str("run interrupted"),
-        }
-    }
-}
-
-impl std::error::Error for DriverError {}
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use super::config::HarnessConfig;
 use super::schedule::Timing;
 use super::stats::{cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary};
 use super::worker::worker;
-use super::{DriverError, Protocol};
+use super::{EngineError, Protocol};
 use crate::sys;
 use crate::uring::{self, IoMethod};
 use std::collections::HashSet;
@@ -80,15 +80,15 @@ pub enum Progress {
 /// A run in progress. Poll `next_progress`, then `join`.
 pub struct Run<P: Protocol> {
     shared: Arc<Shared<P>>,
-    coordinator: Option<JoinHandle<Result<RunSummary, DriverError>>>,
+    coordinator: Option<JoinHandle<Result<RunSummary, EngineError>>>,
     progress: Mutex<mpsc::Receiver<IntervalReport>>,
 }
 
 impl<P: Protocol> Run<P> {
-    pub fn start(cfg: HarnessConfig, protocol: P) -> Result<Run<P>, DriverError> {
+    pub fn start(cfg: HarnessConfig, protocol: P) -> Result<Run<P>, EngineError> {
         cfg.validate()?;
         if protocol.transaction_types().is_empty() {
-            return Err(DriverError::Config(
+            return Err(EngineError::Config(
                 "the protocol names no transaction type".into(),
             ));
         }
@@ -100,7 +100,7 @@ impl<P: Protocol> Run<P> {
                 Err("this protocol's driver has no io_uring path".into())
             })
         }
-        .map_err(DriverError::Config)?;
+        .map_err(EngineError::Config)?;
         let types = protocol.transaction_types().len();
         let shared = Arc::new(Shared {
             protocol,
@@ -125,7 +125,7 @@ impl<P: Protocol> Run<P> {
         let coordinator = std::thread::Builder::new()
             .name("perflab-driver".into())
             .spawn(move || coordinate(coordinator_shared, tx))
-            .map_err(|e| DriverError::Config(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| EngineError::Internal(format!("cannot start a thread: {e}")))?;
         Ok(Run {
             shared,
             coordinator: Some(coordinator),
@@ -149,18 +149,18 @@ impl<P: Protocol> Run<P> {
         self.shared.close_all_sockets();
     }
 
-    pub fn join(mut self) -> Result<RunSummary, DriverError> {
+    pub fn join(mut self) -> Result<RunSummary, EngineError> {
         let handle = self.coordinator.take().expect("joined once");
         match handle.join() {
             Ok(result) => result,
-            Err(_) => Err(DriverError::Config(
+            Err(_) => Err(EngineError::Internal(
                 "the driver's coordinator panicked".into(),
             )),
         }
     }
 
     /// Run to the end with no progress display (for tests and Rust callers).
-    pub fn run(cfg: HarnessConfig, protocol: P) -> Result<RunSummary, DriverError> {
+    pub fn run(cfg: HarnessConfig, protocol: P) -> Result<RunSummary, EngineError> {
         let run = Run::start(cfg, protocol)?;
         while !matches!(
             run.next_progress(Duration::from_secs(3600)),
@@ -182,7 +182,7 @@ impl<P: Protocol> Drop for Run<P> {
 fn coordinate<P: Protocol>(
     shared: Arc<Shared<P>>,
     progress: mpsc::Sender<IntervalReport>,
-) -> Result<RunSummary, DriverError> {
+) -> Result<RunSummary, EngineError> {
     let cfg = &shared.cfg;
     let threads = cfg.threads as usize;
     let connect_started = Instant::now();
@@ -201,7 +201,7 @@ fn coordinate<P: Protocol>(
             Err(e) => {
                 // Workers already started wait at the barrier: release them.
                 shared.abort.store(true, Ordering::SeqCst);
-                return Err(DriverError::Config(format!("cannot start a thread: {e}")));
+                return Err(EngineError::Internal(format!("cannot start a thread: {e}")));
             }
         }
     }
@@ -229,8 +229,8 @@ fn coordinate<P: Protocol>(
             let _ = w.join();
         }
         return Err(match connect_error {
-            Some(e) => DriverError::Connect(e),
-            None => DriverError::Interrupted,
+            Some(e) => EngineError::Target(e),
+            None => EngineError::Interrupted,
         });
     }
     let mut process_cpu_from = sys::process_cpu_s().unwrap_or(0.0);
@@ -305,7 +305,7 @@ fn coordinate<P: Protocol>(
     }
     let process_cpu_s = sys::process_cpu_s().unwrap_or(0.0) - process_cpu_from;
     if shared.abort.load(Ordering::SeqCst) {
-        return Err(DriverError::Interrupted);
+        return Err(EngineError::Interrupted);
     }
     Ok(summarise(
         &shared.stats,

@@ -313,7 +313,7 @@ fn connection_failure_is_reported_before_any_transaction() {
     .err()
     .unwrap();
     assert!(
-        matches!(&err, DriverError::Connect(m) if m.contains("echo connection")),
+        matches!(&err, EngineError::Target(m) if m.contains("echo connection")),
         "{err:?}"
     );
 }
@@ -332,7 +332,7 @@ fn io_uring_is_refused_for_a_protocol_without_a_ring_path() {
     .err()
     .unwrap();
     assert!(
-        matches!(&err, DriverError::Config(m) if m.contains("no io_uring path")),
+        matches!(&err, EngineError::Config(m) if m.contains("no io_uring path")),
         "{err:?}"
     );
 }
@@ -341,7 +341,7 @@ fn io_uring_is_refused_for_a_protocol_without_a_ring_path() {
 fn bad_settings_are_config_errors() {
     let mut cfg = config(2, 3);
     cfg.duration_s = Some(1.0);
-    assert!(matches!(cfg.validate(), Err(DriverError::Config(m)) if m.contains("threads = 3")));
+    assert!(matches!(cfg.validate(), Err(EngineError::Config(m)) if m.contains("threads = 3")));
     let mut cfg = config(1, 1);
     cfg.rate_tps = Some(f64::NAN);
     assert!(cfg.validate().is_err());

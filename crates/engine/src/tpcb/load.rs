@@ -6,7 +6,8 @@
 //! and primary keys, so pgbench can run on data loaded here and the reverse.
 
 use super::{ACCOUNTS_PER_SCALE, BRANCHES_PER_SCALE, SCALE_BIGINT_THRESHOLD, TELLERS_PER_SCALE};
-use crate::pg::{write_i64, ConnInfo, PgConn, PgError, COPY_CHUNK_BYTES};
+use crate::error::EngineError;
+use crate::pg::{write_i64, ConnInfo, PgConn, COPY_CHUNK_BYTES};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -24,31 +25,6 @@ pub struct LoadReport {
     pub steps: Vec<(String, f64)>,
     /// (table, rows loaded).
     pub rows: Vec<(String, i64)>,
-}
-
-#[derive(Debug)]
-pub enum LoadError {
-    Config(String),
-    Db(PgError),
-    Interrupted,
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LoadError::Config(m) => f.write_str(m),
-            LoadError::Db(e) => write!(f, "{e}"),
-            LoadError::Interrupted => f.write_str("load interrupted"),
-        }
-    }
-}
-
-impl std::error::Error for LoadError {}
-
-impl From<PgError> for LoadError {
-    fn from(e: PgError) -> Self {
-        LoadError::Db(e)
-    }
 }
 
 /// The CREATE TABLE statements pgbench -i issues.
@@ -114,12 +90,12 @@ pub fn load(
     cfg: &LoadConfig,
     abort: &AtomicBool,
     mut on_step: impl FnMut(&str),
-) -> Result<LoadReport, LoadError> {
+) -> Result<LoadReport, EngineError> {
     if cfg.scale == 0 {
-        return Err(LoadError::Config("scale must be at least 1".into()));
+        return Err(EngineError::Config("scale must be at least 1".into()));
     }
     if !(10..=100).contains(&cfg.fillfactor) {
-        return Err(LoadError::Config(format!(
+        return Err(EngineError::Config(format!(
             "fillfactor {} is out of range; allowed: 10..100",
             cfg.fillfactor
         )));
@@ -128,7 +104,7 @@ pub fn load(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| LoadError::Config(format!("cannot start the load runtime: {e}")))?;
+        .map_err(|e| EngineError::Internal(format!("cannot start the load runtime: {e}")))?;
     rt.block_on(load_async(cfg, &info, abort, &mut on_step))
 }
 
@@ -137,13 +113,13 @@ async fn load_async(
     info: &ConnInfo,
     abort: &AtomicBool,
     on_step: &mut impl FnMut(&str),
-) -> Result<LoadReport, LoadError> {
+) -> Result<LoadReport, EngineError> {
     let mut conn = PgConn::connect(info).await?;
     let mut report = LoadReport::default();
     let scale = cfg.scale as i64;
     let check_abort = || {
         if abort.load(Ordering::Relaxed) {
-            Err(LoadError::Interrupted)
+            Err(EngineError::Interrupted)
         } else {
             Ok(())
         }
@@ -217,7 +193,7 @@ async fn load_async(
     .await?;
     if interrupted {
         // Dropping the connection inside the transaction rolls it back.
-        return Err(LoadError::Interrupted);
+        return Err(EngineError::Interrupted);
     }
     conn.simple("commit").await?;
     step("generate", &mut report, t);

@@ -9,7 +9,7 @@
 //! client.
 
 use super::{compile_script, Draws, QueryMode, Script, Statement};
-use crate::harness::{DriverError, ErrorClass, Protocol, TxType};
+use crate::harness::{EngineError, ErrorClass, Protocol, TxType};
 use crate::pg::{ConnInfo, PgConn, PgError, SqlError};
 use crate::random::Prng;
 use crate::uring::Ring;
@@ -37,11 +37,11 @@ impl TpcbProtocol {
         script: Script,
         scale: u32,
         mode: QueryMode,
-    ) -> Result<TpcbProtocol, DriverError> {
+    ) -> Result<TpcbProtocol, EngineError> {
         if scale == 0 {
-            return Err(DriverError::Config("scale must be at least 1".into()));
+            return Err(EngineError::Config("scale must be at least 1".into()));
         }
-        let info = ConnInfo::parse(conninfo).map_err(|e| DriverError::Config(e.to_string()))?;
+        let info = ConnInfo::parse(conninfo).map_err(|e| EngineError::Config(e.to_string()))?;
         Ok(TpcbProtocol {
             info,
             script,

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::{write_copy_rows, Table};
+use crate::error::EngineError;
 use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 
 #[derive(Debug, Clone)]
@@ -40,8 +41,9 @@ pub fn load_postgres(
     sf: f64,
     tables: &[Table],
     connections: usize,
-) -> Result<Vec<TableLoad>, String> {
-    let info = ConnInfo::parse(conninfo).map_err(|e| format!("bad connection string: {e}"))?;
+) -> Result<Vec<TableLoad>, EngineError> {
+    let info = ConnInfo::parse(conninfo)
+        .map_err(|e| EngineError::Config(format!("bad connection string: {e}")))?;
     let mut jobs: Vec<Job> = tables
         .iter()
         .flat_map(|&table| {
@@ -55,7 +57,7 @@ pub fn load_postgres(
     });
     let queue = Mutex::new(VecDeque::from(jobs));
     let done: Mutex<BTreeMap<&'static str, TableLoad>> = Mutex::new(BTreeMap::new());
-    let first_error: Mutex<Option<String>> = Mutex::new(None);
+    let first_error: Mutex<Option<EngineError>> = Mutex::new(None);
 
     std::thread::scope(|scope| {
         for _ in 0..connections.max(1) {
@@ -82,14 +84,14 @@ fn loader(
     sf: f64,
     queue: &Mutex<VecDeque<Job>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
-) -> Result<(), String> {
+) -> Result<(), EngineError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start a loader runtime: {e}"))?;
+        .map_err(|e| EngineError::Internal(format!("cannot start a loader runtime: {e}")))?;
     let mut conn = rt
         .block_on(PgConn::connect(info))
-        .map_err(|e| format!("cannot connect to load TPC-H data: {e}"))?;
+        .map_err(|e| EngineError::Target(format!("cannot connect to load TPC-H data: {e}")))?;
     loop {
         let Some(job) = queue.lock().unwrap().pop_front() else {
             break;
@@ -99,21 +101,22 @@ fn loader(
         let part = job.part;
         let statement = format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')");
         rt.block_on(conn.copy_start(&statement))
-            .map_err(|e| format!("COPY {name}: {e}"))?;
+            .map_err(|e| EngineError::Target(format!("COPY {name}: {e}")))?;
         let mut bytes: u64 = 0;
         let generated =
             write_copy_rows(job.table, sf, part, job.parts, COPY_CHUNK_BYTES, |chunk| {
                 bytes += chunk.len() as u64;
                 rt.block_on(conn.copy_send(&chunk))
             });
-        let rows = generated.map_err(|e| format!("COPY {name} part {part}: {e}"))?;
+        let rows =
+            generated.map_err(|e| EngineError::Target(format!("COPY {name} part {part}: {e}")))?;
         let copied = rt
             .block_on(conn.copy_finish())
-            .map_err(|e| format!("COPY {name} part {part}: {e}"))?;
+            .map_err(|e| EngineError::Target(format!("COPY {name} part {part}: {e}")))?;
         if copied != rows {
-            return Err(format!(
+            return Err(EngineError::Target(format!(
                 "COPY {name}: generated {rows} rows, server took {copied}"
-            ));
+            )));
         }
         let mut done = done.lock().unwrap();
         let entry = done.entry(name).or_insert(TableLoad {
