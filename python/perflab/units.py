@@ -7,6 +7,13 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
+# The longest duration an experiment file may give (a run, a warm-up, a
+# timeout, an interval): 31 days. Durability runs last days, not months, and
+# the engine holds durations as 64-bit nanoseconds and timers, which a
+# larger value would overflow.
+MAX_DURATION_S = 31 * 86400.0
+DURATION_BOUND = "at most 31d (31 days)"
+
 
 def parse_duration_s(value: Any) -> float:
     """Seconds in "90s", "1h30m", "250ms", or a bare number of seconds."""
@@ -17,10 +24,14 @@ def parse_duration_s(value: Any) -> float:
     if isinstance(value, (int, float)):
         if value < 0 or value != value:
             raise ValueError(f"{value!r} is not a duration; allowed: a non-negative number of seconds")
-        return float(value)
-    if not isinstance(value, str):
+        seconds = float(min(value, MAX_DURATION_S * 2))  # an int beyond a float's range compares exactly
+    elif isinstance(value, str):
+        seconds = float(_engine.parse_duration_s(value))
+    else:
         raise ValueError(f"{value!r} is not a duration; allowed: e.g. \"60s\", \"250ms\", \"1h30m\"")
-    return float(_engine.parse_duration_s(value))
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"got {value!r}; allowed: a duration of {DURATION_BOUND}")
+    return seconds
 
 
 def _duration(value: Any) -> float:

@@ -27,8 +27,13 @@ from perflab.workloads.base import RunContext
 MONITOR_PIDS: set[int] = set()
 
 
+# A shorter interval samples /proc and the server faster than either changes,
+# and spends the CPU the run is measuring.
+MIN_INTERVAL_S = 0.01
+
+
 class CollectorSettings(StrictModel):
-    interval: Duration = Field(default=1.0, gt=0)
+    interval: Duration = Field(default=1.0, ge=MIN_INTERVAL_S)
 
 
 @dataclass

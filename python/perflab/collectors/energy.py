@@ -47,7 +47,7 @@ POWERCAP_ROOT = "/sys/class/powercap"
 
 class EnergySettings(CollectorSettings):
     source: Literal["auto", "rapl", "model"] = "auto"
-    tdp_watts: float | None = Field(default=None, gt=0, description="CPU packages' TDP for the model (W)")
+    tdp_watts: float | None = Field(default=None, gt=0, le=100_000, description="CPU packages' TDP for the model (W)")
     idle_fraction: float = Field(default=DEFAULT_IDLE_FRACTION, ge=0, le=1)
     rapl_root: str = POWERCAP_ROOT
 

@@ -28,6 +28,8 @@ DATABASE_FILE = "perflab.duckdb"
 # Beside a database file perflab created: a file without it is someone else's,
 # opened read-only unless the experiment says allow_destructive = true.
 CREATED_MARK_SUFFIX = ".perflab-created"
+# More worker threads than any machine has cores.
+MAX_THREADS = 4096
 
 
 class DuckDbSettings(TargetSettings):
@@ -35,7 +37,7 @@ class DuckDbSettings(TargetSettings):
     # The database file; default: perflab.duckdb in the target's directory.
     path: str | None = None
     # Worker threads DuckDB may use (DuckDB's default: all cores).
-    threads: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
     # e.g. "4GB" (DuckDB's default: 80% of RAM).
     memory_limit: str | None = None
     # Any other DuckDB setting, applied with SET name = value.

@@ -29,6 +29,8 @@ from perflab.workloads.base import RunContext, Workload, WorkloadSettings
 MAX_STORED_EXECUTIONS = 100_000
 # Above this share of its CPU the driver, not the server, may be the bottleneck.
 CLIENT_BOUND_UTIL = 0.8
+# A billion executions of the body is days even for SELECT 1.
+MAX_ITERATIONS = 10**9
 
 
 class NamedStatement(StrictModel):
@@ -42,7 +44,7 @@ class SqlSettings(WorkloadSettings):
     setup_files: list[str] = Field(default_factory=list)
     statements: list[str | NamedStatement] = Field(default_factory=list)
     files: list[str] = Field(default_factory=list)
-    iterations: int | None = Field(default=None, ge=1)
+    iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
     duration: Duration | None = Field(default=None, gt=0)
     warmup: Duration = Field(default=0.0, ge=0)
 
