@@ -123,3 +123,16 @@ def test_experiment_keeps_its_file_path(tmp_path: Path) -> None:
         '[factors]\n"workload.iterations" = [1, 2]\n'
     )
     assert spec.load(f).path == f
+
+
+PREFLIGHT = ["missing_bin_dir", "missing_sql_file", "data_dir_not_empty", "duckdb_path_is_a_directory"]
+
+
+@pytest.mark.parametrize("name", PREFLIGHT)
+def test_run_refuses_what_check_refuses_before_it_makes_anything(name: str, run_cli, tmp_path: Path) -> None:
+    path = Path(__file__).parent / "data" / "broken" / f"{name}.toml"
+    check = run_cli("check", path, check=False)
+    run = run_cli("run", path, "--out", tmp_path / "out", "--quiet", check=False)
+    assert check.returncode == run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr == check.stderr
+    assert not (tmp_path / "out").exists()

@@ -80,6 +80,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from perflab import spec
 
     exp = spec.load(args.experiment)
+    spec.preflight(exp, args.experiment.resolve().parent)
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
     print(f"ok: {exp.name}: {combos * reps} runs ({combos} combinations x {reps} repetitions)")
@@ -90,6 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from perflab import plan, spec
 
     exp = spec.load(args.experiment)
+    spec.preflight(exp, args.experiment.resolve().parent)
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)
     factors = list(exp.factors)
@@ -111,6 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from perflab.store import Store
 
     exp = spec.load(args.experiment)
+    spec.preflight(exp, args.experiment.resolve().parent)
     out = (args.out or _default_out(exp.name)).resolve()
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)

@@ -21,6 +21,11 @@ class UserError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
 
+    def as_problem(self, path: str) -> tuple[str, str]:
+        """This error as one problem of an experiment file at `path` (dotted)."""
+        text = self.message.removeprefix(f"{path}: ")
+        return path, text + (f"; fix: {self.hint}" if self.hint else "")
+
 
 class SpecError(UserError):
     """One or more problems in an experiment file, each a dotted path with what

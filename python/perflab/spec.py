@@ -388,6 +388,24 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     return exp
 
 
+def preflight(exp: Experiment, base_dir: Path) -> None:
+    """Every check of the plan's targets and workloads that needs nothing
+    started (binaries and paths the file names, privileges), each distinct
+    setting once, so `check` refuses what `run` would refuse before its first run.
+    `base_dir` is the experiment file's directory (relative paths start there)."""
+    problems: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for combo in exp.combinations():
+        run = exp.resolve(combo)
+        for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
+            key = f"{registry.what}:{settings.model_dump_json()}"
+            if key not in seen:
+                seen.add(key)
+                problems += registry.get(settings.kind).preflight(settings, base_dir)
+    if problems:
+        raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
+
+
 def load(path: str | Path) -> Experiment:
     p = Path(path)
     try:

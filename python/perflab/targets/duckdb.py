@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, UserError
-from perflab.targets.base import Endpoint, Target, TargetSettings
+from perflab.targets.base import Endpoint, Target, TargetSettings, creatable_problems
 
 SettingValue = str | int | float | bool
 SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -44,6 +44,13 @@ class DuckDbSettings(TargetSettings):
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     # Let perflab write to a database file it did not create.
     allow_destructive: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _names_a_file(cls, value: str | None) -> str | None:
+        if value is not None and Path(value).expanduser().name in ("", ".", ".."):
+            raise ValueError(f"got {value!r}; allowed: the path of a database file, e.g. \"data/tpch.duckdb\"")
+        return value
 
     @field_validator("settings")
     @classmethod
@@ -124,6 +131,15 @@ class DuckDbTarget(Target):
                 "did not create; allowed: true, to let it (its tables are created and dropped there)",
             )]
         return []
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        if not settings.path:
+            return []
+        path = Path(settings.path).expanduser().resolve()
+        if path.exists() and not path.is_file():
+            return [("target.path", f"{path} is not a file; allowed: a DuckDB database file, or a new path")]
+        return creatable_problems("target.path", path.parent)
 
     def _path(self) -> Path:
         if self.settings.path:

@@ -15,6 +15,7 @@ every session is read-only, unless `allow_destructive = true`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -32,10 +33,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from perflab.errors import RunFailure, UserError
+from perflab.errors import RunFailure, SpecError, UserError
 from perflab.secrets import mask_secrets
 from perflab.settings_model import StrictModel
-from perflab.targets.base import Endpoint, Target, TargetSettings
+from perflab.targets.base import Endpoint, Target, TargetSettings, creatable_problems
 from perflab.units import Duration
 
 SUPERUSER = "perflab"
@@ -120,6 +121,17 @@ class PostgresEndpoint(Endpoint):
 
 
 def _version_of(bin_dir: Path, user: str | None = None) -> tuple[int, ...] | None:
+    try:
+        st = (bin_dir / "postgres").stat()
+    except OSError:
+        return None
+    # Keyed by the binary's identity: a replaced or re-permissioned binary is asked again.
+    return _version_probe(str(bin_dir), user, st.st_ino, st.st_mtime_ns, st.st_mode, st.st_uid)
+
+
+@functools.lru_cache(maxsize=64)
+def _version_probe(bin_dir_text: str, user: str | None, *identity: int) -> tuple[int, ...] | None:
+    bin_dir = Path(bin_dir_text)
     try:
         out = subprocess.run(
             [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, timeout=20,
@@ -236,6 +248,42 @@ def _reachable_by(path: Path, user: str | None) -> bool:
         if not ok:
             return False
     return True
+
+
+def _first_existing(path: Path) -> Path:
+    for p in [path, *path.parents]:
+        if p.exists():
+            return p
+    return Path("/")
+
+
+def wal_dir_problems(wal_dir: Path) -> list[tuple[str, str]]:
+    key = "target.storage.wal_dir"
+    if wal_dir.exists() and not wal_dir.is_dir():
+        return [(key, f"{wal_dir} is not a directory; allowed: an empty or new directory")]
+    if wal_dir.is_dir() and any(wal_dir.iterdir()):
+        return [(key, f"{wal_dir} is not empty; allowed: an empty or new directory")]
+    return creatable_problems(key, wal_dir)
+
+
+def storage_problems(data_dir: Path, wal_dir: Path | None, run_as: str | None) -> list[tuple[str, str]]:
+    """What stops initdb into `data_dir` (and `wal_dir`), found before anything is made."""
+    key = "target.storage.data_dir"
+    if (data_dir / "PG_VERSION").exists():
+        if not (data_dir / CREATED_MARK).exists():
+            return [(key, f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will "
+                     "not touch it; allowed: an empty or new directory")]
+        return []  # a perflab cluster, reused as it is
+    if data_dir.exists() and not data_dir.is_dir():
+        return [(key, f"{data_dir} is not a directory; allowed: an empty or new directory")]
+    if data_dir.is_dir() and any(data_dir.iterdir()):
+        return [(key, f"{data_dir} is not empty and is not a perflab cluster; nothing was changed; "
+                 "allowed: an empty or new directory")]
+    problems = creatable_problems(key, data_dir)
+    if not problems and not _reachable_by(data_dir.parent, run_as):
+        problems.append((key, f"{data_dir.parent} is not reachable by user {run_as}, who runs the server; "
+                         "allowed: a directory that user can reach (or run perflab as a non-root user)"))
+    return problems + (wal_dir_problems(wal_dir) if wal_dir is not None else [])
 
 
 def _chown(path: Path, user: str | None) -> None:
@@ -359,6 +407,26 @@ class PostgresTarget(Target):
                 )
         return problems
 
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        if settings.dsn is not None:
+            return []  # reaching an external server is provisioning's job
+        try:
+            run_as = _current_run_as(settings)
+        except UserError as exc:
+            return [exc.as_problem("target.run_as")]
+        problems = []
+        try:
+            find_bin_dir(settings.bin_dir, run_as)
+        except UserError as exc:
+            problems.append(exc.as_problem("target.bin_dir"))
+        wal = Path(settings.storage.wal_dir).resolve() if settings.storage.wal_dir else None
+        if settings.storage.data_dir:
+            problems += storage_problems(Path(settings.storage.data_dir).resolve(), wal, run_as)
+        elif wal is not None:  # the default data directory is new, in the new output directory
+            problems += wal_dir_problems(wal)
+        return problems
+
     # -------------------------------------------------------------- provision
 
     def provision(self) -> Endpoint:
@@ -463,32 +531,18 @@ class PostgresTarget(Target):
 
     def _init_cluster(self) -> bool:
         self.data_dir = data_dir = self._data_dir()
+        wal = Path(self.settings.storage.wal_dir).resolve() if self.settings.storage.wal_dir else None
+        problems = storage_problems(data_dir, wal, self.run_as)
+        if problems:
+            raise SpecError(problems, "the target's storage")
         if (data_dir / "PG_VERSION").exists():
-            if not (data_dir / CREATED_MARK).exists():
-                raise UserError(
-                    f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will not touch it",
-                    "give target.storage.data_dir an empty or new directory",
-                )
             return False
-        if data_dir.exists() and any(data_dir.iterdir()):
-            raise UserError(
-                f"{data_dir} is not empty and is not a perflab cluster; nothing was changed",
-                "give target.storage.data_dir an empty or new directory",
-            )
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        if not _reachable_by(data_dir.parent, self.run_as):
-            raise UserError(
-                f"{data_dir.parent} is not reachable by user {self.run_as}, who runs the server",
-                "choose a target.storage.data_dir that user can reach, or run perflab as a non-root user",
-            )
         data_dir.mkdir(mode=0o700, exist_ok=True)
         _chown(data_dir, self.run_as)
         args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
                 "--locale=C", "--no-sync"]
-        if self.settings.storage.wal_dir:
-            wal = Path(self.settings.storage.wal_dir).resolve()
-            if wal.exists() and any(wal.iterdir()):
-                raise UserError(f"target.storage.wal_dir: {wal} is not empty", "give an empty or new directory")
+        if wal is not None:
             wal.mkdir(parents=True, exist_ok=True, mode=0o700)
             _chown(wal, self.run_as)
             args += ["-X", str(wal)]

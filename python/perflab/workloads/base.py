@@ -84,6 +84,13 @@ class Workload(abc.ABC):
             default=str,
         )
 
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        """Problems (dotted path, text) the workload would meet, found without
+        starting anything (files it names that cannot be read, relative to
+        `base_dir`, the experiment file's directory). Default: none."""
+        return []
+
     def writes(self) -> bool:
         """Whether this workload writes to the target (then an external target
         needs allow_destructive = true)."""

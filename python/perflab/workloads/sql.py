@@ -10,6 +10,7 @@ user-defined query sets (the energy study's W22, say) as well as smoke tests.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -57,8 +58,12 @@ class SqlSettings(WorkloadSettings):
         return self
 
 
+def _file(base_dir: Path, name: str) -> Path:
+    return (base_dir / name) if not Path(name).is_absolute() else Path(name)
+
+
 def _read(base_dir: Path, name: str, what: str) -> str:
-    path = (base_dir / name) if not Path(name).is_absolute() else Path(name)
+    path = _file(base_dir, name)
     try:
         return path.read_text()
     except OSError as exc:
@@ -73,6 +78,17 @@ class SqlWorkload(Workload):
     headline: ClassVar[tuple[str, ...]] = ("statements_per_s", "statement_mean_ms")
 
     settings: SqlSettings
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        problems = []
+        for what in ("setup_files", "files"):
+            for i, name in enumerate(getattr(settings, what)):
+                path = _file(base_dir, name)
+                if not path.is_file() or not os.access(path, os.R_OK):
+                    problems.append((f"workload.{what}[{i}]", f"cannot read {path}; allowed: a readable file, "
+                                     "relative to the experiment file or absolute"))
+        return problems
 
     def writes(self) -> bool:
         return bool(self.settings.setup or self.settings.setup_files)

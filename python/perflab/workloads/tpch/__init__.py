@@ -118,6 +118,18 @@ class _StreamOutcome:
     columns: dict[int, list[str]] = field(default_factory=dict)
 
 
+def _answers_dir(settings: TpchSettings, base_dir: Path) -> Path | None:
+    if settings.answers is None:
+        return None
+    path = Path(settings.answers).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    if not path.is_dir():
+        raise UserError(f"workload.answers: {path} is not a directory",
+                        "give the directory holding q01.out .. q22.out")
+    return path
+
+
 class TpchWorkload(Workload):
     Settings: ClassVar[type[WorkloadSettings]] = TpchSettings
     data_fields: ClassVar[tuple[str, ...]] = ("scale_factor",)
@@ -331,15 +343,15 @@ class TpchWorkload(Workload):
         result.add_metric("answers.checked", len(queries), "queries")
 
     def _answers_dir(self, ctx: RunContext) -> Path | None:
-        if self.settings.answers is None:
-            return None
-        path = Path(self.settings.answers).expanduser()
-        if not path.is_absolute():
-            path = ctx.base_dir / path
-        if not path.is_dir():
-            raise UserError(f"workload.answers: {path} is not a directory",
-                            "give the directory holding q01.out .. q22.out")
-        return path
+        return _answers_dir(self.settings, ctx.base_dir)
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        try:
+            _answers_dir(settings, base_dir)
+        except UserError as exc:
+            return [exc.as_problem("workload.answers")]
+        return []
 
     def _refresh_pairs_so_far(self, endpoint: Endpoint) -> int:
         conn = endpoint.connect()
