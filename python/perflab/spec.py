@@ -206,7 +206,7 @@ def _validate_kind(
     if not isinstance(raw, dict):
         return None, [(section, f"got {_short(raw)}; allowed: a table")]
     kind = raw.get("kind")
-    if kind not in registry:
+    if not isinstance(kind, str) or kind not in registry:
         given = "missing" if kind is None else f"got {_short(kind)}"
         return None, [(f"{section}.kind", f"{given}; allowed: {', '.join(registry.names())}")]
     cls = registry.get(kind)
