@@ -401,7 +401,11 @@ def preflight(exp: Experiment, base_dir: Path) -> None:
             key = f"{registry.what}:{settings.model_dump_json()}"
             if key not in seen:
                 seen.add(key)
-                problems += registry.get(settings.kind).preflight(settings, base_dir)
+                try:
+                    problems += registry.get(settings.kind).preflight(settings, base_dir)
+                except (OSError, ValueError) as exc:  # a path the OS refuses outright (too long, ...)
+                    problems.append((registry.what, f"cannot check its paths: {_short(str(exc))}; "
+                                     "allowed: paths this system takes"))
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, UserError
+from perflab.settings_model import OsText
 from perflab.targets.base import Endpoint, Target, TargetSettings, creatable_problems
 
 SettingValue = str | int | float | bool
@@ -35,7 +36,7 @@ MAX_THREADS = 4096
 class DuckDbSettings(TargetSettings):
     kind: Literal["duckdb"]
     # The database file; default: perflab.duckdb in the target's directory.
-    path: str | None = None
+    path: OsText | None = None
     # Worker threads DuckDB may use (DuckDB's default: all cores).
     threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
     # e.g. "4GB" (DuckDB's default: 80% of RAM).

@@ -35,7 +35,7 @@ from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.secrets import mask_secrets
-from perflab.settings_model import StrictModel
+from perflab.settings_model import OsText, StrictModel
 from perflab.targets.base import Endpoint, Target, TargetSettings, creatable_problems
 from perflab.units import Duration
 
@@ -53,21 +53,21 @@ SettingValue = str | int | float | bool
 
 
 class Storage(StrictModel):
-    data_dir: str | None = None
-    wal_dir: str | None = None
+    data_dir: OsText | None = None
+    wal_dir: OsText | None = None
 
 
 class PostgresSettings(TargetSettings):
     kind: Literal["postgres"]
     dsn: str | None = None
     allow_destructive: bool = False
-    bin_dir: str | None = None
+    bin_dir: OsText | None = None
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
     restart: Literal["on-change", "always"] = "on-change"
     listen: Literal["unix", "tcp"] = "unix"
     database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    run_as: str | None = None
+    run_as: OsText | None = None
     start_timeout: Duration = Field(default=120.0, gt=0)
 
     @field_validator("settings")

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, LoadResult, QueryTime, RunResult, SeriesPoint
-from perflab.settings_model import StrictModel
+from perflab.settings_model import OsText, StrictModel
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
@@ -42,9 +42,9 @@ class NamedStatement(StrictModel):
 class SqlSettings(WorkloadSettings):
     kind: Literal["sql"]
     setup: list[str] = Field(default_factory=list)
-    setup_files: list[str] = Field(default_factory=list)
+    setup_files: list[OsText] = Field(default_factory=list)
     statements: list[str | NamedStatement] = Field(default_factory=list)
-    files: list[str] = Field(default_factory=list)
+    files: list[OsText] = Field(default_factory=list)
     iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
     duration: Duration | None = Field(default=None, gt=0)
     warmup: Duration = Field(default=0.0, ge=0)

@@ -44,6 +44,7 @@ from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, LoadResult, QueryTime, RunResult
+from perflab.settings_model import OsText
 from perflab.targets.base import Endpoint
 from perflab.units import Duration
 from perflab.workloads.base import RunContext, Workload, WorkloadSettings
@@ -69,7 +70,7 @@ class TpchSettings(WorkloadSettings):
     validation: bool = False
     # Directory of reference answers (q01.out .. q22.out); default at SF 1:
     # the TPC's own answers, as shipped with the tpchgen crate.
-    answers: str | None = None
+    answers: OsText | None = None
     # A query running longer is cancelled, stored as "timeout", and the run's
     # metrics are marked invalid.
     query_timeout: Duration | None = Field(default=None, gt=0)
