@@ -38,6 +38,17 @@ class SpecError(UserError):
         super().__init__("\n".join(lines))
 
 
+class DiskFull(UserError):
+    """The output directory's disk is full. What was committed (every finished
+    run) stays; the run in flight is run again by `perflab resume`."""
+
+    def __init__(self, out_dir: object, detail: str) -> None:
+        super().__init__(
+            f"{out_dir}: the disk is full ({detail}); every finished run is stored, the run in flight is not",
+            f"free space on that disk, then continue with `perflab resume {out_dir}`",
+        )
+
+
 class RunFailure(Exception):
     """A run failed (server crash, lost connection, timeout, failed check).
 

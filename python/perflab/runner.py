@@ -15,6 +15,7 @@ interfaces and registries; it never branches on a kind's name.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import signal
 import time
@@ -26,7 +27,7 @@ from typing import Any
 
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
-from perflab.errors import Interrupted, RunFailure, UserError
+from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.model import Event, RunResult
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
@@ -89,6 +90,7 @@ class Runner:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, int]:
+        self.store.lock()  # one perflab writes an experiment at a time
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
         counts = {"done": 0, "failed": 0}
@@ -97,6 +99,10 @@ class Runner:
                 for number in todo:
                     status = self._one(self.plan[number])
                     counts[status] += 1
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise DiskFull(self.out_dir, f"{exc.strerror}: {exc.filename}") from None
         finally:
             with signals_ignored():
                 self._release_target()
