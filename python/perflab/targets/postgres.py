@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.errors import RunFailure, SpecError, UserError
+from perflab.guardian import journal
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText, StrictModel
 from perflab.targets.base import Endpoint, Target, TargetSettings, creatable_problems
@@ -327,6 +328,31 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def undo_server(args: dict[str, Any]) -> None:
+    """The guardian's undo of a managed server whose perflab died without
+    stopping it (perflab.guardian): fast shutdown, then immediate, then
+    SIGKILL, all within 5 s; backends that outlive their postmaster go too."""
+    try:
+        pid = int((Path(args["data_dir"]) / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    if not (_pid_alive(pid) and "postgres" in _cmdline(pid)):
+        return
+    children = _children(pid)
+    for sig, seconds in ((signal.SIGINT, 2.0), (signal.SIGQUIT, 1.5), (signal.SIGKILL, 0.5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + seconds
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not _pid_alive(pid):
+            break
+    for child in children:
+        if _pid_alive(child) and "postgres" in _cmdline(child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+
+
 _ROLES = (
     ("checkpointer", "checkpointer"),
     ("background writer", "background writer"),
@@ -557,6 +583,7 @@ class PostgresTarget(Target):
         assert self.data_dir is not None
         if self.socket_dir is None:
             self.socket_dir = Path(tempfile.mkdtemp(prefix="perflab-pg-"))
+            journal().add("remove-dir", f"socket-dir:{self.socket_dir}", path=str(self.socket_dir))
             os.chmod(self.socket_dir, 0o700)
             _chown(self.socket_dir, self.run_as)
         if self.port is None:
@@ -605,6 +632,8 @@ class PostgresTarget(Target):
             self.log_path.touch()
             _chown(self.log_path, self.run_as)
         timeout = int(self.settings.start_timeout)
+        # Before the server exists: if perflab dies from here on, its guardian stops it.
+        journal().add("postgres", f"postgres:{self.data_dir}", data_dir=str(self.data_dir))
         proc = self._pg(
             ["pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", str(timeout)],
             timeout=timeout + 30, check=False,
@@ -779,8 +808,11 @@ class PostgresTarget(Target):
             if pid is not None and _pid_alive(pid):
                 self._stop_server(pid)
         self.running = False
+        if self.data_dir is not None:
+            journal().remove(f"postgres:{self.data_dir}")
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+            journal().remove(f"socket-dir:{self.socket_dir}")
             self.socket_dir = None
         (self.workdir / PIDFILE).unlink(missing_ok=True)
 
