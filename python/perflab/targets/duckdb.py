@@ -83,6 +83,27 @@ def _sql_value(value: SettingValue) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def _apply_settings(database: Any, settings: DuckDbSettings) -> list[tuple[str, str]]:
+    """SET (or RESET) threads, memory_limit and every other setting; what
+    DuckDB refuses, as problems at their dotted paths."""
+    import duckdb
+
+    statements = [
+        ("target.threads", f"SET threads = {settings.threads}" if settings.threads is not None else "RESET threads"),
+        ("target.memory_limit", f"SET memory_limit = {_sql_value(settings.memory_limit)}"
+         if settings.memory_limit is not None else "RESET memory_limit"),
+    ]
+    statements += [(f"target.settings.{name}", f"SET {name} = {_sql_value(value)}")
+                   for name, value in settings.settings.items()]
+    problems = []
+    for key, sql in statements:
+        try:
+            database.execute(sql)
+        except duckdb.Error as exc:
+            problems.append((key, f"DuckDB refused `{sql}`: {str(exc).splitlines()[0]}"))
+    return problems
+
+
 @dataclass(kw_only=True)
 class DuckDbEndpoint(Endpoint):
     """Sessions on one embedded database. `connect()` gives a new DuckDB
@@ -135,12 +156,18 @@ class DuckDbTarget(Target):
 
     @classmethod
     def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
-        if not settings.path:
-            return []
-        path = Path(settings.path).expanduser().resolve()
-        if path.exists() and not path.is_file():
-            return [("target.path", f"{path} is not a file; allowed: a DuckDB database file, or a new path")]
-        return creatable_problems("target.path", path.parent)
+        import duckdb
+
+        # Each setting as DuckDB itself takes it, on a throw-away in-memory database.
+        with duckdb.connect(":memory:") as scratch:
+            problems = _apply_settings(scratch, settings)
+        if settings.path:
+            path = Path(settings.path).expanduser().resolve()
+            if path.exists() and not path.is_file():
+                problems.append(("target.path", f"{path} is not a file; allowed: a DuckDB database file, or a new path"))
+            else:
+                problems += creatable_problems("target.path", path.parent)
+        return problems
 
     def _path(self) -> Path:
         if self.settings.path:
@@ -174,23 +201,10 @@ class DuckDbTarget(Target):
         return self.endpoint
 
     def _apply(self, settings: DuckDbSettings) -> None:
-        import duckdb
-
-        statements = []
-        if settings.threads is not None:
-            statements.append(f"SET threads = {settings.threads}")
-        else:
-            statements.append("RESET threads")
-        if settings.memory_limit is not None:
-            statements.append(f"SET memory_limit = {_sql_value(settings.memory_limit)}")
-        else:
-            statements.append("RESET memory_limit")
-        statements += [f"SET {name} = {_sql_value(value)}" for name, value in settings.settings.items()]
-        for sql in statements:
-            try:
-                self.database.execute(sql)
-            except duckdb.Error as exc:
-                raise UserError(f"target: DuckDB refused `{sql}`: {exc}", "fix or remove that setting") from None
+        problems = _apply_settings(self.database, settings)
+        if problems:
+            key, text = problems[0]
+            raise UserError(f"{key}: {text}", "fix or remove that setting")
 
     def reconfigure(self, settings: Any) -> bool:
         if self.database is None:
