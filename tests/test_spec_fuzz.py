@@ -189,12 +189,20 @@ def to_toml(doc: dict[str, Any]) -> list[str]:
     return top + tables
 
 
+# Lines that are not TOML, or TOML that tomllib reads only in part.
+BROKEN_LINES = ['"\\uD800x" = 1', '[ "\\uD800" ]', "a.b = 1", "a = {b = 1, b = 2}", "[[experiment]]", "= 1",
+                'x = """', "x = '" + "''", "[", "[]", "x = 1979-05-27T07:32:00Z", "x = 0x_1", "\ufeff[experiment]",
+                "x = [1, 2", "[target.settings.a.b]", "x = 1 2", "'\\u0' = 1"]
+
+
 @st.composite
 def experiment_texts(draw: Any) -> str:
     lines = to_toml(draw(documents()))
     if lines and draw(st.integers(0, 4)) == 0:  # a key or a table given twice
         i = draw(st.integers(0, len(lines) - 1))
         lines.insert(draw(st.integers(i + 1, len(lines))), lines[i])
+    if draw(st.integers(0, 5)) == 0:  # a line that is not (quite) TOML
+        lines.insert(draw(st.integers(0, len(lines))), draw(st.sampled_from(BROKEN_LINES) | ODD))
     return "\n".join(lines) + "\n"
 
 

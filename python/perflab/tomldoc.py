@@ -50,8 +50,12 @@ class TomlProblem(Exception):
 
 
 def _key_parts(key: str) -> list[str]:
-    """The parts of a TOML key as written (bare, "basic" or 'literal', dotted)."""
-    doc: Any = tomllib.loads(f"{key} = 0")
+    """The parts of a TOML key as written (bare, "basic" or 'literal', dotted);
+    a key TOML refuses (a bad escape) is named as written."""
+    try:
+        doc: Any = tomllib.loads(f"{key} = 0")
+    except tomllib.TOMLDecodeError:
+        return [key.strip("\"'")]
     parts = []
     while isinstance(doc, dict) and len(doc) == 1:
         (name, doc), = doc.items()
