@@ -331,11 +331,19 @@ def _children(pid: int) -> list[int]:
 def undo_server(args: dict[str, Any]) -> None:
     """The guardian's undo of a managed server whose perflab died without
     stopping it (perflab.guardian): fast shutdown, then immediate, then
-    SIGKILL, all within 5 s; backends that outlive their postmaster go too."""
-    try:
-        pid = int((Path(args["data_dir"]) / "postmaster.pid").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
+    SIGKILL, all within 5 s; backends that outlive their postmaster go too.
+    perflab may have died while pg_ctl was starting the server (pg_ctl lives
+    on): a lock file that is not there yet is waited for, briefly."""
+    lock = Path(args["data_dir"]) / "postmaster.pid"
+    deadline = time.monotonic() + 1.5
+    while True:
+        try:
+            pid = int(lock.read_text().split()[0])
+            break
+        except (OSError, ValueError, IndexError):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
     if not (_pid_alive(pid) and "postgres" in _cmdline(pid)):
         return
     children = _children(pid)
