@@ -9,6 +9,7 @@ problem, as every other error in an experiment file is reported.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import sys
@@ -108,12 +109,15 @@ def _decode_problem(exc: tomllib.TOMLDecodeError, lines: list[str]) -> TomlProbl
     m = _POSITION.search(message)
     lineno = int(m.group(1)) if m else 0
     where = f"line {lineno}" if lineno else "the file"
-    declared = re.match(r"Cannot (?:declare|redefine namespace|mutate immutable namespace) (\(.*?\))", message)
+    declared = re.match(r"Cannot (?:declare|redefine namespace|mutate immutable namespace) (\(.*?\))"
+                        r"(?: twice)?(?: \(at line \d+, column \d+\))?$", message, re.DOTALL)
     if declared:
-        import ast
-
-        with_parts = ast.literal_eval(declared.group(1))
-        return TomlProblem(fmt_path(with_parts), f"given twice (again at {where}); allowed: each table once")
+        try:
+            table = ast.literal_eval(declared.group(1))
+        except (ValueError, SyntaxError):
+            table = None
+        if isinstance(table, tuple):
+            return TomlProblem(fmt_path(table), f"given twice (again at {where}); allowed: each table once")
     inline = re.match(r"Duplicate inline table key '(.*)'", message)
     if message.startswith("Cannot overwrite a value") or inline:
         parts = key_at_line(lines, lineno)
