@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -146,7 +147,7 @@ def test_sigkill_of_a_busy_series_writer_at_random_moments(tmp_path: Path) -> No
 def test_show_and_report_while_a_run_writes(tmp_path: Path, processes, run_cli) -> None:
     out = tmp_path / "out"
     store = out / STORE_NAME
-    run = processes("run", experiment(tmp_path, 2, "3s"), "--out", out, "--quiet", "--no-report")
+    run = processes("run", experiment(tmp_path, 2, "6s"), "--out", out, "--quiet", "--no-report")
     wait_until(lambda: query(store, "SELECT status FROM run ORDER BY id") == [("done",), ("running",)]
                and query(store, "SELECT count(*) FROM series WHERE run_id = 2")[0][0] > 20,
                90, "run 1 done and run 2 writing series")
@@ -155,7 +156,8 @@ def test_show_and_report_while_a_run_writes(tmp_path: Path, processes, run_cli) 
     for reader, (_, stderr) in zip(readers, outputs, strict=True):
         assert reader.returncode == 0, stderr
         assert "Traceback" not in stderr
-    assert "abuse: 2 runs, 1 done" in outputs[0][0]
+    # Run 2 is most likely still running; on a loaded machine it may have ended.
+    assert re.search(r"abuse: 2 runs, [12] done", outputs[0][0]), outputs[0][0]
     assert (out / "report.html").is_file()
     assert outputs[2][0].count("\n") > 20  # the series written so far
     stdout, stderr = run.communicate(timeout=120)
