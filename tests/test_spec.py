@@ -136,3 +136,22 @@ def test_run_refuses_what_check_refuses_before_it_makes_anything(name: str, run_
     assert check.returncode == run.returncode == 2, run.stdout + run.stderr
     assert run.stderr == check.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_check_warns_of_the_collectors_a_run_would_skip(tmp_path: Path, run_cli) -> None:
+    import sqlite3
+
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "skip"\n[target]\nkind = "duckdb"\n[workload]\nkind = "sql"\n'
+        'statements = ["SELECT 1"]\nduration = "0.5s"\n[collect]\npgstat = true\n'
+        'diskstats = { devices = ["perflab-no-such-disk"] }\nvmstat = true\n'
+    )
+    check = run_cli("check", f)
+    warned = sorted(re.findall(r"perflab: warning: collect\.(\w+): a run would skip it", check.stderr))
+    assert warned == ["diskstats", "pgstat"], check.stderr
+    run_cli("run", f, "--out", tmp_path / "out", "--quiet", "--no-report")
+    conn = sqlite3.connect(tmp_path / "out" / "perflab.sqlite")
+    skipped = sorted(m.split(":")[0] for (m,) in conn.execute("SELECT message FROM event WHERE kind = 'collector-skipped'"))
+    conn.close()
+    assert skipped == warned

@@ -80,7 +80,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from perflab import spec
 
     exp = spec.load(args.experiment)
-    spec.preflight(exp, args.experiment.resolve().parent)
+    for warning in spec.preflight(exp, args.experiment.resolve().parent):
+        print(f"perflab: warning: {warning}", file=sys.stderr)
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
     print(f"ok: {exp.name}: {combos * reps} runs ({combos} combinations x {reps} repetitions)")

@@ -388,15 +388,25 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     return exp
 
 
-def preflight(exp: Experiment, base_dir: Path) -> None:
+def preflight(exp: Experiment, base_dir: Path) -> list[str]:
     """Every check of the plan's targets and workloads that needs nothing
     started (binaries and paths the file names, privileges), each distinct
     setting once, so `check` refuses what `run` would refuse before its first run.
-    `base_dir` is the experiment file's directory (relative paths start there)."""
+    `base_dir` is the experiment file's directory (relative paths start there).
+    Returns warnings: collectors a run would skip, and why."""
     problems: list[tuple[str, str]] = []
+    warnings: list[str] = []
     seen: set[str] = set()
     for combo in exp.combinations():
         run = exp.resolve(combo)
+        dialect = TARGETS.get(run.target.kind).dialect
+        for name, settings in run.collect.items():
+            key = f"collector:{name}:{dialect}:{settings.model_dump_json()}"
+            if key not in seen:
+                seen.add(key)
+                reason = COLLECTORS.get(name).preflight(settings, dialect)
+                if reason:
+                    warnings.append(f"{fmt_path(('collect', name))}: a run would skip it: {reason}")
         for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
             key = f"{registry.what}:{settings.model_dump_json()}"
             if key not in seen:
@@ -408,6 +418,7 @@ def preflight(exp: Experiment, base_dir: Path) -> None:
                                      "allowed: paths this system takes"))
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
+    return warnings
 
 
 def load(path: str | Path) -> Experiment:

@@ -63,6 +63,14 @@ class Collector(abc.ABC):
         self.name = name
         self.settings = settings
 
+    @classmethod
+    def preflight(cls, settings: Any, dialect: str) -> str | None:
+        """Why this collector would be skipped on a target of `dialect`, found
+        without starting anything (a counter that cannot be read, a target it
+        cannot sample); None when it should work. `perflab check` says so as a
+        warning; a run skips it as before. Default: None."""
+        return None
+
     @abc.abstractmethod
     def start(self, ctx: CollectorContext) -> None:
         """Begin sampling; raise CollectorUnavailable when it cannot work here."""

@@ -63,6 +63,9 @@ VIEW_JSON = {
 }
 
 
+NOT_POSTGRES = "the target is not a PostgreSQL server"
+
+
 class PgstatSettings(CollectorSettings):
     wait_event_hz: float = Field(default=10.0, ge=0, le=100, description="wait-event samples per second (0: off)")
 
@@ -132,10 +135,14 @@ class PgstatCollector(SamplingCollector):
         conn.execute("SET default_transaction_read_only = on")
         return conn
 
+    @classmethod
+    def preflight(cls, settings: Any, dialect: str) -> str | None:
+        return None if dialect == "postgres" else NOT_POSTGRES
+
     def open(self, ctx: CollectorContext) -> None:
         endpoint = ctx.endpoint
         if endpoint is None or endpoint.dialect != "postgres" or not hasattr(endpoint, "conninfo"):
-            raise CollectorUnavailable("the target is not a PostgreSQL server")
+            raise CollectorUnavailable(NOT_POSTGRES)
         try:
             self._conn = self._connect(endpoint)
         except Exception as exc:
