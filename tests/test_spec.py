@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab import spec
+from perflab import cli, spec
 from perflab.errors import SpecError, UserError
 from perflab.units import parse_duration_s
 
@@ -15,20 +15,30 @@ BROKEN = sorted((Path(__file__).parent / "data" / "broken").glob("*.toml"))
 EXAMPLES = sorted((Path(__file__).parents[1] / "examples").glob("*.toml"))
 
 
-def expected(path: Path) -> str:
-    first = path.read_text().splitlines()[0]
-    m = re.match(r"# expect: (.*)", first)
-    assert m, f"{path} must start with '# expect: <message fragment>'"
-    return m.group(1)
+def expected(path: Path) -> tuple[str, str]:
+    """The file's first two lines: '# expect: <message fragment>' and
+    '# names: <the dotted path the message must name>' (or 'line N' for a
+    file that is not TOML at all)."""
+    head = path.read_text().splitlines()[:2]
+    m = re.match(r"# expect: (.*)", head[0])
+    n = re.match(r"# names: (.*)", head[1]) if len(head) > 1 else None
+    assert m and n, f"{path} must start with '# expect: <message fragment>' and '# names: <dotted path>'"
+    return m.group(1), n.group(1)
 
 
 @pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
-def test_broken_file_is_refused_with_a_clear_message(path: Path, run_cli) -> None:
+def test_broken_file_is_refused_with_a_clear_message(path: Path, run_cli, capsys) -> None:
+    fragment, names = expected(path)
+    where = names if names.startswith("at line ") else f"\n  {names}: "
     proc = run_cli("check", path, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("perflab: error:")
-    assert expected(path) in proc.stderr, proc.stderr
+    assert fragment in proc.stderr, proc.stderr
+    assert where in proc.stderr, proc.stderr
+    # `plan` refuses it the same way (in-process: the CLI's start-up costs more than the check).
+    assert cli.main(["plan", str(path)]) == 2
+    assert capsys.readouterr().err == proc.stderr
 
 
 def test_corpus_is_not_empty() -> None:
@@ -95,7 +105,7 @@ def test_durations(text: object, seconds: float) -> None:
     assert parse_duration_s(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["10 parsecs", "", "-1s", "1h30", True, "fast"])
+@pytest.mark.parametrize("text", ["10 parsecs", "", "-1s", "1h30", True, "fast", "32d", 1e300, 10**400, "9" * 30 + "h"])
 def test_bad_durations(text: object) -> None:
     with pytest.raises(ValueError):
         parse_duration_s(text)
@@ -133,3 +143,35 @@ def test_experiment_keeps_its_file_path(tmp_path: Path) -> None:
         '[factors]\n"workload.iterations" = [1, 2]\n'
     )
     assert spec.load(f).path == f
+
+
+PREFLIGHT = ["missing_bin_dir", "missing_sql_file", "data_dir_not_empty", "duckdb_path_is_a_directory"]
+
+
+@pytest.mark.parametrize("name", PREFLIGHT)
+def test_run_refuses_what_check_refuses_before_it_makes_anything(name: str, run_cli, tmp_path: Path) -> None:
+    path = Path(__file__).parent / "data" / "broken" / f"{name}.toml"
+    check = run_cli("check", path, check=False)
+    run = run_cli("run", path, "--out", tmp_path / "out", "--quiet", check=False)
+    assert check.returncode == run.returncode == 2, run.stdout + run.stderr
+    assert run.stderr == check.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_check_warns_of_the_collectors_a_run_would_skip(tmp_path: Path, run_cli) -> None:
+    import sqlite3
+
+    f = tmp_path / "e.toml"
+    f.write_text(
+        '[experiment]\nname = "skip"\n[target]\nkind = "duckdb"\n[workload]\nkind = "sql"\n'
+        'statements = ["SELECT 1"]\nduration = "0.5s"\n[collect]\npgstat = true\n'
+        'diskstats = { devices = ["perflab-no-such-disk"] }\nvmstat = true\n'
+    )
+    check = run_cli("check", f)
+    warned = sorted(re.findall(r"perflab: warning: collect\.(\w+): a run would skip it", check.stderr))
+    assert warned == ["diskstats", "pgstat"], check.stderr
+    run_cli("run", f, "--out", tmp_path / "out", "--quiet", "--no-report")
+    conn = sqlite3.connect(tmp_path / "out" / "perflab.sqlite")
+    skipped = sorted(m.split(":")[0] for (m,) in conn.execute("SELECT message FROM event WHERE kind = 'collector-skipped'"))
+    conn.close()
+    assert skipped == warned

@@ -84,6 +84,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from perflab import spec
 
     exp = spec.load(args.experiment)
+    for warning in spec.preflight(exp, args.experiment.resolve().parent):
+        print(f"perflab: warning: {warning}", file=sys.stderr)
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
     print(f"ok: {exp.name}: {combos * reps} runs ({combos} combinations x {reps} repetitions)")
@@ -94,6 +96,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from perflab import plan, spec
 
     exp = spec.load(args.experiment)
+    spec.preflight(exp, args.experiment.resolve().parent)
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)
     factors = list(exp.factors)

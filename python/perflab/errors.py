@@ -23,6 +23,11 @@ class UserError(Exception):
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
 
+    def as_problem(self, path: str) -> tuple[str, str]:
+        """This error as one problem of an experiment file at `path` (dotted)."""
+        text = self.message.removeprefix(f"{path}: ")
+        return path, text + (f"; fix: {self.hint}" if self.hint else "")
+
 
 class SpecError(UserError):
     """One or more problems in an experiment file, each a dotted path with what
@@ -33,6 +38,17 @@ class SpecError(UserError):
         lines = [f"{source}: {len(problems)} problem(s)"]
         lines += [f"  {path}: {text}" for path, text in problems]
         super().__init__("\n".join(lines))
+
+
+class DiskFull(UserError):
+    """The output directory's disk is full. What was committed (every finished
+    run) stays; the run in flight is run again by `perflab resume`."""
+
+    def __init__(self, out_dir: object, detail: str) -> None:
+        super().__init__(
+            f"{out_dir}: the disk is full ({detail}); every finished run is stored, the run in flight is not",
+            f"free space on that disk, then continue with `perflab resume {out_dir}`",
+        )
 
 
 class RunFailure(Exception):

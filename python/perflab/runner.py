@@ -21,6 +21,7 @@ interfaces and registries; it never branches on a kind's name.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import shutil
 import signal
@@ -39,7 +40,7 @@ from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from perflab.context import RunContext
 from perflab.endpoints import Endpoint
-from perflab.errors import Interrupted, RunFailure, UserError
+from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.model import Event, RunResult
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
@@ -128,6 +129,7 @@ def start(experiment_path: Path, out: Path | None) -> Session:
 
     experiment_path = Path(experiment_path).resolve()
     exp = spec_mod.load(experiment_path)
+    spec_mod.preflight(exp, experiment_path.parent)
     out = Path(out or default_out(exp.name)).resolve()
     seed = plan_mod.choose_seed(exp)
     runs = plan_mod.expand(exp, seed)
@@ -217,6 +219,7 @@ class Runner:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, int]:
+        self.store.lock()  # one perflab writes an experiment at a time
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
         counts = {"done": 0, "failed": 0}
@@ -231,6 +234,10 @@ class Runner:
                 if self._stop.is_set():
                     raise Interrupted("stop requested")
             finished = True
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise DiskFull(self.out_dir, f"{exc.strerror}: {exc.filename}") from None
         finally:
             with signals_ignored():
                 self._release_target()

@@ -14,40 +14,49 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from perflab import tomldoc
 from perflab.collectors import COLLECTORS
 from perflab.endpoints import Capability, describe
 from perflab.errors import SpecError, UserError
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
+from perflab.tomldoc import TomlProblem, fmt_path
 from perflab.workloads import WORKLOADS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 FACTOR_ROOTS = ("target", "workload", "collect")
 
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# The most runs one experiment may plan (factor combinations x repetitions):
+# 10,000 one-minute runs take a week. Past that a plan is most likely a typo,
+# and check validates every combination before anything starts (about 0.25 ms
+# each here), so the bound also keeps `perflab check` to seconds.
+MAX_PLAN_RUNS = 10_000
 
 
 class ExperimentSection(StrictModel):
     name: str
     description: str = ""
-    repetitions: int = Field(default=1, ge=1)
+    repetitions: int = 1
     order: Literal["sequential", "random"] = "sequential"
     seed: int | None = None
     # factor path -> the level the report compares the others with (default: the first)
     baseline: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("repetitions")
+    @classmethod
+    def _repetitions_in_plan_bound(cls, value: int) -> int:
+        if not 1 <= value <= MAX_PLAN_RUNS:
+            raise ValueError(f"got {value}; allowed: 1 to {MAX_PLAN_RUNS} (at most {MAX_PLAN_RUNS} runs in one experiment)")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -106,19 +115,6 @@ class Experiment:
 # ---------------------------------------------------------------- formatting
 
 
-def fmt_path(loc: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            s = str(part)
-            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", s):
-                s = json.dumps(s)
-            out += ("." if out else "") + s
-    return out
-
-
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -149,11 +145,38 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+# How pydantic tags the members of a union in an error's location
+# (`str | int | float | bool`: "str", "int", ...; a model: its class name).
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|[A-Z][A-Za-z0-9_]*)$")
+
+
+def _merge_union_errors(errors: list[Any]) -> list[Any]:
+    """A value that matches no member of a union is one problem at its own path
+    ("target.settings.work_mem: got [1]; allowed: one of: ..."), not one per
+    member at made-up paths (target.settings.work_mem.str, ...int, ...)."""
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for err in errors:
+        loc = tuple(err["loc"])
+        tagged = len(loc) > 0 and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1])
+        groups.setdefault(loc[:-1] if tagged else loc + ("",), []).append(err)
+    out = []
+    for key, members in groups.items():
+        if key[-1:] == ("",) or len(members) == 1:
+            out += members
+            continue
+        allowed = dict.fromkeys(
+            m["msg"].removeprefix("Input should be ").removeprefix("Value error, ") for m in members
+        )
+        out.append({"loc": key, "type": "union", "input": members[0].get("input"),
+                    "msg": "allowed: one of: " + "; ".join(allowed)})
+    return out
+
+
 def pydantic_problems(
     exc: ValidationError, prefix: tuple[Any, ...], model: type[BaseModel]
 ) -> list[tuple[str, str]]:
     problems = []
-    for err in exc.errors():
+    for err in _merge_union_errors(exc.errors()):
         loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
         path = fmt_path(prefix + loc)
         kind = err["type"]
@@ -186,7 +209,7 @@ def _validate_kind(
     if not isinstance(raw, dict):
         return None, [(section, f"got {_short(raw)}; allowed: a table")]
     kind = raw.get("kind")
-    if kind not in registry:
+    if not isinstance(kind, str) or kind not in registry:
         given = "missing" if kind is None else f"got {_short(kind)}"
         return None, [(f"{section}.kind", f"{given}; allowed: {', '.join(registry.names())}")]
     cls = registry.get(kind)
@@ -302,10 +325,13 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]
 def load_text(text: str, path: Path | None = None) -> Experiment:
     source = str(path) if path else "experiment file"
     try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{source}: not valid TOML: {exc}", "fix the TOML syntax at that line") from None
-    problems: list[tuple[str, str]] = []
+        raw, problems = tomldoc.parse(text)
+    except TomlProblem as exc:
+        if not exc.path:
+            raise UserError(f"{source}: {exc.text}", "fix the TOML syntax at that line") from None
+        raise SpecError([(exc.path, exc.text)], source) from None
+    if problems:  # numbers out of range, deep nesting: nothing else can be trusted
+        raise SpecError(problems, source)
     try:
         model: FileModel | None = FileModel.model_validate(raw)
     except ValidationError as exc:
@@ -332,6 +358,13 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
             problems += [(p, t) for p, t in more if p not in reported]
         raise SpecError(list(dict.fromkeys(problems)), source)
     assert model is not None
+    combinations = math.prod(len(v) for v in factors.values())
+    runs = combinations * model.experiment.repetitions
+    if runs > MAX_PLAN_RUNS:
+        where = "factors" if combinations > MAX_PLAN_RUNS else "experiment.repetitions"
+        raise SpecError([(where, f"got {combinations} factor combination(s) x {model.experiment.repetitions} "
+                          f"repetition(s) = {runs} runs; allowed: at most {MAX_PLAN_RUNS} runs in one experiment "
+                          "(split it into several)")], source)
 
     for fpath, level in model.experiment.baseline.items():
         where = fmt_path(("experiment", "baseline", fpath))
@@ -372,6 +405,39 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
     return exp
+
+
+def preflight(exp: Experiment, base_dir: Path) -> list[str]:
+    """Every check of the plan's targets and workloads that needs nothing
+    started (binaries and paths the file names, privileges), each distinct
+    setting once, so `check` refuses what `run` would refuse before its first run.
+    `base_dir` is the experiment file's directory (relative paths start there).
+    Returns warnings: collectors a run would skip, and why."""
+    problems: list[tuple[str, str]] = []
+    warnings: list[str] = []
+    seen: set[str] = set()
+    for combo in exp.combinations():
+        run = exp.resolve(combo)
+        provided = TARGETS.get(run.target.kind).endpoint_type.capabilities
+        for name, settings in run.collect.items():
+            key = f"collector:{name}:{describe(provided)}:{settings.model_dump_json()}"
+            if key not in seen:
+                seen.add(key)
+                reason = COLLECTORS.get(name).preflight(settings, provided)
+                if reason:
+                    warnings.append(f"{fmt_path(('collect', name))}: a run would skip it: {reason}")
+        for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
+            key = f"{registry.what}:{settings.model_dump_json()}"
+            if key not in seen:
+                seen.add(key)
+                try:
+                    problems += registry.get(settings.kind).preflight(settings, base_dir)
+                except (OSError, ValueError) as exc:  # a path the OS refuses outright (too long, ...)
+                    problems.append((registry.what, f"cannot check its paths: {_short(str(exc))}; "
+                                     "allowed: paths this system takes"))
+    if problems:
+        raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
+    return warnings
 
 
 def load(path: str | Path) -> Experiment:

@@ -9,7 +9,11 @@ with its own connection, so a crash keeps the samples up to that moment.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -20,10 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from perflab.context import SeriesSink
-from perflab.errors import UserError
+from perflab.errors import DiskFull, UserError
 from perflab.model import Event, RunResult
 
 STORE_NAME = "perflab.sqlite"
+# Held (flock, exclusive) by the one perflab that writes the experiment; it
+# holds its pid. The kernel drops the lock when that process dies, SIGKILL too.
+LOCK_NAME = "perflab.lock"
+SQLITE_FULL = 13
 # 2: query.started_s; 3: attempt (earlier attempts of a retried run). Older
 # stores are upgraded in place when opened.
 SCHEMA_VERSION = 3
@@ -153,11 +161,39 @@ def _upgrade(conn: sqlite3.Connection, version: int) -> None:
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in str(exc)
+
+
+def take_writer_lock(out_dir: Path) -> int:
+    """The experiment in `out_dir` is written by this process only: an
+    exclusive lock, or a clear error naming the perflab that holds it."""
+    try:
+        fd = os.open(out_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise DiskFull(out_dir, exc.strerror or "no space left") from None
+        raise UserError(f"{out_dir}: cannot write there: {exc.strerror}", "give a directory perflab may write") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise UserError(
+            f"{out_dir} is in use by another perflab (pid {holder}) that is running this experiment; nothing was changed",
+            "wait for it to finish (then `perflab resume` if it was interrupted), or give another --out directory",
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class Store:
-    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, lock_fd: int | None = None) -> None:
         self.path = path
         self.dir = path.parent
         self.conn = conn
+        self._lock_fd = lock_fd
 
     # ------------------------------------------------------------ lifecycle
 
@@ -174,9 +210,14 @@ class Store:
         host: dict[str, Any],
     ) -> Store:
         out_dir = out_dir.resolve()
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{out_dir}: cannot create it: {exc.strerror}", "give a directory perflab may write") from None
+        lock_fd = take_writer_lock(out_dir)  # before looking: two runs may start at once
         path = out_dir / STORE_NAME
         if path.exists():
+            os.close(lock_fd)
             raise UserError(
                 f"{out_dir} already holds an experiment's store; nothing was changed",
                 f"continue it with `perflab resume {out_dir}`, or choose a new --out directory",
@@ -191,7 +232,7 @@ class Store:
                 "INSERT INTO experiment VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
                 (name, spec_text, spec_path, seed, json.dumps(factors), utc_now(), json.dumps(host)),
             )
-        return cls(path, conn)
+        return cls(path, conn, lock_fd)
 
     @classmethod
     def open(cls, out_dir: Path) -> Store:
@@ -220,6 +261,14 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def lock(self) -> None:
+        """Become the experiment's only writer (see `take_writer_lock`)."""
+        if self._lock_fd is None:
+            self._lock_fd = take_writer_lock(self.dir)
 
     # ------------------------------------------------------------ experiment
 
@@ -272,7 +321,10 @@ class Store:
             self.conn.execute("UPDATE run SET status='planned' WHERE id=? AND status='running'", (run_id,))
 
     def recover(self) -> list[int]:
-        """Runs left 'running' by a perflab that died: back to planned."""
+        """Runs left 'running' by a perflab that died: back to planned. Only
+        when no other perflab is running this experiment (a live one's run is
+        'running' too)."""
+        self.lock()
         ids = [r[0] for r in self.conn.execute("SELECT id FROM run WHERE status='running'")]
         with _tx(self.conn):
             for run_id in ids:
@@ -408,13 +460,23 @@ class Store:
 
 @contextmanager
 def _tx(conn: sqlite3.Connection) -> Iterator[None]:
-    conn.execute("BEGIN IMMEDIATE")
+    """One transaction. A full disk (SQLITE_FULL, at any statement or at the
+    commit) rolls it back and is a DiskFull: what was committed before stays."""
     try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+    except sqlite3.OperationalError as exc:
+        if not _disk_full(exc):
+            raise
+        where = next((Path(row[2]).parent for row in conn.execute("PRAGMA database_list") if row[2]), "the store")
+        raise DiskFull(where, str(exc)) from None
 
 
 class SeriesWriter(SeriesSink):
@@ -443,15 +505,20 @@ class SeriesWriter(SeriesSink):
         with self._lock:
             rows, self._rows = self._rows, []
         if rows:
-            with _tx(self._conn):
-                self._conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?, ?)", rows)
+            try:
+                with _tx(self._conn):
+                    self._conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?, ?)", rows)
+            except BaseException:
+                with self._lock:  # kept for the next try
+                    self._rows[:0] = rows
+                raise
             self.written += len(rows)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             try:
                 self._flush()
-            except sqlite3.Error:  # retried at the next tick; close() raises
+            except (sqlite3.Error, DiskFull):  # retried at the next tick; close() raises
                 time.sleep(0.1)
 
     def close(self) -> None:

@@ -16,21 +16,33 @@ DURATION_ALLOWED = (
     'allowed: a number of seconds (60, 2.5) or a string with a unit of us, ms, s, m, h or d '
     '("250ms", "60s", "1h30m")'
 )
+# The longest duration an experiment file may give (a run, a warm-up, a
+# timeout, an interval): 31 days. Durability runs last days, not months, and
+# the engine holds durations as 64-bit nanoseconds and timers, which a
+# larger value would overflow.
+MAX_DURATION_S = 31 * 86400.0
+DURATION_BOUND = "at most 31d (31 days)"
 
 
 def parse_duration_s(value: Any) -> float:
     """Seconds in "90s", "1h30m", "250ms", or a bare number of seconds."""
     from perflab import _engine
 
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
-        return float(value)
-    if isinstance(value, str):
+    seconds: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        # an int beyond a float's range compares exactly; inf and nan are no durations
+        seconds = float(min(value, MAX_DURATION_S * 2)) if not isinstance(value, float) or math.isfinite(value) else None
+    elif isinstance(value, str):
         try:
-            return float(_engine.parse_duration_s(value))
+            seconds = float(_engine.parse_duration_s(value))
         except ValueError:
             pass
     shown = json.dumps(value) if isinstance(value, (str, bool, int, float)) else repr(value)
-    raise ValueError(f"{shown} is not a duration; {DURATION_ALLOWED}")
+    if seconds is None:
+        raise ValueError(f"{shown[:60]} is not a duration; {DURATION_ALLOWED}")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"got {shown[:60]}; allowed: a duration of {DURATION_BOUND}")
+    return seconds
 
 
 def _duration(value: Any) -> float:

@@ -30,8 +30,13 @@ from perflab.units import Duration
 MONITOR_PIDS: set[int] = set()
 
 
+# A shorter interval samples /proc and the server faster than either changes,
+# and spends the CPU the run is measuring.
+MIN_INTERVAL_S = 0.01
+
+
 class CollectorSettings(StrictModel):
-    interval: Duration = Field(default=1.0, gt=0)
+    interval: Duration = Field(default=1.0, ge=MIN_INTERVAL_S)
 
 
 @dataclass
@@ -103,6 +108,15 @@ class Collector(abc.ABC):
     def __init__(self, name: str, settings: Any) -> None:
         self.name = name
         self.settings = settings
+
+    @classmethod
+    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+        """Why this collector would be skipped on a target whose endpoint
+        provides `provided`, found without starting anything (a counter that
+        cannot be read); None when it should work. `perflab check` says so as
+        a warning; a run skips it as before. (A capability it `needs` and the
+        target lacks is an error of check, not a warning.) Default: None."""
+        return None
 
     @abc.abstractmethod
     def start(self, ctx: CollectorContext) -> None:

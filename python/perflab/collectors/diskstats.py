@@ -35,6 +35,7 @@ from perflab.collectors.base import (
     TelemetryPanel,
 )
 from perflab.collectors.procfs import read_text, require_readable
+from perflab.endpoints import Capability
 from perflab.model import Event, RunResult
 
 DISKSTATS = "/proc/diskstats"
@@ -173,6 +174,13 @@ class _Reading:
     devices: dict[str, dict[str, int]]
 
 
+def _missing_devices(devices: list[str] | None, present: dict[str, Any]) -> str | None:
+    missing = [d for d in devices or [] if d not in present]
+    if not missing:
+        return None
+    return f"no device {', '.join(missing)} in {DISKSTATS} (devices here: {', '.join(sorted(present))})"
+
+
 class DiskstatsCollector(SamplingCollector):
     Settings = DiskstatsSettings
     default_on = True
@@ -193,17 +201,23 @@ class DiskstatsCollector(SamplingCollector):
         stats = parse_diskstats(read_text(DISKSTATS))
         return _Reading(time.monotonic_ns(), {d: stats[d] for d in self.devices if d in stats})
 
+    @classmethod
+    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+        try:
+            require_readable(DISKSTATS)
+        except CollectorUnavailable as exc:
+            return str(exc)
+        return _missing_devices(settings.devices, parse_diskstats(read_text(DISKSTATS)))
+
     def open(self, ctx: CollectorContext) -> None:
         require_readable(DISKSTATS)
         present = parse_diskstats(read_text(DISKSTATS))
         self._notes = []
         self.roles = {}
         if self.settings.devices is not None:
-            missing = [d for d in self.settings.devices if d not in present]
+            missing = _missing_devices(self.settings.devices, present)
             if missing:
-                raise CollectorUnavailable(
-                    f"no device {', '.join(missing)} in {DISKSTATS} (devices here: {', '.join(sorted(present))})"
-                )
+                raise CollectorUnavailable(missing)
             self.devices = list(self.settings.devices)
         else:
             wanted = whole_disks()

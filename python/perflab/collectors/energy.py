@@ -35,6 +35,7 @@ from perflab.collectors.base import (
     SamplingCollector,
 )
 from perflab.collectors.procfs import cpu_busy_fraction, parse_stat, read_text
+from perflab.endpoints import Capability
 from perflab.model import Event, Metric, RunResult
 
 # A rough mid-range figure for a server CPU's TDP per hardware thread (e.g. a
@@ -47,7 +48,7 @@ POWERCAP_ROOT = "/sys/class/powercap"
 
 class EnergySettings(CollectorSettings):
     source: Literal["auto", "rapl", "model"] = "auto"
-    tdp_watts: float | None = Field(default=None, gt=0, description="CPU packages' TDP for the model (W)")
+    tdp_watts: float | None = Field(default=None, gt=0, le=100_000, description="CPU packages' TDP for the model (W)")
     idle_fraction: float = Field(default=DEFAULT_IDLE_FRACTION, ge=0, le=1)
     rapl_root: str = POWERCAP_ROOT
 
@@ -122,6 +123,20 @@ def per_work_metrics(metrics: dict[str, Metric], prefix: str = "energy") -> dict
     return out
 
 
+def _read_rapl(s: EnergySettings) -> tuple[list[RaplZone], str | None, bool]:
+    """The RAPL zones; why they cannot be counted (None if they can); and
+    whether that is for want of permission."""
+    try:
+        zones = find_rapl_zones(Path(s.rapl_root))
+    except PermissionError as exc:
+        return [], f"RAPL counters are not readable ({exc.filename}): run as root to measure energy", True
+    except (OSError, ValueError) as exc:
+        return [], f"RAPL not readable under {s.rapl_root}: {exc}", False
+    if not any(z.counted for z in zones):
+        return zones, f"no RAPL package zone under {s.rapl_root}; use source = \"model\"", False
+    return zones, None, False
+
+
 class EnergyCollector(SamplingCollector):
     Settings = EnergySettings
 
@@ -137,23 +152,20 @@ class EnergyCollector(SamplingCollector):
         self._joules: dict[str, float] = {}
         self._notes: list[str] = []
 
+    @classmethod
+    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+        return _read_rapl(settings)[1] if settings.source == "rapl" else None
+
     def open(self, ctx: CollectorContext) -> None:
         s = self.settings
         self._notes = []
         self.zones = []
         if s.source in ("auto", "rapl"):
-            try:
-                self.zones = find_rapl_zones(Path(s.rapl_root))
-            except PermissionError as exc:
-                reason = f"RAPL counters are not readable ({exc.filename}): run as root to measure energy"
-                if s.source == "rapl":
-                    raise CollectorUnavailable(reason) from None
-                self._notes.append(reason + "; estimating from CPU use instead")
-            except (OSError, ValueError) as exc:
-                if s.source == "rapl":
-                    raise CollectorUnavailable(f"RAPL not readable under {s.rapl_root}: {exc}") from None
-            if s.source == "rapl" and not any(z.counted for z in self.zones):
-                raise CollectorUnavailable(f"no RAPL package zone under {s.rapl_root}; use source = \"model\"")
+            self.zones, reason, denied = _read_rapl(s)
+            if reason and s.source == "rapl":
+                raise CollectorUnavailable(reason)
+            if denied:
+                self._notes.append(f"{reason}; estimating from CPU use instead")
         if any(z.counted for z in self.zones):
             self.method = "rapl"
         else:

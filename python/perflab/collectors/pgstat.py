@@ -68,6 +68,9 @@ VIEW_JSON = {
 }
 
 
+NOT_POSTGRES = "the target is not a PostgreSQL server"
+
+
 class PgstatSettings(CollectorSettings):
     wait_event_hz: float = Field(default=10.0, ge=0, le=100, description="wait-event samples per second (0: off)")
 
@@ -145,7 +148,7 @@ class PgstatCollector(SamplingCollector):
     def open(self, ctx: CollectorContext) -> None:
         endpoint = ctx.endpoint
         if not isinstance(endpoint, PgWireEndpoint):
-            raise CollectorUnavailable("the target is not a PostgreSQL server (no PostgreSQL-protocol endpoint)")
+            raise CollectorUnavailable(NOT_POSTGRES)
         try:
             self._conn = self._connect(endpoint)
         except Exception as exc:

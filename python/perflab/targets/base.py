@@ -4,11 +4,22 @@ reached and torn down."""
 from __future__ import annotations
 
 import abc
+import os
 from pathlib import Path
 from typing import Any, ClassVar
 
 from perflab.endpoints import Endpoint
 from perflab.settings_model import StrictModel
+
+
+def creatable_problems(key: str, path: Path) -> list[tuple[str, str]]:
+    """Whether `path` exists or can be made (its nearest existing ancestor is a
+    directory this user may write), as a problem at the dotted `key`."""
+    base = next((p for p in [path, *path.parents] if p.exists()), Path("/"))
+    if base != path and (not base.is_dir() or not os.access(base, os.W_OK | os.X_OK)):
+        return [(key, f"{path} cannot be created: {base} is not a directory this user may write; "
+                 "allowed: a path perflab can create")]
+    return []
 
 
 class TargetSettings(StrictModel):
@@ -51,6 +62,14 @@ class Target(abc.ABC):
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
         """Problems (dotted path, text) with running `workload` on this target,
         found before anything starts. Default: none."""
+        return []
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        """Problems (dotted path, text) that provisioning would meet, found
+        without starting or changing anything: binaries and paths the settings
+        name, the privileges it needs. `perflab check`, `plan` and `run` all
+        ask, so check never passes what run then refuses. Default: none."""
         return []
 
     @abc.abstractmethod

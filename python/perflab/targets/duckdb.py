@@ -21,7 +21,8 @@ from pydantic import Field, field_validator
 
 from perflab.endpoints import Endpoint, SqlEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.targets.base import Target, TargetSettings
+from perflab.settings_model import OsText
+from perflab.targets.base import Target, TargetSettings, creatable_problems
 
 SettingValue = str | int | float | bool
 SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -29,20 +30,29 @@ DATABASE_FILE = "perflab.duckdb"
 # Beside a database file perflab created: a file without it is someone else's,
 # opened read-only unless the experiment says allow_destructive = true.
 CREATED_MARK_SUFFIX = ".perflab-created"
+# More worker threads than any machine has cores.
+MAX_THREADS = 4096
 
 
 class DuckDbSettings(TargetSettings):
     kind: Literal["duckdb"]
     # The database file; default: perflab.duckdb in the target's directory.
-    path: str | None = None
+    path: OsText | None = None
     # Worker threads DuckDB may use (DuckDB's default: all cores).
-    threads: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
     # e.g. "4GB" (DuckDB's default: 80% of RAM).
     memory_limit: str | None = None
     # Any other DuckDB setting, applied with SET name = value.
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     # Let perflab write to a database file it did not create.
     allow_destructive: bool = False
+
+    @field_validator("path")
+    @classmethod
+    def _names_a_file(cls, value: str | None) -> str | None:
+        if value is not None and Path(value).expanduser().name in ("", ".", ".."):
+            raise ValueError(f"got {value!r}; allowed: the path of a database file, e.g. \"data/tpch.duckdb\"")
+        return value
 
     @field_validator("settings")
     @classmethod
@@ -72,6 +82,27 @@ def _sql_value(value: SettingValue) -> str:
     if isinstance(value, (int, float)):
         return str(value)
     return "'" + value.replace("'", "''") + "'"
+
+
+def _apply_settings(database: Any, settings: DuckDbSettings) -> list[tuple[str, str]]:
+    """SET (or RESET) threads, memory_limit and every other setting; what
+    DuckDB refuses, as problems at their dotted paths."""
+    import duckdb
+
+    statements = [
+        ("target.threads", f"SET threads = {settings.threads}" if settings.threads is not None else "RESET threads"),
+        ("target.memory_limit", f"SET memory_limit = {_sql_value(settings.memory_limit)}"
+         if settings.memory_limit is not None else "RESET memory_limit"),
+    ]
+    statements += [(f"target.settings.{name}", f"SET {name} = {_sql_value(value)}")
+                   for name, value in settings.settings.items()]
+    problems = []
+    for key, sql in statements:
+        try:
+            database.execute(sql)
+        except duckdb.Error as exc:
+            problems.append((key, f"DuckDB refused `{sql}`: {str(exc).splitlines()[0]}"))
+    return problems
 
 
 class _ArrowStream:
@@ -173,6 +204,21 @@ class DuckDbTarget(Target):
             )]
         return []
 
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        import duckdb
+
+        # Each setting as DuckDB itself takes it, on a throw-away in-memory database.
+        with duckdb.connect(":memory:") as scratch:
+            problems = _apply_settings(scratch, settings)
+        if settings.path:
+            path = Path(settings.path).expanduser().resolve()
+            if path.exists() and not path.is_file():
+                problems.append(("target.path", f"{path} is not a file; allowed: a DuckDB database file, or a new path"))
+            else:
+                problems += creatable_problems("target.path", path.parent)
+        return problems
+
     def _path(self) -> Path:
         if self.settings.path:
             return self.path_from_file(self.settings.path)
@@ -205,23 +251,10 @@ class DuckDbTarget(Target):
         return self.endpoint
 
     def _apply(self, settings: DuckDbSettings) -> None:
-        import duckdb
-
-        statements = []
-        if settings.threads is not None:
-            statements.append(f"SET threads = {settings.threads}")
-        else:
-            statements.append("RESET threads")
-        if settings.memory_limit is not None:
-            statements.append(f"SET memory_limit = {_sql_value(settings.memory_limit)}")
-        else:
-            statements.append("RESET memory_limit")
-        statements += [f"SET {name} = {_sql_value(value)}" for name, value in settings.settings.items()]
-        for sql in statements:
-            try:
-                self.database.execute(sql)
-            except duckdb.Error as exc:
-                raise UserError(f"target: DuckDB refused `{sql}`: {exc}", "fix or remove that setting") from None
+        problems = _apply_settings(self.database, settings)
+        if problems:
+            key, text = problems[0]
+            raise UserError(f"{key}: {text}", "fix or remove that setting")
 
     def reconfigure(self, settings: Any) -> bool:
         if self.database is None:

@@ -35,10 +35,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.endpoints import Endpoint, PgWireEndpoint
-from perflab.errors import RunFailure, UserError
+from perflab.errors import RunFailure, SpecError, UserError
+from perflab.guardian import journal
 from perflab.secrets import mask_secrets
-from perflab.settings_model import StrictModel
-from perflab.targets.base import Target, TargetSettings
+from perflab.settings_model import OsText, StrictModel
+from perflab.targets.base import Target, TargetSettings, creatable_problems
 from perflab.units import Duration
 
 SUPERUSER = "perflab"
@@ -62,21 +63,21 @@ SettingValue = str | int | float | bool
 
 
 class Storage(StrictModel):
-    data_dir: str | None = None
-    wal_dir: str | None = None
+    data_dir: OsText | None = None
+    wal_dir: OsText | None = None
 
 
 class PostgresSettings(TargetSettings):
     kind: Literal["postgres"]
     dsn: str | None = None
     allow_destructive: bool = False
-    bin_dir: str | None = None
+    bin_dir: OsText | None = None
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
     restart: Literal["on-change", "always"] = "on-change"
     listen: Literal["unix", "tcp"] = "unix"
     database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    run_as: str | None = None
+    run_as: OsText | None = None
     start_timeout: Duration = Field(default=120.0, gt=0)
 
     @field_validator("settings")
@@ -149,6 +150,17 @@ class PostgresEndpoint(PgWireEndpoint):
 
 
 def _version_of(bin_dir: Path, user: str | None = None) -> tuple[int, ...] | None:
+    try:
+        st = (bin_dir / "postgres").stat()
+    except OSError:
+        return None
+    # Keyed by the binary's identity: a replaced or re-permissioned binary is asked again.
+    return _version_probe(str(bin_dir), user, st.st_ino, st.st_mtime_ns, st.st_mode, st.st_uid)
+
+
+@functools.lru_cache(maxsize=64)
+def _version_probe(bin_dir_text: str, user: str | None, *identity: int) -> tuple[int, ...] | None:
+    bin_dir = Path(bin_dir_text)
     try:
         out = subprocess.run(
             [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, timeout=20,
@@ -267,6 +279,42 @@ def _reachable_by(path: Path, user: str | None) -> bool:
     return True
 
 
+def _first_existing(path: Path) -> Path:
+    for p in [path, *path.parents]:
+        if p.exists():
+            return p
+    return Path("/")
+
+
+def wal_dir_problems(wal_dir: Path) -> list[tuple[str, str]]:
+    key = "target.storage.wal_dir"
+    if wal_dir.exists() and not wal_dir.is_dir():
+        return [(key, f"{wal_dir} is not a directory; allowed: an empty or new directory")]
+    if wal_dir.is_dir() and any(wal_dir.iterdir()):
+        return [(key, f"{wal_dir} is not empty; allowed: an empty or new directory")]
+    return creatable_problems(key, wal_dir)
+
+
+def storage_problems(data_dir: Path, wal_dir: Path | None, run_as: str | None) -> list[tuple[str, str]]:
+    """What stops initdb into `data_dir` (and `wal_dir`), found before anything is made."""
+    key = "target.storage.data_dir"
+    if (data_dir / "PG_VERSION").exists():
+        if not (data_dir / CREATED_MARK).exists():
+            return [(key, f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will "
+                     "not touch it; allowed: an empty or new directory")]
+        return []  # a perflab cluster, reused as it is
+    if data_dir.exists() and not data_dir.is_dir():
+        return [(key, f"{data_dir} is not a directory; allowed: an empty or new directory")]
+    if data_dir.is_dir() and any(data_dir.iterdir()):
+        return [(key, f"{data_dir} is not empty and is not a perflab cluster; nothing was changed; "
+                 "allowed: an empty or new directory")]
+    problems = creatable_problems(key, data_dir)
+    if not problems and not _reachable_by(data_dir.parent, run_as):
+        problems.append((key, f"{data_dir.parent} is not reachable by user {run_as}, who runs the server; "
+                         "allowed: a directory that user can reach (or run perflab as a non-root user)"))
+    return problems + (wal_dir_problems(wal_dir) if wal_dir is not None else [])
+
+
 def _chown(path: Path, user: str | None) -> None:
     if user is not None:
         pw = pwd.getpwnam(user)
@@ -306,6 +354,39 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
+
+
+def undo_server(args: dict[str, Any]) -> None:
+    """The guardian's undo of a managed server whose perflab died without
+    stopping it (perflab.guardian): fast shutdown, then immediate, then
+    SIGKILL, all within 5 s; backends that outlive their postmaster go too.
+    perflab may have died while pg_ctl was starting the server (pg_ctl lives
+    on): a lock file that is not there yet is waited for, briefly."""
+    lock = Path(args["data_dir"]) / "postmaster.pid"
+    deadline = time.monotonic() + 1.5
+    while True:
+        try:
+            pid = int(lock.read_text().split()[0])
+            break
+        except (OSError, ValueError, IndexError):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+    if not (_pid_alive(pid) and "postgres" in _cmdline(pid)):
+        return
+    children = _children(pid)
+    for sig, seconds in ((signal.SIGINT, 2.0), (signal.SIGQUIT, 1.5), (signal.SIGKILL, 0.5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        deadline = time.monotonic() + seconds
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not _pid_alive(pid):
+            break
+    for child in children:
+        if _pid_alive(child) and "postgres" in _cmdline(child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
 
 
 _ROLES = (
@@ -391,6 +472,28 @@ class PostgresTarget(Target):
                         "dropped in that database)",
                     )
                 )
+        return problems
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        if settings.dsn is not None:
+            return []  # reaching an external server is provisioning's job
+        try:
+            run_as = _current_run_as(settings)
+        except UserError as exc:
+            return [exc.as_problem("target.run_as")]
+        problems = []
+        try:
+            find_bin_dir(settings.bin_dir, run_as)
+        except UserError as exc:
+            problems.append(exc.as_problem("target.bin_dir"))
+        # relative paths are the experiment file's, as the target takes them (path_from_file)
+        wal = (base_dir / Path(settings.storage.wal_dir).expanduser()).resolve() if settings.storage.wal_dir else None
+        if settings.storage.data_dir:
+            data_dir = (base_dir / Path(settings.storage.data_dir).expanduser()).resolve()
+            problems += storage_problems(data_dir, wal, run_as)
+        elif wal is not None:  # the default data directory is new, in the new output directory
+            problems += wal_dir_problems(wal)
         return problems
 
     # -------------------------------------------------------------- provision
@@ -496,33 +599,19 @@ class PostgresTarget(Target):
 
     def _init_cluster(self) -> bool:
         self.data_dir = data_dir = self._data_dir()
+        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
+        problems = storage_problems(data_dir, wal, self.run_as)
+        if problems:
+            raise SpecError(problems, "the target's storage")
         if (data_dir / "PG_VERSION").exists():
-            if not (data_dir / CREATED_MARK).exists():
-                raise UserError(
-                    f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will not touch it",
-                    "give target.storage.data_dir an empty or new directory",
-                )
             return False
-        if data_dir.exists() and any(data_dir.iterdir()):
-            raise UserError(
-                f"{data_dir} is not empty and is not a perflab cluster; nothing was changed",
-                "give target.storage.data_dir an empty or new directory",
-            )
         data_dir.parent.mkdir(parents=True, exist_ok=True)
-        if not _reachable_by(data_dir.parent, self.run_as):
-            raise UserError(
-                f"{data_dir.parent} is not reachable by user {self.run_as}, who runs the server",
-                "choose a target.storage.data_dir that user can reach, or run perflab as a non-root user",
-            )
         data_dir.mkdir(mode=0o700, exist_ok=True)
         _chown(data_dir, self.run_as)
         args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
                 "--locale=C", "--no-sync"]
         created = "created by perflab initdb; perflab may drop and recreate it\n"
-        if self.settings.storage.wal_dir:
-            wal = self.path_from_file(self.settings.storage.wal_dir)
-            if wal.exists() and any(wal.iterdir()):
-                raise UserError(f"target.storage.wal_dir: {wal} is not empty", "give an empty or new directory")
+        if wal is not None:
             if not wal.exists():
                 created += f"wal_dir created: {wal}\n"
             wal.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -539,6 +628,7 @@ class PostgresTarget(Target):
         assert self.data_dir is not None
         if self.socket_dir is None:
             self.socket_dir = Path(tempfile.mkdtemp(prefix="perflab-pg-"))
+            journal().add("remove-dir", f"socket-dir:{self.socket_dir}", path=str(self.socket_dir))
             os.chmod(self.socket_dir, 0o700)
             _chown(self.socket_dir, self.run_as)
         if self.port is None:
@@ -589,6 +679,8 @@ class PostgresTarget(Target):
             self._log_start = self.log_path.stat().st_size
         start_offset = self.log_path.stat().st_size
         timeout = int(self.settings.start_timeout)
+        # Before the server exists: if perflab dies from here on, its guardian stops it.
+        journal().add("postgres", f"postgres:{self.data_dir}", data_dir=str(self.data_dir))
         proc = self._pg(
             ["pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", str(timeout)],
             timeout=timeout + 30, check=False,
@@ -816,8 +908,11 @@ class PostgresTarget(Target):
             if pid is not None and _pid_alive(pid):
                 self._stop_server(pid)
         self.running = False
+        if self.data_dir is not None:
+            journal().remove(f"postgres:{self.data_dir}")
         if self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
+            journal().remove(f"socket-dir:{self.socket_dir}")
             self.socket_dir = None
         (self.workdir / PIDFILE).unlink(missing_ok=True)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from perflab.context import RunContext
@@ -45,6 +46,13 @@ class Workload(abc.ABC, Generic[EndpointT]):
             sort_keys=True,
             default=str,
         )
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        """Problems (dotted path, text) the workload would meet, found without
+        starting anything (files it names that cannot be read, relative to
+        `base_dir`, the experiment file's directory). Default: none."""
+        return []
 
     def writes(self) -> bool:
         """Whether this workload writes to the target (then an external target

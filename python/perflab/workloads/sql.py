@@ -10,6 +10,7 @@ user-defined query sets (the energy study's W22, say) as well as smoke tests.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -21,7 +22,7 @@ from perflab.context import RunContext
 from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
-from perflab.settings_model import StrictModel
+from perflab.settings_model import OsText, StrictModel
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
 
@@ -30,6 +31,8 @@ from perflab.workloads.base import Workload, WorkloadSettings
 MAX_STORED_EXECUTIONS = 100_000
 # Above this share of its CPU the driver, not the server, may be the bottleneck.
 CLIENT_BOUND_UTIL = 0.8
+# A billion executions of the body is days even for SELECT 1.
+MAX_ITERATIONS = 10**9
 
 
 class NamedStatement(StrictModel):
@@ -40,10 +43,10 @@ class NamedStatement(StrictModel):
 class SqlSettings(WorkloadSettings):
     kind: Literal["sql"]
     setup: list[str] = Field(default_factory=list)
-    setup_files: list[str] = Field(default_factory=list)
+    setup_files: list[OsText] = Field(default_factory=list)
     statements: list[str | NamedStatement] = Field(default_factory=list)
-    files: list[str] = Field(default_factory=list)
-    iterations: int | None = Field(default=None, ge=1)
+    files: list[OsText] = Field(default_factory=list)
+    iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
     duration: Duration | None = Field(default=None, gt=0)
     warmup: Duration = Field(default=0.0, ge=0)
 
@@ -56,8 +59,12 @@ class SqlSettings(WorkloadSettings):
         return self
 
 
+def _file(base_dir: Path, name: str) -> Path:
+    return (base_dir / name) if not Path(name).is_absolute() else Path(name)
+
+
 def _read(base_dir: Path, name: str, what: str) -> str:
-    path = (base_dir / name) if not Path(name).is_absolute() else Path(name)
+    path = _file(base_dir, name)
     try:
         return path.read_text()
     except OSError as exc:
@@ -72,6 +79,17 @@ class SqlWorkload(Workload[SqlEndpoint]):
     headline: ClassVar[tuple[str, ...]] = ("statements_per_s", "statement_mean_ms")
 
     settings: SqlSettings
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        problems = []
+        for what in ("setup_files", "files"):
+            for i, name in enumerate(getattr(settings, what)):
+                path = _file(base_dir, name)
+                if not path.is_file() or not os.access(path, os.R_OK):
+                    problems.append((f"workload.{what}[{i}]", f"cannot read {path}; allowed: a readable file, "
+                                     "relative to the experiment file or absolute"))
+        return problems
 
     def writes(self) -> bool:
         return bool(self.settings.setup or self.settings.setup_files)

@@ -38,6 +38,13 @@ ACCOUNTS_PER_SCALE = 100_000
 # Run length when neither duration nor transactions is given.
 DEFAULT_DURATION_S = 60.0
 SERIES_SOURCE = "tpcb"
+# Bounds past any real run, below the engine's 32-bit counts: scale 100,000 is
+# 10^10 accounts (about 1.5 TB); 10,000 clients is 10,000 server backends.
+MAX_SCALE = 100_000
+MAX_CLIENTS = 10_000
+MAX_TRANSACTIONS = 10**12
+MAX_RATE_TPS = 1e9
+MAX_TRIES = 1_000
 # Engine interval fields stored as per-second series (name -> unit in the name).
 SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
 
@@ -47,17 +54,17 @@ class TpcbSettings(WorkloadSettings):
     # pgbench -b: which built-in script.
     script: Literal["tpcb-like", "simple-update", "select-only"] = "tpcb-like"
     # pgbench -s and -F: the data set.
-    scale: int = Field(default=1, ge=1)
+    scale: int = Field(default=1, ge=1, le=MAX_SCALE)
     fillfactor: int = Field(default=100, ge=10, le=100)
     # pgbench -c and -j (threads default: min(clients, cores)).
-    clients: int = Field(default=1, ge=1)
+    clients: int = Field(default=1, ge=1, le=MAX_CLIENTS)
     threads: int | None = Field(default=None, ge=1)
     # pgbench -T, or -t (transactions per client); default: 60 s.
     duration: Duration | None = Field(default=None, gt=0)
-    transactions: int | None = Field(default=None, ge=1)
+    transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
     warmup: Duration = Field(default=0.0, ge=0)
     # pgbench -R (total transactions per second, open loop) and -L.
-    rate: float | None = Field(default=None, gt=0)
+    rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
     # Spacing of the intended starts under a rate: exponential gaps (a Poisson
     # process, as pgbench -R) or equal gaps (wrk2's constant throughput).
     schedule: Literal["poisson", "constant"] = "poisson"
@@ -65,7 +72,7 @@ class TpcbSettings(WorkloadSettings):
     # pgbench -M.
     protocol: Literal["simple", "extended", "prepared"] = "simple"
     # pgbench --max-tries: tries of a transaction after serialization failures or deadlocks.
-    max_tries: int = Field(default=1, ge=1)
+    max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)
     # pgbench without -n: vacuum branches and tellers, empty history before each run.
     vacuum: bool = True
     # Random seed of the draws; default: a new one per run (recorded as an event).

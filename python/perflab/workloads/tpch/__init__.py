@@ -46,6 +46,7 @@ from perflab.context import RunContext
 from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
+from perflab.settings_model import OsText
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
@@ -70,7 +71,7 @@ class TpchSettings(WorkloadSettings):
     validation: bool = False
     # Directory of reference answers (q01.out .. q22.out); default at SF 1:
     # the TPC's own answers, as shipped with the tpchgen crate.
-    answers: str | None = None
+    answers: OsText | None = None
     # A query running longer is cancelled, stored as "timeout", and the run's
     # metrics are marked invalid.
     query_timeout: Duration | None = Field(default=None, gt=0)
@@ -117,6 +118,18 @@ class _StreamOutcome:
     times: list[QueryTime] = field(default_factory=list)
     results: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
     columns: dict[int, list[str]] = field(default_factory=dict)
+
+
+def _answers_dir(settings: TpchSettings, base_dir: Path) -> Path | None:
+    if settings.answers is None:
+        return None
+    path = Path(settings.answers).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    if not path.is_dir():
+        raise UserError(f"workload.answers: {path} is not a directory",
+                        "give the directory holding q01.out .. q22.out")
+    return path
 
 
 class TpchWorkload(Workload[SqlEndpoint]):
@@ -324,15 +337,15 @@ class TpchWorkload(Workload[SqlEndpoint]):
         result.add_metric("answers.checked", len(queries), "queries")
 
     def _answers_dir(self, ctx: RunContext) -> Path | None:
-        if self.settings.answers is None:
-            return None
-        path = Path(self.settings.answers).expanduser()
-        if not path.is_absolute():
-            path = ctx.base_dir / path
-        if not path.is_dir():
-            raise UserError(f"workload.answers: {path} is not a directory",
-                            "give the directory holding q01.out .. q22.out")
-        return path
+        return _answers_dir(self.settings, ctx.base_dir)
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        try:
+            _answers_dir(settings, base_dir)
+        except UserError as exc:
+            return [exc.as_problem("workload.answers")]
+        return []
 
     def _refresh_pairs_so_far(self, endpoint: SqlEndpoint) -> int:
         conn = endpoint.connect()
