@@ -41,7 +41,7 @@ def parse_duration_s(value: Any) -> float:
     if seconds is None:
         raise ValueError(f"{shown[:60]} is not a duration; {DURATION_ALLOWED}")
     if seconds > MAX_DURATION_S:
-        raise ValueError(f"got {shown[:60]}; allowed: a duration of {DURATION_BOUND}")
+        raise ValueError(f"got {value!r:.60}; allowed: a duration of {DURATION_BOUND}")
     return seconds
 
 

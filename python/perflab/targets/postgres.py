@@ -974,8 +974,10 @@ def server_settings(bin_dir: Path) -> tuple[str, dict[str, ServerSetting]]:
 def _bin_dir_for_check(explicit: str | None, run_as: str | None) -> Path | None:
     try:
         return find_bin_dir(explicit, run_as)
-    except UserError:
-        return None  # provisioning says what is missing, with its fix
+    except (UserError, OSError):
+        # the preflight says what is wrong with the path (missing, too long),
+        # and provisioning what is missing, each with its fix
+        return None
 
 
 def setting_problems(settings: PostgresSettings) -> list[tuple[str, str]]:
