@@ -22,6 +22,8 @@ quick: everything is to be gone within 5 s of perflab's death.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -33,6 +35,10 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+# At a normal exit, how long to wait for the guardian to undo what is left
+# (a server's shutdown) before leaving it to finish on its own.
+GUARDIAN_EXIT_WAIT_S = 15.0
 
 UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
@@ -72,6 +78,20 @@ class Journal:
             if self._entries.pop(key, None) is not None:
                 self._send({"op": "remove", "key": key})
 
+    def close(self) -> None:
+        """At a normal exit: end the journal and wait for the guardian, which
+        undoes whatever is still journaled (normally nothing) and exits. So a
+        finished perflab leaves no guardian behind, not even for a moment."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
+
     def guardian_pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
@@ -103,6 +123,7 @@ class Journal:
 
 
 _JOURNAL = Journal()
+atexit.register(_JOURNAL.close)
 
 
 def journal() -> Journal:
