@@ -457,6 +457,35 @@ def soak(args: argparse.Namespace, say: Any = print) -> list[Outcome]:
     return outcomes
 
 
+def by_fault(outcomes: list[Outcome], ios: list[str]) -> list[str]:
+    """Per fault and io method: runs, runs where the fault landed inside the
+    run, lost clients, and commits in doubt (server rows - driver count)."""
+    lines = ["| fault | " + " | ".join(f"{io}: runs / hit / lost clients / in doubt" for io in ios) + " |",
+             "| --- |" + " ---: |" * len(ios)]
+    for fault in FAULTS:
+        cells = []
+        for io in ios:
+            mine = [o for o in outcomes if o.io == io and o.plan.fault == fault]
+            hit = sum(not any(w in o.fault_note for w in ("ended before", "no backend", "never said go"))
+                      for o in mine)
+            lost = sum(int(o.result.get("lost_clients", 0)) for o in mine)
+            doubt = sum((o.history_rows or 0) - int(o.result.get("transactions", 0)) for o in mine
+                        if o.result.get("outcome") == "done")
+            cells.append(f"{len(mine)} / {hit} / {lost} / {doubt}")
+        lines.append(f"| {fault} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def load_outcomes(path: Path) -> list[Outcome]:
+    """A finished soak's runs.jsonl, back as outcomes (for --report)."""
+    outcomes = []
+    for line in path.read_text().splitlines():
+        raw = json.loads(line)
+        raw["plan"] = Plan(**raw["plan"])
+        outcomes.append(Outcome(**raw))
+    return outcomes
+
+
 def summary(outcomes: list[Outcome], ios: list[str]) -> list[str]:
     lines = ["| io | runs | hangs | miscounts | other failures | committed | lost clients | in doubt | max s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -486,6 +515,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--long-stall-share", type=float, default=0.1,
                    help="share of stalls that last past the end of the run and its grace")
     p.add_argument("--out", default=None, help="where failing runs' records go (default: a new /tmp dir)")
+    p.add_argument("--report", default=None, metavar="RUNS_JSONL",
+                   help="print the tables of a finished soak's runs.jsonl instead of running one")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.seed is None:
@@ -497,9 +528,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    outcomes = soak(args)
-    print(f"\nseed {args.seed}; records in {args.out}")
+    if args.report:
+        outcomes = load_outcomes(Path(args.report))
+        args.io = sorted({o.io for o in outcomes})
+    else:
+        outcomes = soak(args)
+        print(f"\nseed {args.seed}; records in {args.out}")
     print("\n".join(summary(outcomes, args.io)))
+    print()
+    print("\n".join(by_fault(outcomes, args.io)))
     failed = [o for o in outcomes if not o.ok]
     return 1 if failed else 0
 
