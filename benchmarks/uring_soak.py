@@ -379,6 +379,8 @@ def run_once(server: Server, round_: int, io: str, plan: Plan, args: argparse.Na
     outcome.seconds = round(time.monotonic() - go_at[0], 3) if go_at else 0.0
     done.set()
     reader.join(10)
+    if proc.stdout is not None:
+        proc.stdout.close()
     faulter.join()
     outcome.fault_note = notes[0] if notes else ""
     server.resume_all()
