@@ -105,8 +105,9 @@ class Outcome:
     fault_note: str = ""
 
 
-def draw_plan(rng: random.Random, duration: float, long_stall_share: float = 0.1) -> Plan:
-    fault = rng.choice(FAULTS)
+def draw_plan(rng: random.Random, duration: float, long_stall_share: float = 0.1,
+              faults: tuple[str, ...] = FAULTS) -> Plan:
+    fault = rng.choice(faults)
     at = rng.uniform(0.0, duration + 0.2)
     stall = 0.0
     if fault.startswith("stall"):
@@ -434,7 +435,7 @@ def soak(args: argparse.Namespace, say: Any = print) -> list[Outcome]:
 
         _engine.tpcb_load(server.endpoint.wire_conninfo(APPLICATION), scale=1)
         for round_ in range(args.runs):
-            plan = draw_plan(rng, args.duration, args.long_stall_share)
+            plan = draw_plan(rng, args.duration, args.long_stall_share, tuple(args.faults))
             for io in rng.sample(list(args.io), len(args.io)):
                 outcome, record = run_once(server, round_, io, plan, args)
                 outcomes.append(outcome)
@@ -517,6 +518,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--long-stall-share", type=float, default=0.1,
                    help="share of stalls that last past the end of the run and its grace")
     p.add_argument("--out", default=None, help="where failing runs' records go (default: a new /tmp dir)")
+    p.add_argument("--faults", nargs="+", default=list(FAULTS), choices=FAULTS,
+                   help="draw only these faults (to study one)")
     p.add_argument("--report", default=None, metavar="RUNS_JSONL",
                    help="print the tables of a finished soak's runs.jsonl instead of running one")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
