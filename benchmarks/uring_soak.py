@@ -46,7 +46,8 @@ Every failing run's full record (plan, child output, the server log of the
 run, and for a hang the diagnosis) is written to a file whose path is printed.
 
     .venv/bin/python benchmarks/uring_soak.py [--runs 200] [--seed N] [--io epoll uring]
-        [--duration 1.0] [--clients 4] [--threads 2] [--out DIR]
+        [--duration 1.0] [--clients 4] [--threads 2] [--faults ...] [--out DIR]
+    .venv/bin/python benchmarks/uring_soak.py --report DIR/runs.jsonl   # a finished soak's tables
 """
 
 from __future__ import annotations
