@@ -414,6 +414,8 @@ def run_once(server: Server, round_: int, io: str, plan: Plan, args: argparse.Na
 
 def soak(args: argparse.Namespace, say: Any = print) -> list[Outcome]:
     rng = random.Random(args.seed)
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix="perflab-soak-out-", dir="/tmp")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"soak: seed {args.seed}, {args.runs} runs per io method ({', '.join(args.io)}), "
@@ -527,8 +529,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.seed is None:
         args.seed = random.SystemRandom().getrandbits(32)
-    if args.out is None:
-        args.out = tempfile.mkdtemp(prefix="perflab-soak-out-", dir="/tmp")
     return args
 
 
