@@ -193,7 +193,8 @@ def tpcb_run(
     load harness. `progress` gets one Interval per second. Under `rate_tps`
     the `schedule` ("poisson" or "constant") spaces the intended starts and
     latency runs from them. `io`: "epoll", "uring" (ConfigError when io_uring
-    is unavailable) or "auto". EngineConnectionError: a client could not
+    is unavailable) or "auto" (io_uring where available, else epoll; the
+    result's `io` says which, and why epoll). EngineConnectionError: a client could not
     connect or prepare; Interrupted: a signal or `cancel`."""
 
 def hdr_merge(parts: list[bytes]) -> bytes:

@@ -79,8 +79,10 @@ class TpcbSettings(WorkloadSettings):
     seed: int | None = Field(default=None, ge=0)
     # Socket I/O of the measured round trips: "epoll" (tokio's reactor), "uring"
     # (io_uring, one submission per runtime tick for all ready clients; the run
-    # fails if io_uring is unavailable), "auto" (the engine's choice, falling
-    # back to epoll). Recorded as the run's "io" event.
+    # fails if io_uring is unavailable), "auto" (io_uring where this kernel and
+    # process allow it, else epoll, with the reason; io_uring became the default
+    # after benchmarks/uring_soak.py, see benchmarks/README.md). Recorded as the
+    # run's "io" event.
     io: Literal["auto", "uring", "epoll"] = "auto"
 
     @model_validator(mode="after")

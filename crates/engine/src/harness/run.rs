@@ -96,7 +96,9 @@ impl<P: Protocol> Run<P> {
         let io = if P::SUPPORTS_RING {
             uring::choose_io(cfg.io, uring::AUTO_PREFERS_URING, uring::probe)
         } else {
-            uring::choose_io(cfg.io, false, || {
+            // The probe names the reason, so that `auto` on such a protocol
+            // says why it runs on epoll (not that io_uring is opt-in).
+            uring::choose_io(cfg.io, uring::AUTO_PREFERS_URING, || {
                 Err("this protocol's driver has no io_uring path".into())
             })
         }
