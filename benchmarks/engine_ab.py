@@ -14,7 +14,10 @@ Each run is a child process `python -c` with its checkout first on
 PYTHONPATH, running that checkout's TpcbWorkload; it reports the TPS and its
 own CPU time (getrusage around the run, so interpreter start-up is not
 counted) per committed transaction. Ratios are B / A per pair; the table
-gives their mean and range.
+gives their mean and range. Last, the pooled ratio over all pairs of each io
+method and overall: the geometric mean with a 95% Student t interval of the
+log ratios, which is what can tell a 3% change from this machine's pair-to-pair
+noise (one pair's ratio moved by +-15% here).
 
 With --tpch-sf SF, the engines' TPC-H COPY (`_engine.tpch_load_postgres`:
 generation streamed into parallel COPY, no keys) is timed the same way, pair
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -40,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import cores, run_main, spread
+from perflab.analysis.stats import t_interval
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
@@ -53,7 +58,10 @@ import dataclasses, json, resource, sys, time
 from pathlib import Path
 import perflab
 from perflab.targets.postgres import PostgresEndpoint
-from perflab.context import RunContext
+try:
+    from perflab.context import RunContext
+except ImportError:  # a checkout from before perflab.context
+    from perflab.workloads.base import RunContext
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 # The checkouts' endpoints differ (an older one has a `dialect` field): give each what it takes.
 fields = {f.name for f in dataclasses.fields(PostgresEndpoint)}
@@ -196,6 +204,16 @@ def main() -> int:
         ok = statistics.mean(tps) >= 1 - TOLERANCE and statistics.mean(cpu) <= 1 + TOLERANCE
         verdicts.append(f"{script} c={clients} io={io}: B/A tps {statistics.mean(tps):.3f}, "
                         f"cpu {statistics.mean(cpu):.3f}: {'within' if ok else 'OUTSIDE'} {TOLERANCE:.0%}")
+    print()
+    for io in [*args.io, "all"]:
+        group = [r for r in rows if io == "all" or r["io"] == io]
+        if len(group) < 2:
+            continue
+        parts = []
+        for what in ("tps", "cpu_per_tx_us"):
+            ci = t_interval([math.log(r["B"][what] / r["A"][what]) for r in group])
+            parts.append(f"{what} {math.exp(ci.estimate):.3f} [{math.exp(ci.low):.3f}, {math.exp(ci.high):.3f}]")
+        print(f"pooled B/A, io={io}, {len(group)} pairs (geometric mean, 95% CI): " + "; ".join(parts))
     if copies:
         ratios = [c["B"] / c["A"] for c in copies]
         print(f"tpch COPY SF {args.tpch_sf:g}, {args.tpch_jobs} jobs | A {statistics.mean(c['A'] for c in copies):.2f} s "

@@ -68,8 +68,13 @@ def start_in_background(f: Path, out: Path) -> subprocess.Popen[str]:
 
 
 def wait_until_running(out: Path, index: int) -> None:
-    """Until run `index` (0-based) of the store in `out` is running."""
-    wait_for(lambda: (out / "perflab.sqlite").exists() and runs(out)[index]["status"] == "running")
+    """Until run `index` (0-based) of the store in `out` is running (the store
+    may exist before its plan is written: no rows yet is not running)."""
+    def running() -> bool:
+        rows = runs(out) if (out / "perflab.sqlite").exists() else []
+        return len(rows) > index and rows[index]["status"] == "running"
+
+    wait_for(running)
 
 
 def timed_experiment(workdir: Path) -> Path:
