@@ -112,7 +112,7 @@ class PgWireEndpoint(SqlEndpoint):
     dbname: str
     password: str | None = None
 
-    def wire_conninfo(self, application_name: str = "perflab", dbname: str | None = None) -> str:
+    def wire_conninfo(self, application_name: str = "perflab") -> str:
         """The conninfo in libpq key=value form, the form the engine's own
         PostgreSQL client takes (a URI DSN is rewritten); sessions are
         read-only when the endpoint is."""
@@ -123,6 +123,4 @@ class PgWireEndpoint(SqlEndpoint):
         if self.read_only and "default_transaction_read_only" not in options:
             params["options"] = (options + " -c default_transaction_read_only=on").strip()
         params.setdefault("application_name", application_name)
-        if dbname is not None:
-            params["dbname"] = dbname
         return make_conninfo("", **params)

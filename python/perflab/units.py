@@ -29,9 +29,12 @@ def parse_duration_s(value: Any) -> float:
     from perflab import _engine
 
     seconds: float | None = None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-        # an int beyond a float's range compares exactly; inf and nan are no durations
-        seconds = float(min(value, MAX_DURATION_S * 2)) if not isinstance(value, float) or math.isfinite(value) else None
+    if isinstance(value, bool):
+        pass  # true/false are no durations (bool is an int in Python)
+    elif isinstance(value, int) and value >= 0:
+        seconds = float(min(value, MAX_DURATION_S * 2))  # an int beyond a float's range compares exactly
+    elif isinstance(value, float) and math.isfinite(value) and value >= 0:
+        seconds = value
     elif isinstance(value, str):
         try:
             seconds = float(_engine.parse_duration_s(value))
