@@ -66,3 +66,48 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{s:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+# Sizes as experiment files write them: "2GB", "512MiB", "64kB", or a bare
+# number of bytes. PostgreSQL's rule for kB/MB/GB/TB (powers of 1024, as
+# postgresql.conf reads them), and the IEC names for the same.
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 2**10, "kib": 2**10, "k": 2**10, "mb": 2**20, "mib": 2**20, "m": 2**20,
+               "gb": 2**30, "gib": 2**30, "g": 2**30, "tb": 2**40, "tib": 2**40, "t": 2**40}
+SIZE_ALLOWED = 'allowed: a number of bytes or a string with a unit of B, kB, MB, GB or TB (powers of 1024: "512MB", "2GB")'
+MAX_SIZE_BYTES = 2**50  # 1 PiB: past that a size is a typo
+
+
+def parse_size_bytes(value: Any) -> int:
+    """Bytes in "2GB", "512MiB", "64kB" or a bare non-negative integer."""
+    nbytes: float | None = None
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, int) and value >= 0:
+        nbytes = value
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        number = text.rstrip("kKmMgGtTiIbB")
+        unit = text[len(number):].lower()
+        try:
+            n = float(number)
+        except ValueError:
+            n = math.nan
+        if unit in _SIZE_UNITS and math.isfinite(n) and n >= 0:
+            nbytes = n * _SIZE_UNITS[unit]
+    shown = json.dumps(value) if isinstance(value, (str, bool, int, float)) else repr(value)
+    if nbytes is None:
+        raise ValueError(f"{shown[:60]} is not a size; {SIZE_ALLOWED}")
+    if nbytes > MAX_SIZE_BYTES:
+        raise ValueError(f"got {shown[:60]}; allowed: a size of at most 1 PB")
+    return int(nbytes)
+
+
+# A size field: accepts "2GB", "512MB", 1048576; holds bytes as int.
+Size = Annotated[int, BeforeValidator(parse_size_bytes)]
+
+
+def format_size(nbytes: float) -> str:
+    for unit, factor in (("TB", 2**40), ("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+        if nbytes >= factor:
+            return f"{nbytes / factor:.3g}{unit}"
+    return f"{nbytes:.0f}B"
