@@ -163,3 +163,96 @@ def test_a_clean_exit_leaves_the_guardian_nothing_to_do(workdir: Path) -> None:
         time.sleep(0.05)
     assert not _alive(guardian)
     assert path.is_dir()
+
+
+JOURNAL_KILL_BOTH = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from perflab.guardian import journal
+    journal().bind(Path(sys.argv[1]))
+    os.mkdir(sys.argv[2])
+    journal().add("remove-dir", sys.argv[2], path=sys.argv[2])
+    if sys.argv[3] == "both":  # the guardian dies first, then perflab: nobody undoes it now
+        os.kill(journal().guardian_pid(), signal.SIGKILL)
+        os.waitpid(journal().guardian_pid(), 0)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def _kill_after_journaling(workdir: Path, how: str) -> tuple[Path, Path, Path]:
+    state, out, made = workdir / "state", workdir / "out", workdir / "perflab-orphan"
+    out.mkdir()
+    env = {**os.environ, "PERFLAB_STATE_DIR": str(state)}
+    proc = subprocess.run([sys.executable, "-c", JOURNAL_KILL_BOTH, str(out), str(made), how],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return state, out, made
+
+
+def test_a_journal_whose_perflab_and_guardian_were_killed_is_undone_by_the_next_perflab(
+        workdir: Path, run_cli: Callable[..., Any]) -> None:
+    state, out, made = _kill_after_journaling(workdir, "both")
+    time.sleep(0.5)
+    # Nobody undid it; the journal is on disk, in the state directory and the output directory.
+    assert made.is_dir()
+    [state_file] = state.glob("journal-*.json")
+    copy = out / "host-journal.json"
+    assert json.loads(copy.read_text())["entries"] == json.loads(state_file.read_text())["entries"]
+    # Any later perflab start finds it, undoes it and says so.
+    experiment = workdir / "e.toml"
+    experiment.write_text('[experiment]\nname = "x"\n[target]\nkind = "postgres"\n'
+                          '[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n')
+    env = {**os.environ, "PERFLAB_STATE_DIR": str(state)}
+    proc = subprocess.run(cli_command("check", experiment), capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "restored 1 of 1 host change(s) left by a killed perflab" in proc.stderr
+    assert str(out) in proc.stderr and str(made) in proc.stderr
+    assert not made.exists()
+    assert not list(state.glob("journal-*.json")) and not copy.exists()
+    # Once only: the next start has nothing to say.
+    again = subprocess.run(cli_command("check", experiment), capture_output=True, text=True, timeout=120, env=env)
+    assert "restored" not in again.stderr
+
+
+def test_resume_finds_the_journal_in_its_output_directory(workdir: Path) -> None:
+    state, out, made = _kill_after_journaling(workdir, "both")
+    for f in state.glob("journal-*.json"):  # the state directory was lost (a reboot cleared /run)
+        f.unlink()
+    from perflab.guardian import recover_orphans
+
+    os.environ["PERFLAB_STATE_DIR"] = str(state)
+    try:
+        said = recover_orphans(out)
+    finally:
+        del os.environ["PERFLAB_STATE_DIR"]
+    assert len(said) == 1 and "restored 1 of 1" in said[0]
+    assert not made.exists() and not (out / "host-journal.json").exists()
+
+
+def test_a_guardian_that_did_its_work_deletes_the_journal_files(workdir: Path) -> None:
+    state, out, made = _kill_after_journaling(workdir, "perflab")
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while (made.exists() or list(state.glob("journal-*.json"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not made.exists()
+    assert not list(state.glob("journal-*.json")) and not (out / "host-journal.json").exists()
+
+
+def test_a_live_perflabs_journal_is_left_alone(workdir: Path) -> None:
+    from perflab.guardian import JOURNAL_FILE, recover_orphans
+
+    state = workdir / "state"
+    state.mkdir()
+    me = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    made = workdir / "perflab-live"
+    made.mkdir()
+    record = {"pid": os.getpid(), "start": me, "guardian": None, "out_dir": None,
+              "entries": [{"op": "add", "kind": "remove-dir", "key": "k", "args": {"path": str(made)}}]}
+    (state / "journal-1.json").write_text(json.dumps(record))
+    os.environ["PERFLAB_STATE_DIR"] = str(state)
+    try:
+        assert recover_orphans() == []
+    finally:
+        del os.environ["PERFLAB_STATE_DIR"]
+    assert made.is_dir() and (state / "journal-1.json").exists()
+    assert JOURNAL_FILE == "host-journal.json"

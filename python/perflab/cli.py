@@ -280,9 +280,24 @@ COMMANDS = {
 }
 
 
+# Commands that start work on this host: each first undoes what a killed
+# perflab (and its killed guardian) left changed, and says so.
+RECOVERING = {"run", "check", "resume"}
+
+
+def _recover(args: argparse.Namespace) -> None:
+    from perflab.guardian import recover_orphans
+
+    out_dir = Path(args.dir).resolve() if args.command == "resume" else None
+    for line in recover_orphans(out_dir):
+        print(f"perflab: {line}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command in RECOVERING:
+            _recover(args)
         return COMMANDS[args.command](args)
     except UserError as exc:
         print(f"perflab: error: {exc}", file=sys.stderr)

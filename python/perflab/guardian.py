@@ -18,6 +18,15 @@ network namespace, firewall rule) adds its undo function and a line here, and
 calls `journal().add` before the change: the guardian needs nothing else.
 Undo functions must be idempotent (the change may already be undone) and
 quick: everything is to be gone within 5 s of perflab's death.
+
+The guardian can die too (killed with its perflab, the OOM killer). So the
+journal is also a file, rewritten whole at every change: one per perflab
+process in the state directory (`state_dir()`), and a copy in the output
+directory of the experiment it serves (`bind`). The guardian deletes both
+once it has undone everything; a clean exit deletes them. A file whose owner
+and guardian are both gone is therefore work left undone: any later perflab
+start (`recover_orphans`, from `run`, `resume` and `check`) undoes it and
+says what it undid.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -55,13 +65,61 @@ def _undo_function(kind: str) -> Callable[[dict[str, Any]], None]:
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
+JOURNAL_FILE = "host-journal.json"  # the copy in an experiment's output directory
+GUARDIAN_WAIT_S = 8.0  # how long recovery lets a live guardian finish first
+
+
+def state_dir() -> Path:
+    """Where every perflab on this machine keeps its journal file: PERFLAB_STATE_DIR,
+    else /run/perflab (cleared at boot, as are most host changes), else a
+    directory of this user's under /tmp."""
+    given = os.environ.get("PERFLAB_STATE_DIR")
+    if given:
+        return Path(given)
+    if os.access("/run", os.W_OK):
+        return Path("/run/perflab")
+    return Path(f"/tmp/perflab-state-{os.getuid()}")
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot: with the pid, who it is
+    (a pid alone may have been reused)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 class Journal:
-    """perflab's side: sends entries to a guardian, started on the first one."""
+    """perflab's side: sends entries to a guardian, started on the first one,
+    and keeps them in a file the guardian or a later perflab can act on."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._entries: dict[str, dict[str, Any]] = {}
+        self._out_dir: Path | None = None
+        self._state_file: Path | None = None
+        self._files_sent: list[str] | None = None
+
+    def bind(self, out_dir: Path | None) -> None:
+        """Keep a copy of the journal in this experiment's output directory
+        (None: no longer)."""
+        with self._lock:
+            old, self._out_dir = self._out_dir, out_dir
+            if old is not None and old != out_dir:
+                (old / JOURNAL_FILE).unlink(missing_ok=True)
+            self._persist()
+
+    def files(self) -> list[Path]:
+        """The journal's files now (the state file, the output directory's copy)."""
+        return [p for p in (self._state_file, self._out_dir and self._out_dir / JOURNAL_FILE) if p]
 
     def add(self, kind: str, key: str, **args: Any) -> None:
         """Journal a change before it is made; `key` names it for `remove`."""
@@ -69,14 +127,39 @@ class Journal:
             raise ValueError(f"no undo for host change kind {kind!r}; add it to perflab.guardian.UNDO")
         entry = {"op": "add", "kind": kind, "key": key, "args": args}
         with self._lock:
+            self._entries.pop(key, None)  # re-added: it is the newest again
             self._entries[key] = entry
             self._send(entry)
+            self._persist()
 
     def remove(self, key: str) -> None:
         """The change was undone by perflab itself: the guardian forgets it."""
         with self._lock:
             if self._entries.pop(key, None) is not None:
                 self._send({"op": "remove", "key": key})
+                self._persist()
+
+    def _persist(self) -> None:
+        """Rewrite the journal's files (removed when nothing is journaled)."""
+        if not self._entries:
+            for path in self.files():
+                path.unlink(missing_ok=True)
+            return
+        if self._state_file is None:
+            directory = state_dir()
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._state_file = directory / f"journal-{os.getpid()}.json"
+        text = json.dumps({
+            "pid": os.getpid(), "start": _start_time(os.getpid()), "guardian": self.guardian_pid(),
+            "out_dir": str(self._out_dir) if self._out_dir else None, "entries": list(self._entries.values()),
+        }, indent=1)
+        for path in self.files():
+            _write_atomic(path, text)
+        files = [str(p) for p in self.files()]
+        if files != self._files_sent:
+            # The guardian deletes them once it has undone everything.
+            self._send({"op": "files", "paths": files})
+            self._files_sent = files
 
     def close(self) -> None:
         """At a normal exit: end the journal and wait for the guardian, which
@@ -84,13 +167,21 @@ class Journal:
         finished perflab leaves no guardian behind, not even for a moment."""
         with self._lock:
             proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
+            entries = list(self._entries.values())
+        if proc is not None and proc.poll() is None:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=GUARDIAN_EXIT_WAIT_S)
+                # It has undone what was left and deleted the files.
+                return
+            return  # still at work: its files stay until it finishes
+        # No guardian (never needed, or killed): undo what is left here.
+        _undo_all(entries)
+        with self._lock:
+            self._entries.clear()
+            self._persist()
 
     def guardian_pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
@@ -120,6 +211,7 @@ class Journal:
         assert self._proc.stdin is not None
         self._proc.stdin.write(b"".join((json.dumps(e) + "\n").encode() for e in self._entries.values()))
         self._proc.stdin.flush()
+        self._files_sent = None  # a new guardian is told of the files again
 
 
 _JOURNAL = Journal()
@@ -131,24 +223,90 @@ def journal() -> Journal:
     return _JOURNAL
 
 
+def _undo_all(entries: list[dict[str, Any]]) -> list[str]:
+    """Undo journal entries newest first; the keys of those undone."""
+    undone = []
+    for entry in reversed(entries):
+        try:
+            _undo_function(entry["kind"])(entry["args"])
+            undone.append(entry["key"])
+        except Exception:  # undo what can be undone
+            continue
+    return undone
+
+
 def guard(stream: IO[bytes]) -> None:
     """The guardian: keep the journal until end of file, then undo what is left."""
-    entries: dict[str, tuple[Callable[[dict[str, Any]], None], dict[str, Any]]] = {}
+    entries: dict[str, dict[str, Any]] = {}
+    files: list[str] = []
     for line in stream:
         try:
             message = json.loads(line)
             if message["op"] == "add":
+                _undo_function(message["kind"])  # imported now: nothing is left to load later
                 entries.pop(message["key"], None)  # re-added: it is the newest again
-                entries[message["key"]] = (_undo_function(message["kind"]), message["args"])
+                entries[message["key"]] = message
             elif message["op"] == "remove":
                 entries.pop(message["key"], None)
+            elif message["op"] == "files":
+                files = list(message["paths"])
         except Exception:  # a malformed line must not cost the rest of the journal
             continue
-    for function, args in reversed(list(entries.values())):
+    _undo_all(list(entries.values()))
+    for path in files:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _owner_gone(record: dict[str, Any]) -> bool:
+    pid = record.get("pid")
+    return not isinstance(pid, int) or _start_time(pid) != record.get("start")
+
+
+def recover_orphans(extra: Path | None = None) -> list[str]:
+    """Undo what a perflab and its guardian, both gone, left journaled: every
+    journal file in the state directory whose owner is dead, and `extra` (an
+    output directory's copy, for `resume`). Returns one line per journal
+    file acted on, for the user. A live guardian is given time to finish."""
+    directory = state_dir()
+    candidates = sorted(directory.glob("journal-*.json")) if directory.is_dir() else []
+    if extra is not None and (extra / JOURNAL_FILE).is_file():
+        candidates.append(extra / JOURNAL_FILE)
+    said = []
+    done: set[tuple[Any, Any]] = set()
+    for path in candidates:
         try:
-            function(args)
-        except Exception:  # undo what can be undone
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
             continue
+        if not isinstance(record, dict) or not _owner_gone(record):
+            continue
+        identity = (record.get("pid"), record.get("start"))
+        guardian = record.get("guardian")
+        if isinstance(guardian, int):
+            deadline = time.monotonic() + GUARDIAN_WAIT_S
+            while _start_time(guardian) is not None and _is_guardian(guardian) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not path.exists():  # the guardian finished and deleted it
+                continue
+        entries = [e for e in record.get("entries", []) if isinstance(e, dict) and e.get("kind") in UNDO]
+        if identity not in done:
+            undone = _undo_all(entries)
+            done.add(identity)
+            where = f" (experiment {record['out_dir']})" if record.get("out_dir") else ""
+            said.append(f"restored {len(undone)} of {len(entries)} host change(s) left by a killed perflab, "
+                        f"pid {record.get('pid')}{where}: {', '.join(undone) or 'none'}")
+        for leftover in (path, *(Path(record["out_dir"]) / JOURNAL_FILE for _ in [0] if record.get("out_dir"))):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    return said
+
+
+def _is_guardian(pid: int) -> bool:
+    try:
+        return b"perflab.guardian" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def main() -> None:

@@ -101,6 +101,11 @@ class Flag(str, Enum):
     LOST_CONNECTIONS = "lost-connections"
     # A figure of the run is not valid by its spec's rules (TPC-H: a failed query).
     INVALID_METRICS = "invalid-metrics"
+    # The server's data or WAL was on a filesystem over a loop device (a file
+    # on another filesystem), not on a disk of its own.
+    LOOP_BACKED = "loop-backed"
+    # The server ran under a cgroup memory limit, which counts its page cache.
+    MEMORY_LIMITED = "memory-limited"
 
     def __str__(self) -> str:
         return self.value

@@ -41,7 +41,9 @@ from perflab.collectors.base import Collector, CollectorContext, CollectorUnavai
 from perflab.context import RunContext
 from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
-from perflab.model import Event, RunResult
+from perflab.guardian import journal
+from perflab.hostrun import HostChanges, resource_metrics
+from perflab.model import Event, Flag, RunResult
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
 from perflab.secrets import MASK, mask_secrets
@@ -202,6 +204,22 @@ class ActiveTarget:
     endpoint: Endpoint
 
 
+def _condition_flags(described: dict[str, Any]) -> list[Flag]:
+    """Marks of conditions a reader must see beside the figures."""
+    flags = []
+    if any(fs.get("loop_backed") for fs in (described.get("scratch_fs") or {}).values()):
+        flags.append(Flag.LOOP_BACKED)
+    limits = [c.get("limits", {}) for c in ((described.get("resources") or {}).get("controllers") or {}).values()]
+    if any(name.startswith(("memory.limit", "memory.max", "memory.high")) for lim in limits for name in lim):
+        flags.append(Flag.MEMORY_LIMITED)
+    return flags
+
+
+def _server_cpus(target_settings: Any) -> str | None:
+    resources = getattr(target_settings, "resources", None)
+    return getattr(resources, "cpus", None)
+
+
 class Runner:
     def __init__(self, exp: Experiment, store: Store, plan: list[PlannedRun], progress: Progress,
                  base_dir: Path) -> None:
@@ -213,6 +231,7 @@ class Runner:
         self.base_dir = base_dir
         self.active: ActiveTarget | None = None
         self._warned: set[str] = set()
+        self.host = HostChanges(progress.say, progress.warn)
         # Set by SIGINT/SIGTERM (see interrupt_on_signals); every run's cancel.
         self._stop = threading.Event()
 
@@ -220,6 +239,7 @@ class Runner:
 
     def run(self) -> dict[str, int]:
         self.store.lock()  # one perflab writes an experiment at a time
+        journal().bind(self.out_dir)  # host changes are journaled in the output directory too
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
         counts = {"done": 0, "failed": 0}
@@ -241,9 +261,14 @@ class Runner:
         finally:
             with signals_ignored():
                 self._release_target()
+                try:
+                    self.host.restore_all()  # after the server stopped: it may hold huge pages
+                except Exception as exc:  # the guardian undoes the rest at exit
+                    self.progress.warn(f"host settings not all restored here: {exc}")
                 # An interrupted experiment keeps its data, so resume reuses it.
                 if finished and not any(r["status"] == "planned" for r in self.store.runs()):
                     self._discard_data()
+                journal().bind(None)
                 self.progress.close()
         return counts
 
@@ -261,14 +286,24 @@ class Runner:
         described: dict[str, Any] | None = None
         target: Target | None = None
         try:
+            if self.active is not None and self.host.needs_restart(spec.host):
+                self._release_target()  # a knob the server takes at its start changes
             target, identity = self._target_object(spec)
-            endpoint = self._bring_up(target, identity, spec, result)
+            self.host.apply(spec.host, target)
+            self.host.pin_driver(spec.driver.cpus, _server_cpus(spec.target))
+            try:
+                endpoint = self._bring_up(target, identity, spec, result)
+            finally:
+                self.host.drain_events(result)
             described = target.describe()
+            result.flags += [f for f in _condition_flags(described) if f not in result.flags]
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
                              cancel=self._stop, status=self.progress.status, warn=self.progress.warn)
             self._prepare(workload, endpoint, identity, ctx, result)
+            self.host.before_measure(spec.host, result)
+            self.host.metrics(spec.host, result)
             result.merge(self._measure(workload, endpoint, target, spec, ctx))
             if self._stop.is_set():
                 # A workload that saw its cancel ended early: the run is not done.
@@ -303,6 +338,7 @@ class Runner:
             if not isinstance(exc, RunFailure):
                 (run_dir / "traceback.txt").write_text(traceback.format_exc())
         finally:
+            self.host.drain_events(result)
             if target is not None:
                 with contextlib.suppress(Exception):
                     target.end_run(run_dir)
@@ -429,7 +465,10 @@ class Runner:
                     self._skip_collector(name, str(exc), result)
                     continue
                 running.append(collector)
+            usage = target.resource_usage()
             result.merge(workload.run(endpoint, ctx))
+            if usage:
+                resource_metrics(usage, target.resource_usage(), result)
             for kind, t in (("measure-start", ctx.measure_start_s), ("measure-end", ctx.measure_end_s)):
                 if t is not None:
                     result.events.append(Event(t, kind, "measured window (warm-up excluded)"))

@@ -1,7 +1,9 @@
 """The experiment file: parsing, validation, and resolution per run.
 
 An experiment file is TOML with the sections [experiment], [target],
-[workload], [factors] and [collect] (see DESIGN.md). The target and workload
+[workload], [factors] and [collect] (see DESIGN.md), and optionally [host]
+(machine settings perflab applies before a run and restores after:
+perflab.hostctl.knobs) and [driver] (where perflab's own threads run). The target and workload
 sections are validated by the settings model of their `kind`, looked up in the
 registries; each factor path is substituted into the file and the result
 validated again, so a factor that names nothing, or a value of the wrong type,
@@ -26,12 +28,17 @@ from perflab import tomldoc
 from perflab.collectors import COLLECTORS
 from perflab.endpoints import Capability, describe
 from perflab.errors import SpecError, UserError
+from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
+from perflab.units import parse_cpu_list
 from perflab.workloads import WORKLOADS
 
-FACTOR_ROOTS = ("target", "workload", "collect")
+FACTOR_ROOTS = ("target", "workload", "collect", "host", "driver")
+# Keys after which the rest of a factor path is one name: server settings
+# (auto_explain.log_min_duration) and kernel settings (vm.dirty_ratio) have dots.
+ONE_NAME_AFTER = ("settings", "sysctl")
 
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -70,12 +77,30 @@ class ExperimentSection(StrictModel):
         return value
 
 
+class DriverSettings(StrictModel):
+    """Where perflab itself (the Rust engine's threads included) runs."""
+
+    # A CPU list ("1", "2-3,5"): the whole perflab process is pinned to it, so
+    # the driver does not compete with a server given other CPUs
+    # (target.resources.cpus). perflab warns when the two overlap.
+    cpus: str | None = None
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpu_list(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_cpu_list(value)
+        return value
+
+
 class FileModel(StrictModel):
     experiment: ExperimentSection
     target: dict[str, Any]
     workload: dict[str, Any]
     factors: dict[str, Any] = Field(default_factory=dict)
     collect: dict[str, Any] | None = None
+    host: dict[str, Any] | None = None
+    driver: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +111,8 @@ class RunSpec:
     workload: Any
     collect: dict[str, Any]
     raw: dict[str, Any]
+    host: HostSettings = field(default_factory=HostSettings)
+    driver: DriverSettings = field(default_factory=DriverSettings)
 
 
 @dataclass
@@ -280,17 +307,35 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
     problems += target_cls.validate_for_workload(target, workload_cls(workload))
     collect, p3 = _validate_collect(resolved.get("collect"), provided)
     problems += p3
-    if problems:
+    host, p4 = _validate_section("host", resolved.get("host"), HostSettings)
+    driver, p5 = _validate_section("driver", resolved.get("driver"), DriverSettings)
+    problems += p4 + p5
+    if host is not None and host.hugepages == "auto" and not target_cls.sizes_huge_pages(target):
+        problems.append(("host.hugepages", f"got \"auto\", which sizes the huge pages from a managed server's "
+                         f"shared memory; target kind {target.kind!r} as given has none; allowed: a number of "
+                         "huge pages"))
+    if problems or host is None or driver is None:
         return None, problems
-    return RunSpec(target, workload, collect, resolved), []
+    return RunSpec(target, workload, collect, resolved, host, driver), []
+
+
+def _validate_section(section: str, raw: Any, model: type[StrictModel]) -> tuple[Any, list[tuple[str, str]]]:
+    if raw is None:
+        return model(), []
+    if not isinstance(raw, dict):
+        return None, [(section, f"got {_short(raw)}; allowed: a table")]
+    try:
+        return model.model_validate(raw), []
+    except ValidationError as exc:
+        return None, pydantic_problems(exc, (section,), model)
 
 
 def split_factor_path(path: str) -> list[str]:
-    """Dotted path to keys. After a `settings` key the rest is one name, since
-    server setting names may contain dots (auto_explain.log_min_duration)."""
+    """Dotted path to keys. After a `settings` or `sysctl` key the rest is one
+    name (ONE_NAME_AFTER)."""
     parts = path.split(".")
     for i, part in enumerate(parts[:-1]):
-        if part == "settings" and i > 0:
+        if part in ONE_NAME_AFTER and i > 0:
             return parts[: i + 1] + [".".join(parts[i + 1 :])]
     return parts
 
@@ -427,6 +472,10 @@ def preflight(exp: Experiment, base_dir: Path) -> list[str]:
                           if not cls.needs <= provided else cls.preflight(settings, provided))
                 if reason:
                     warnings.append(f"{fmt_path(('collect', name))}: a run would skip it: {reason}")
+        key = f"host:{run.host.model_dump_json()}"
+        if key not in seen:
+            seen.add(key)
+            problems += host_problems(run.host)
         for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
             key = f"{registry.what}:{settings.model_dump_json()}"
             if key not in seen:

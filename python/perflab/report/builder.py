@@ -298,7 +298,11 @@ class ReportBuilder:
                 f"factors; {how}. better/worse follow the metric's direction. {effects.LEGEND}",
             )
         )
-        return [("effects", "Effects of the factors", body)]
+        # A memory limit or a scratch filesystem as a factor: what its levels mean, beside their effects.
+        conditions = [n for n in self.condition_notes()
+                      if any(("resources.memory" in f) if "memory-limited" in n else ("storage." in f and "_fs" in f)
+                             for f in varied)]
+        return [("effects", "Effects of the factors", body + "".join(conditions))]
 
     # ------------------------------------------------------------------ results
 
@@ -379,8 +383,26 @@ class ReportBuilder:
                 notes.append(h.note(f"{name} is estimated, not measured: {methods}", "warn"))
             elif info.description:
                 notes.append(h.note(f"{name}: {info.description}"))
+        notes += self.condition_notes()
         table = h.table(headers, rows, row_classes=classes)
         return [("results", "Results", table + "".join(notes))]
+
+    def condition_notes(self) -> list[str]:
+        """What flagged conditions mean, once, where the figures are."""
+        flags = {f for r in self.data.runs for f in r["flags"]}
+        notes = []
+        if Flag.MEMORY_LIMITED in flags:
+            notes.append(h.note(
+                "memory-limited: the server ran under a cgroup memory limit (target.resources.memory or "
+                "memory_high). The limit counts the page cache the server's reads and writes bring in, not only "
+                "its private memory: a limit of 1 GB leaves the server less than 1 GB of cache beyond shared "
+                "memory, and reading beyond it is reclaimed within the cgroup.", "warn"))
+        if Flag.LOOP_BACKED in flags:
+            notes.append(h.note(
+                "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "
+                "on another filesystem (target.storage.data_fs, wal_fs). Its figures measure that filesystem "
+                "over the disk holding the file, through the loop driver, not a disk of its own.", "warn"))
+        return notes
 
     def failures(self) -> list[SectionHtml]:
         failed = [r for r in self.data.runs if r["status"] == "failed"]

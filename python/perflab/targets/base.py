@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import abc
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,6 +46,10 @@ class Target(abc.ABC):
         self.workdir = workdir
         # where the experiment file is: its relative paths are taken from here
         self.base_dir = (base_dir or Path.cwd()).resolve()
+        # Called just before each start of a server (the first and every
+        # restart), with the server stopped: the runner sizes host.hugepages
+        # = "auto" here, from the shared memory of the settings about to start.
+        self.before_start: Callable[[], None] | None = None
 
     def path_from_file(self, given: str) -> Path:
         """A path the experiment file gives, made absolute as every path in
@@ -57,6 +62,17 @@ class Target(abc.ABC):
         """Settings that define *which* system this is; runs with the same
         identity share one provisioned target. Default: everything."""
         return settings.model_dump_json()
+
+    @classmethod
+    def sizes_huge_pages(cls, settings: Any) -> bool:
+        """Whether `shared_memory_huge_pages` can size host.hugepages = "auto"
+        for a target with these settings. Default: no."""
+        return False
+
+    def shared_memory_huge_pages(self) -> int:
+        """How many huge pages the server's shared memory needs, asked while
+        it is stopped (called from `before_start`)."""
+        raise NotImplementedError
 
     @classmethod
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
@@ -113,6 +129,12 @@ class Target(abc.ABC):
 
     def data_paths(self) -> dict[str, Path]:
         """Where the target keeps data ("data", "wal"), for the disk collector."""
+        return {}
+
+    def resource_usage(self) -> dict[str, float]:
+        """The counters of the limits the target runs under (a managed server's
+        cgroup: perflab.hostctl.cgroups.ServerCgroup.stats), read before and
+        after the measured window. Default: none."""
         return {}
 
     def check_alive(self) -> str | None:

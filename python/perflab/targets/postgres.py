@@ -8,6 +8,12 @@ whose settings differ from the running server's restarts it; `restart =
 "always"` restarts before every run. PostgreSQL refuses to run as root, so
 when perflab runs as root the server runs as `run_as` (default `nobody`).
 
+A managed server may run with limits on its whole process tree
+(`resources`: a cgroup, perflab.hostctl.cgroups) and with its data or WAL on
+a scratch filesystem perflab makes (`storage.data_fs`, `storage.wal_fs`: a
+loop-backed file or a tmpfs, perflab.hostctl.scratchfs). Both are journaled
+and undone at teardown, and after a SIGKILL by the guardian.
+
 External (`dsn`): perflab only connects. Nothing is created or dropped, and
 every session is read-only, unless `allow_destructive = true`.
 """
@@ -32,11 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from perflab.endpoints import Endpoint, PgWireEndpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal
+from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
+from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText, StrictModel
 from perflab.targets.base import Target, TargetSettings, creatable_problems
@@ -65,6 +73,23 @@ SettingValue = str | int | float | bool
 class Storage(StrictModel):
     data_dir: OsText | None = None
     wal_dir: OsText | None = None
+    # A filesystem perflab makes for the data directory or the WAL; false
+    # (TOML has no null) is none, so a factor can compare with and without.
+    data_fs: FsSettings | Literal[False] | None = None
+    wal_fs: FsSettings | Literal[False] | None = None
+
+    @field_validator("data_fs", "wal_fs")
+    @classmethod
+    def _false_is_none(cls, value: FsSettings | Literal[False] | None) -> FsSettings | None:
+        return value or None
+
+    @model_validator(mode="after")
+    def _one_place_each(self) -> Storage:
+        for what in ("data", "wal"):
+            if getattr(self, f"{what}_dir") is not None and getattr(self, f"{what}_fs") is not None:
+                raise ValueError(f"got both {what}_dir and {what}_fs; allowed: one of them (with {what}_fs, "
+                                 f"perflab places the {what} on the filesystem it makes)")
+        return self
 
 
 class PostgresSettings(TargetSettings):
@@ -79,6 +104,8 @@ class PostgresSettings(TargetSettings):
     database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     run_as: OsText | None = None
     start_timeout: Duration = Field(default=120.0, gt=0)
+    # Limits on the server's whole process tree (a cgroup).
+    resources: ResourceSettings | None = None
 
     @field_validator("settings")
     @classmethod
@@ -436,6 +463,8 @@ class PostgresTarget(Target):
         self.endpoint: PostgresEndpoint | None = None
         self.running = False
         self.started_settings: dict[str, SettingValue] | None = None
+        self.cgroup: ServerCgroup | None = None
+        self.mounted: dict[str, ScratchFs] = {}
         # Where this run's part of the server log starts: a run's server.log
         # holds what the server wrote since the previous run ended, including
         # a (re)start for this run's settings, or the words of a failed start.
@@ -446,7 +475,9 @@ class PostgresTarget(Target):
 
     @classmethod
     def identity(cls, settings: Any) -> str:
-        keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data"})
+        # Resources are not the server's identity: a change restarts the same
+        # cluster in a new cgroup.
+        keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data", "resources"})
         # The identity is stored (dataset table): never with a password in it.
         return mask_secrets(json.dumps(keep, sort_keys=True))
 
@@ -463,6 +494,10 @@ class PostgresTarget(Target):
                 problems.append(
                     (f"target.{key}", "only for a managed server; an external target (dsn) is used as it is")
                 )
+            if settings.resources is not None:
+                problems.append(("target.resources", "an external server (dsn) cannot be limited: perflab did not "
+                                 "start it, so it cannot start it in a cgroup; allowed: a managed server "
+                                 "(no dsn), or remove target.resources"))
             if workload.writes() and not settings.allow_destructive:
                 problems.append(
                     (
@@ -487,6 +522,14 @@ class PostgresTarget(Target):
             find_bin_dir(settings.bin_dir, run_as)
         except UserError as exc:
             problems.append(exc.as_problem("target.bin_dir"))
+        if settings.resources is not None:
+            problems += resource_problems(settings.resources)
+        for role in ("data", "wal"):
+            fs = getattr(settings.storage, f"{role}_fs")
+            if fs is not None:
+                backing = (base_dir / Path(fs.backing_dir).expanduser()).resolve() if fs.backing_dir else None
+                # the default backing directory is the target's, in the new output directory
+                problems += fs_problems(f"target.storage.{role}_fs", fs, backing or Path(tempfile.gettempdir()))
         # relative paths are the experiment file's, as the target takes them (path_from_file)
         wal = (base_dir / Path(settings.storage.wal_dir).expanduser()).resolve() if settings.storage.wal_dir else None
         if settings.storage.data_dir:
@@ -505,6 +548,7 @@ class PostgresTarget(Target):
         self.bin_dir = find_bin_dir(self.settings.bin_dir, self.run_as)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._cleanup_leftover()
+        self._mount_scratch()
         fresh = self._init_cluster()
         self._write_conf(self.settings.settings)
         self._start()
@@ -545,27 +589,77 @@ class PostgresTarget(Target):
     def _data_dir(self) -> Path:
         if self.settings.storage.data_dir:
             return self.path_from_file(self.settings.storage.data_dir)
-        default = self.workdir / "pgdata"
+        if self.settings.storage.data_fs is not None:
+            return self._home() / "perflab-data-fs" / "pgdata"
+        return self._home() / "pgdata"
+
+    def _wal_dir(self) -> Path | None:
+        if self.settings.storage.wal_dir:
+            return self.path_from_file(self.settings.storage.wal_dir)
+        if self.settings.storage.wal_fs is not None:
+            return self._home() / "perflab-wal-fs" / "pg_wal"
+        return None
+
+    def _home(self) -> Path:
+        """Where the cluster (and scratch mount points) go: the target's
+        directory, unless the server's user cannot reach it (root with an
+        output directory under /root, say): then a directory under /tmp, and
+        a note says where."""
         if _reachable_by(self.workdir, self.run_as):
-            return default
-        # Root with an output dir the server's user cannot reach (under /root,
-        # say): keep the cluster where it can, and say where.
+            return self.workdir
         digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
-        alt = Path(tempfile.gettempdir()) / f"perflab-{digest}" / "pgdata"
-        self.notes.append(
-            f"the output directory is not reachable by user {self.run_as}; the data directory is {alt}"
-        )
+        alt = Path(tempfile.gettempdir()) / f"perflab-{digest}"
+        note = f"the output directory is not reachable by user {self.run_as}; the cluster is under {alt}"
+        if note not in self.notes:
+            self.notes.append(note)
         return alt
 
-    def _pg(self, args: list[str], timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # -------------------------------------------------------------- scratch filesystems
+
+    def _scratch(self) -> dict[str, ScratchFs]:
+        """The scratch filesystems the settings ask for (not yet mounted)."""
+        out = {}
+        for role in ("data", "wal"):
+            fs = getattr(self.settings.storage, f"{role}_fs")
+            if fs is None:
+                continue
+            backing_dir = self.path_from_file(fs.backing_dir) if fs.backing_dir else self.workdir
+            digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
+            out[role] = ScratchFs(f"perflab-{digest}-{role}", fs, self._home() / f"perflab-{role}-fs",
+                                  backing_dir / f"perflab-{digest}-{role}.img")
+        return out
+
+    def _mount_scratch(self) -> None:
+        for role, fs in self._scratch().items():
+            fs.mountpoint.mkdir(parents=True, exist_ok=True)
+            made = fs.mount()
+            self.mounted[role] = fs
+            if made:
+                self.notes.append(f"{role} on a new {fs.settings.type} filesystem at {fs.mountpoint}"
+                                  + (f" (loop-backed: {fs.backing_file})" if fs.settings.type != "tmpfs" else ""))
+            os.chmod(fs.mountpoint, 0o755)
+
+    def _unmount_scratch(self) -> None:
+        for role in list(self.mounted)[::-1]:  # the WAL's before the data's
+            self.mounted.pop(role).unmount()
+
+    def _pg(self, args: list[str], timeout: float = 120, check: bool = True,
+            cgroup: ServerCgroup | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a PostgreSQL program as the server's user; in `cgroup` when
+        given (it is entered as root, then the user is taken: setpriv)."""
         assert self.bin_dir is not None
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
         for var in ("PGDATA", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGOPTIONS"):
             env.pop(var, None)
-        proc = subprocess.run(
-            [str(self.bin_dir / args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout, env=env,
-            **_as_user(self.run_as),
-        )
+        argv = [str(self.bin_dir / args[0]), *args[1:]]
+        as_user = _as_user(self.run_as)
+        if cgroup is not None:
+            if as_user:
+                argv = ["setpriv", f"--reuid={as_user['user']}", f"--regid={as_user['group']}", "--clear-groups",
+                        "--", *argv]
+            argv = cgroup.wrap(argv)
+            as_user = {"cwd": "/"} if as_user else {}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, **as_user)
         if check and proc.returncode != 0:
             raise UserError(
                 f"{args[0]} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-2000:]}",
@@ -599,7 +693,7 @@ class PostgresTarget(Target):
 
     def _init_cluster(self) -> bool:
         self.data_dir = data_dir = self._data_dir()
-        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
+        wal = self._wal_dir()
         problems = storage_problems(data_dir, wal, self.run_as)
         if problems:
             raise SpecError(problems, "the target's storage")
@@ -679,11 +773,14 @@ class PostgresTarget(Target):
             self._log_start = self.log_path.stat().st_size
         start_offset = self.log_path.stat().st_size
         timeout = int(self.settings.start_timeout)
+        if self.before_start is not None:
+            self.before_start()
+        self._enter_cgroup()
         # Before the server exists: if perflab dies from here on, its guardian stops it.
         journal().add("postgres", f"postgres:{self.data_dir}", data_dir=str(self.data_dir))
         proc = self._pg(
             ["pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_path), "-w", "-t", str(timeout)],
-            timeout=timeout + 30, check=False,
+            timeout=timeout + 30, check=False, cgroup=self.cgroup,
         )
         if proc.returncode != 0:
             # One run's settings may be impossible (shared_buffers too large, say):
@@ -702,6 +799,47 @@ class PostgresTarget(Target):
                 }
             )
         )
+
+    def _enter_cgroup(self) -> None:
+        """The cgroup the server is to start in, with this run's limits (the
+        server is stopped: a changed limit gets a new cgroup, so the old one's
+        charges, page cache included, do not follow it)."""
+        wanted = self.settings.resources
+        if self.cgroup is not None and self.cgroup.settings != wanted:
+            self.cgroup.remove(kill=True)
+            self.cgroup = None
+        if wanted is not None and self.cgroup is None:
+            assert self.data_dir is not None
+            digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
+            cgroup = ServerCgroup(f"perflab-pg-{digest}", wanted)
+            cgroup.create()
+            self.cgroup = cgroup
+
+    @classmethod
+    def sizes_huge_pages(cls, settings: Any) -> bool:
+        return settings.dsn is None
+
+    def shared_memory_huge_pages(self) -> int:
+        """`postgres -C shared_memory_size_in_huge_pages` (PostgreSQL 15+), asked
+        of the stopped server with the settings it is about to start with."""
+        assert self.data_dir is not None and self.bin_dir is not None
+        proc = self._pg(["postgres", "-D", str(self.data_dir), "-C", "shared_memory_size_in_huge_pages"],
+                        timeout=60, check=False)
+        text = proc.stdout.strip()
+        if proc.returncode != 0 or not text.lstrip("-").isdigit():
+            version = _version_of(self.bin_dir, self.run_as)
+            raise RunFailure(
+                "host.hugepages = \"auto\" needs PostgreSQL 15 or newer, which reports "
+                f"shared_memory_size_in_huge_pages (this is {'.'.join(map(str, version or ())) or 'unknown'}: "
+                f"{(proc.stderr or text).strip()[-300:]}); give host.hugepages as a number")
+        pages = int(text)
+        if pages < 0:
+            raise RunFailure("host.hugepages = \"auto\": the server says huge pages are not supported here "
+                             "(shared_memory_size_in_huge_pages = -1)")
+        return pages
+
+    def resource_usage(self) -> dict[str, float]:
+        return self.cgroup.stats() if self.cgroup is not None else {}
 
     def _managed_endpoint(self, fresh: bool) -> PostgresEndpoint:
         from psycopg.conninfo import make_conninfo
@@ -733,6 +871,8 @@ class PostgresTarget(Target):
             return False
         self.settings = settings
         restart = settings.restart == "always" or settings.settings != self.started_settings
+        # new limits: a new cgroup, entered at the start
+        restart = restart or (self.cgroup.settings if self.cgroup else None) != settings.resources
         alive = self.check_alive()
         if not restart and alive is None:
             return False
@@ -814,6 +954,10 @@ class PostgresTarget(Target):
                 wal_dir=str(self.data_paths().get("wal")), postmaster_pid=self.postmaster_pid(),
                 requested_settings=self.settings.settings, restart=self.settings.restart,
             )
+            if self.cgroup is not None:
+                info["resources"] = self.cgroup.describe()
+            if self.mounted:
+                info["scratch_fs"] = {role: fs.describe() for role, fs in self.mounted.items()}
         if self.notes:
             info["notes"] = list(self.notes)
         if self.endpoint is None:
@@ -860,9 +1004,11 @@ class PostgresTarget(Target):
         if self.external:
             return []
         self.run_as = _current_run_as(self.settings)
-        data_dir = self._data_dir()
-        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
-        return [p for p in (data_dir, wal) if p is not None and p.exists()]
+        scratch = self._scratch()
+        kept = [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()]
+        data_dir = None if "data" in scratch else self._data_dir()
+        wal = None if "wal" in scratch else self._wal_dir()
+        return kept + [p for p in (data_dir, wal) if p is not None and p.exists()]
 
     def discard_data(self) -> int:
         """Remove the cluster perflab created (and its separate WAL directory);
@@ -871,13 +1017,17 @@ class PostgresTarget(Target):
         if self.external:
             return 0
         self.run_as = _current_run_as(self.settings)
+        scratch = self._scratch()
+        freed = sum(fs.discard() for fs in scratch.values())  # a scratch filesystem goes whole
+        if "data" in scratch:
+            return freed
         data_dir = self._data_dir()
         if not (data_dir / CREATED_MARK).exists():
-            return 0
+            return freed
         if self.postmaster_pid_of(data_dir) is not None:
             raise UserError(f"{data_dir}: the server is still running", "stop it before removing its data")
-        wal = self.path_from_file(self.settings.storage.wal_dir) if self.settings.storage.wal_dir else None
-        freed = _size_bytes(data_dir) + (_size_bytes(wal) if wal else 0)
+        wal = None if "wal" in scratch else self._wal_dir()
+        freed += _size_bytes(data_dir) + (_size_bytes(wal) if wal else 0)
         # The mark goes last: a removal cut short is finished by the next one.
         for child in data_dir.iterdir():
             if child.name != CREATED_MARK:
@@ -915,6 +1065,10 @@ class PostgresTarget(Target):
             journal().remove(f"socket-dir:{self.socket_dir}")
             self.socket_dir = None
         (self.workdir / PIDFILE).unlink(missing_ok=True)
+        if self.cgroup is not None:
+            self.cgroup.remove(kill=True)
+            self.cgroup = None
+        self._unmount_scratch()
 
 
 def _size_bytes(path: Path) -> int:

@@ -1,0 +1,186 @@
+"""The runner's side of [host] and driver.cpus: what each run needs of the
+machine, applied before it and restored at the end of the experiment.
+
+Each run's [host] settings are complete: a knob an earlier run set and this
+run does not name is put back to its original value. A knob that takes effect
+only when the server starts (huge pages, transparent huge pages) restarts the
+server when its value changes. `hugepages = "auto"` is sized at every server
+start, from the shared memory of the settings about to start
+(`Target.shared_memory_huge_pages`), so a factor on shared_buffers resizes it.
+Every change is an event of the run (old -> new) and is journaled by
+`HostState` before it is made (the guardian undoes it after a SIGKILL).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perflab.errors import RunFailure, UserError
+from perflab.hostctl import knobs
+from perflab.hostctl.knobs import HostSettings, HostState
+from perflab.model import Event, RunResult
+from perflab.targets.base import Target
+from perflab.units import parse_cpu_list
+
+AUTO_HUGEPAGES_KEY = "host.hugepages"
+
+
+class HostChanges:
+    def __init__(self, say: Callable[[str], None], warn: Callable[[str], None]) -> None:
+        self.say = say
+        self.warn = warn
+        self.state = HostState()
+        # knob key -> what was written (files and values): unchanged knobs are not rewritten
+        self.applied: dict[str, Any] = {}
+        self.auto_hugepages = False
+        self.events: list[Event] = []  # drained into the run's result
+        self.affinity: set[int] | None = None  # perflab's own CPUs before driver.cpus
+
+    # ------------------------------------------------------------ before a run
+
+    def needs_restart(self, host: HostSettings) -> bool:
+        """Would this run's settings change a knob the running server took at its start?"""
+        wanted = self._wanted(host)
+        for key in knobs.NEEDS_SERVER_RESTART:
+            if key == AUTO_HUGEPAGES_KEY and (host.hugepages == "auto") != self.auto_hugepages:
+                return True
+            if key == AUTO_HUGEPAGES_KEY and host.hugepages == "auto":
+                continue  # sized at each start
+            if wanted.get(key) != self.applied.get(key):
+                return True
+        return False
+
+    def apply(self, host: HostSettings, target: Target) -> None:
+        """Set what this run's [host] names, restore what it no longer names."""
+        wanted = self._wanted(host)
+        try:
+            for key in [k for k in self.applied if k not in wanted]:
+                if key == AUTO_HUGEPAGES_KEY and host.hugepages == "auto":
+                    continue
+                self._restore(key)
+            for key, files in wanted.items():
+                if self.applied.get(key) != files:
+                    self._set(key, files)
+        except UserError as exc:  # this run's value cannot be had; the others may
+            raise RunFailure(f"host setting not applied: {exc}") from None
+        self.auto_hugepages = host.hugepages == "auto"
+        target.before_start = (lambda: self._size_hugepages(target)) if self.auto_hugepages else None
+
+    def before_measure(self, host: HostSettings, result: RunResult) -> None:
+        """Right before the measured part: drop the page cache (a cold-cache run)."""
+        if host.drop_caches:
+            seconds = knobs.drop_page_cache()
+            result.events.append(Event(0.0, "host", f"page cache dropped (sync and drop took {seconds:.2f}s)"))
+
+    def metrics(self, host: HostSettings, result: RunResult) -> None:
+        """Huge page figures that prove the pages were used (when any exist)."""
+        info = knobs.hugepage_meminfo()
+        if host.hugepages is None and not info.get("hugepages_total"):
+            return
+        total, free, rsvd = (info.get(k, 0) for k in ("hugepages_total", "hugepages_free", "hugepages_rsvd"))
+        result.add_metric("host.hugepages_total", total, "pages", "HugePages_Total in /proc/meminfo")
+        result.add_metric("host.hugepages_rsvd", rsvd, "pages",
+                          "HugePages_Rsvd in /proc/meminfo: reserved by a mapping, not yet touched")
+        result.add_metric("host.hugepages_in_use", total - free + rsvd, "pages",
+                          "huge pages held by mappings (Total - Free + Rsvd): above 0, the server uses them")
+
+    def drain_events(self, result: RunResult) -> None:
+        result.events += self.events
+        self.events = []
+
+    # ------------------------------------------------------------ driver.cpus
+
+    def pin_driver(self, cpus: str | None, server_cpus: str | None) -> None:
+        """Pin every thread of perflab to `cpus` (None: as it was)."""
+        if self.affinity is None:
+            self.affinity = os.sched_getaffinity(0)
+        wanted = parse_cpu_list(cpus) if cpus else self.affinity
+        if server_cpus and cpus and wanted & parse_cpu_list(server_cpus):
+            self.warn(f"driver.cpus {cpus} overlaps the server's target.resources.cpus {server_cpus}: "
+                      "the driver competes with the server for those CPUs")
+        try:
+            _set_affinity(wanted)
+        except OSError as exc:
+            raise RunFailure(f"driver.cpus {cpus}: cannot pin perflab there: {exc.strerror}") from None
+
+    # ------------------------------------------------------------ the end
+
+    def restore_all(self) -> None:
+        """Put every knob back (the server is stopped first: huge pages a server
+        holds cannot be freed)."""
+        restored = self.state.restore_all()
+        self.applied.clear()
+        if restored:
+            self.say("host settings restored: " + "; ".join(f"{key} = {value}" for key, _, value in restored))
+        if self.affinity is not None:
+            _set_affinity(self.affinity)
+            self.affinity = None
+
+    # ------------------------------------------------------------ pieces
+
+    def _wanted(self, host: HostSettings) -> dict[str, Any]:
+        return knobs.knob_files(host, hugepages=None)
+
+    def _set(self, key: str, files: Any) -> None:
+        old, new = self.state.apply(key, files)
+        self.applied[key] = files
+        self.events.append(Event(0.0, "host", f"{key}: {old} -> {new}"))
+
+    def _restore(self, key: str) -> None:
+        was, value = self.state.restore(key)
+        self.applied.pop(key, None)
+        self.events.append(Event(0.0, "host", f"{key}: {was} -> {value} (restored: this run does not set it)"))
+
+    def _size_hugepages(self, target: Target) -> None:
+        pages = target.shared_memory_huge_pages()
+        files = knobs.knob_files(HostSettings(hugepages=pages), hugepages=pages)[AUTO_HUGEPAGES_KEY]
+        if self.applied.get(AUTO_HUGEPAGES_KEY) != files:
+            try:
+                self._set(AUTO_HUGEPAGES_KEY, files)
+            except UserError as exc:
+                raise RunFailure(f"host.hugepages = \"auto\" ({pages} pages): {exc}") from None
+        self.events.append(Event(0.0, "host", f"host.hugepages = \"auto\": {pages} pages, the server's "
+                                 "shared_memory_size_in_huge_pages"))
+
+
+def _set_affinity(cpus: set[int]) -> None:
+    """Every thread of this process: sched_setaffinity(0) sets only the caller's."""
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:  # a thread that ended meanwhile
+            continue
+
+
+# The cgroup counters of Target.resource_usage() stored as a run's change over
+# the measured window (the rest are levels): name -> (unit, description).
+RESOURCE_COUNTERS = {
+    "cpu_throttled_s": ("s", "time the server's tasks were held back by target.resources.cpu_quota"),
+    "cpu_nr_throttled": ("periods", "CPU quota periods (100 ms) in which the quota ran out"),
+    "cpu_nr_periods": ("periods", "CPU quota periods in which the server had runnable tasks"),
+    "cpu_usage_s": ("s", "CPU time of the server's cgroup"),
+    "memory_failcnt": ("count", "times the server's memory hit target.resources.memory"),
+    "memory_high_events": ("count", "times the server's memory went past target.resources.memory_high"),
+    "memory_oom_kills": ("count", "server processes the OOM killer killed"),
+    "io_read_bytes": ("B", "bytes the server's cgroup read from block devices"),
+    "io_write_bytes": ("B", "bytes the server's cgroup wrote to block devices"),
+}
+RESOURCE_LEVELS = {
+    "memory_peak_bytes": ("B", "the server cgroup's highest memory use, page cache included, since it started"),
+    "memory_current_bytes": ("B", "the server cgroup's memory use at the run's end, page cache included"),
+}
+
+
+def resource_metrics(before: dict[str, float], after: dict[str, float], result: RunResult) -> None:
+    """The server's cgroup over the measured window, as metrics `resources.*`."""
+    for name, value in after.items():
+        if name in RESOURCE_COUNTERS and name in before:
+            unit, text = RESOURCE_COUNTERS[name]
+            result.add_metric(f"resources.{name}", value - before[name], unit, text + " during the workload's run",
+                              higher_is_better=False if name != "cpu_usage_s" else None)
+        elif name in RESOURCE_LEVELS:
+            unit, text = RESOURCE_LEVELS[name]
+            result.add_metric(f"resources.{name}", value, unit, text)
