@@ -53,6 +53,7 @@ GUARDIAN_EXIT_WAIT_S = 15.0
 UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
+    "cgroup": "perflab.hostctl.cgroups:undo_cgroup",  # a server's cgroup: kill what is inside, rmdir
 }
 
 
