@@ -46,7 +46,10 @@ def _snapshot() -> dict[str, str]:
 
 
 def _perflab_cgroups() -> list[Path]:
-    return [d for d in Path("/sys/fs/cgroup").glob("*/perflab-pg-*") if d.is_dir()]
+    """perflab's server cgroups, wherever they are (under perflab's own cgroup on v1)."""
+    found = subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "8", "-type", "d", "-name", "perflab-pg-*"],
+                           capture_output=True, text=True).stdout.split()
+    return [Path(d) for d in found]
 
 
 @pytest.fixture

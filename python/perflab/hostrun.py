@@ -23,7 +23,7 @@ from perflab.hostctl import knobs
 from perflab.hostctl.knobs import HostSettings, HostState
 from perflab.model import Event, RunResult
 from perflab.targets.base import Target
-from perflab.units import parse_cpu_list
+from perflab.hostctl.cgroups import parse_cpu_list
 
 AUTO_HUGEPAGES_KEY = "host.hugepages"
 

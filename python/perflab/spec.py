@@ -32,7 +32,7 @@ from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
-from perflab.units import parse_cpu_list
+from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.workloads import WORKLOADS
 
 FACTOR_ROOTS = ("target", "workload", "collect", "host", "driver")
@@ -88,8 +88,8 @@ class DriverSettings(StrictModel):
     @field_validator("cpus")
     @classmethod
     def _cpu_list(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_cpu_list(value)
+        if value is not None and not parse_cpu_list(value):
+            raise ValueError(f"got {value!r}; allowed: a CPU list, e.g. \"1\" or \"2-3\"")
         return value
 
 

@@ -112,18 +112,3 @@ def format_size(nbytes: float) -> str:
             return f"{nbytes / factor:.3g}{unit}"
     return f"{nbytes:.0f}B"
 
-
-CPU_LIST_ALLOWED = 'allowed: a CPU list as the kernel writes it, e.g. "0", "0-1", "0,2-3"'
-
-
-def parse_cpu_list(value: str) -> set[int]:
-    """CPU numbers in a kernel CPU list ("0-2,5" -> {0, 1, 2, 5})."""
-    cpus: set[int] = set()
-    for part in value.strip().split(","):
-        low, _, high = part.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
-            raise ValueError(f"got {value!r:.60}; {CPU_LIST_ALLOWED}")
-        if int(high or low) >= 4096:
-            raise ValueError(f"got {value!r:.60}; allowed: CPUs 0 to 4095")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus

@@ -101,6 +101,9 @@ class CgroupError(RuntimeError):
 # settings
 
 
+MAX_CPUS = 8192  # the kernel's largest NR_CPUS: past it a list is a typo (and a huge set)
+
+
 def parse_cpu_list(text: str) -> set[int]:
     """The CPUs of a cpuset list ("0-1,3"), as the kernel writes them."""
     text = text.strip()
@@ -114,6 +117,8 @@ def parse_cpu_list(text: str) -> set[int]:
         lo, hi = int(first), int(last or first)
         if hi < lo:
             raise ValueError(f"{part!r} runs backwards")
+        if hi >= MAX_CPUS:
+            raise ValueError(f"{part!r} names a CPU past {MAX_CPUS - 1}")
         cpus.update(range(lo, hi + 1))
     return cpus
 
