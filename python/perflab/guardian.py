@@ -43,6 +43,7 @@ GUARDIAN_EXIT_WAIT_S = 15.0
 UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
+    "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
 }
 
 
