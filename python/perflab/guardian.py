@@ -54,6 +54,7 @@ UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
     "cgroup": "perflab.hostctl.cgroups:undo_cgroup",  # a server's cgroup: kill what is inside, rmdir
+    "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
 }
 
 
