@@ -43,6 +43,8 @@ GUARDIAN_EXIT_WAIT_S = 15.0
 UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
+    "loop": "perflab.hostctl.scratchfs:undo_loop",  # a loop device on a scratch fs's file: detach it
+    "mount": "perflab.hostctl.scratchfs:undo_mount",  # a scratch filesystem: unmount it (lazily if busy)
 }
 
 
