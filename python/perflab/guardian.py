@@ -55,6 +55,8 @@ UNDO = {
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
     "cgroup": "perflab.hostctl.cgroups:undo_cgroup",  # a server's cgroup: kill what is inside, rmdir
     "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
+    "loop": "perflab.hostctl.scratchfs:undo_loop",  # a loop device on a scratch fs's file: detach it
+    "mount": "perflab.hostctl.scratchfs:undo_mount",  # a scratch filesystem: unmount it (lazily if busy)
 }
 
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from perflab.errors import RunFailure, UserError
 from perflab.hostctl import knobs
+from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, HostState
 from perflab.model import Event, RunResult
 from perflab.targets.base import Target
-from perflab.hostctl.cgroups import parse_cpu_list
 
 AUTO_HUGEPAGES_KEY = "host.hugepages"
 

@@ -28,11 +28,11 @@ from perflab import tomldoc
 from perflab.collectors import COLLECTORS
 from perflab.endpoints import Capability, describe
 from perflab.errors import SpecError, UserError
+from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
-from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.workloads import WORKLOADS
 
 FACTOR_ROOTS = ("target", "workload", "collect", "host", "driver")

@@ -1,0 +1,486 @@
+"""Scratch filesystems for a managed server's data and WAL ([target.storage]
+`data_fs`, `wal_fs`): a sparse file, a loop device, mkfs, a mount; or a tmpfs.
+
+    data_fs = { type = "ext2", size = "8GB", mkfs_options = "-E stride=16",
+                mount_options = "noatime", backing_dir = "/var/tmp" }
+
+So a storage study (ext2 with and without stride, data and WAL on separate
+filesystems) needs no spare disk. Each host change follows the hostctl rule,
+journaled before it is made:
+
+- the loop device: kind "loop", key f"loop:{backing_file}"; its undo detaches
+  every loop device `losetup -j` finds on that file;
+- the mount: kind "mount", key f"mount:{mountpoint}"; its undo is `umount`,
+  then `umount -l` when the mount is busy (a process's working directory or
+  open file in it). A lazily unmounted filesystem keeps its loop device open
+  until the last user goes; `losetup -d` then marks the device autoclear and
+  the kernel detaches it at that moment.
+
+The guardian undoes newest first: the mount before its loop device (and a
+server started later is stopped before both).
+
+The backing file is not journaled: it holds the data a `perflab resume`
+mounts again, so only `ScratchFs.discard()` deletes it. mkfs runs on the
+file itself, under a temporary name (`<file>.perflab-new`) that is renamed
+when mkfs has succeeded, before a loop device is attached: a file under its
+final name always holds a whole filesystem, so "is it new" is "does it
+exist", and a perflab killed during mkfs leaves only the temporary file,
+replaced by the next `mount()` or removed by `discard()`. (mkfs writes the
+same filesystem to a file as to a loop device over it.)
+
+The kernel's filesystem types: `fs_problems` reads /proc/filesystems and,
+for a type not there, /lib/modules/<release>/modules.builtin and modules.dep
+and modules.alias (xfs and btrfs are often modules, which the kernel loads
+on the first mount; "fs-ext2" may name ext4's).
+It does not try a mount or load a module: a preflight changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from perflab.errors import UserError
+from perflab.guardian import journal
+from perflab.settings_model import OsText, StrictModel
+from perflab.units import Size, format_size
+
+FsType = Literal["ext4", "xfs", "btrfs", "ext2", "tmpfs"]
+
+# The smallest size each type takes, and why (mkfs refuses smaller, or the
+# size is surely a typo: a bare number is bytes).
+MIN_SIZE: dict[str, tuple[int, str]] = {
+    "ext4": (16 * 2**20, "below that mkfs.ext4 leaves out or shrinks the journal"),
+    "ext2": (16 * 2**20, "a smaller one holds no database"),
+    "xfs": (300 * 2**20, "mkfs.xfs refuses a smaller filesystem"),
+    "btrfs": (114294784, "mkfs.btrfs refuses a smaller device (114294784 bytes)"),
+    "tmpfs": (2**20, "a smaller one holds no database"),
+}
+
+# The mkfs command of each type (options from the settings go after these),
+# and the Debian package that has it.
+MKFS: dict[str, list[str]] = {
+    "ext4": ["mkfs.ext4", "-q"],
+    "ext2": ["mkfs.ext2", "-q"],
+    "xfs": ["mkfs.xfs", "-q"],
+    "btrfs": ["mkfs.btrfs", "-q"],
+}
+PACKAGE = {"mkfs.ext4": "e2fsprogs", "mkfs.ext2": "e2fsprogs", "mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs",
+           "losetup": "mount", "mount": "mount", "umount": "mount", "blkid": "util-linux"}
+LOOP_CONTROL = Path("/dev/loop-control")
+
+# Undo functions run in the guardian, which must be done within 5 s of
+# perflab's death: each command gets this long.
+UNDO_STEP_TIMEOUT_S = 1.0
+MKFS_TIMEOUT_S = 300.0
+NEW_SUFFIX = ".perflab-new"
+
+
+class FsSettings(StrictModel):
+    """One scratch filesystem of [target.storage] (`data_fs`, `wal_fs`)."""
+
+    type: FsType
+    # Required but for tmpfs, where it is the tmpfs's size (the kernel's
+    # default, half the memory, without it).
+    size: Size | None = Field(default=None, validate_default=True)
+    mkfs_options: str = ""  # split as a shell would (shlex)
+    mount_options: str = ""  # a comma list, as `mount -o` takes it
+    backing_dir: OsText | None = None  # where the backing file goes; None: the caller's choice
+
+    @field_validator("size")
+    @classmethod
+    def _size_fits_type(cls, value: int | None, info: ValidationInfo) -> int | None:
+        fstype = info.data.get("type")
+        if fstype is None:  # the type is wrong: that is the problem to report
+            return value
+        if value is None:
+            if fstype != "tmpfs":
+                raise ValueError(f'missing; allowed: a size for a {fstype} filesystem ("8GB")')
+            return value
+        minimum, why = MIN_SIZE[fstype]
+        if value < minimum:
+            raise ValueError(f"got {format_size(value)} ({value} bytes); allowed: a {fstype} size of at least "
+                             f"{format_size(minimum)} ({why})")
+        return value
+
+    @field_validator("mkfs_options")
+    @classmethod
+    def _mkfs_options(cls, value: str, info: ValidationInfo) -> str:
+        if value.strip() and info.data.get("type") == "tmpfs":
+            raise ValueError(f"got {value!r}; allowed: nothing for tmpfs, which has no mkfs "
+                             "(its options go in mount_options)")
+        try:
+            shlex.split(value)
+        except ValueError as e:
+            raise ValueError(f"got {value!r}; allowed: options as a shell would split them ({e})") from None
+        return value
+
+    @field_validator("mount_options")
+    @classmethod
+    def _mount_options(cls, value: str) -> str:
+        if value and not all(o and not re.search(r"\s", o) for o in value.split(",")):
+            raise ValueError(f"got {value!r}; allowed: a comma list of mount options without spaces "
+                             '("noatime,data=writeback")')
+        return value
+
+    @field_validator("backing_dir")
+    @classmethod
+    def _backing_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            if info.data.get("type") == "tmpfs":
+                raise ValueError(f"got {value!r}; allowed: nothing for tmpfs, which lives in memory")
+            if not os.path.isabs(value):
+                raise ValueError(f"got {value!r}; allowed: an absolute directory path")
+        return value
+
+    def mkfs_argv(self) -> list[str]:
+        return shlex.split(self.mkfs_options)
+
+    def mount_option_list(self) -> list[str]:
+        return [o for o in self.mount_options.split(",") if o]
+
+
+# ----------------------------------------------------------------- commands
+
+
+def _tool(name: str) -> str | None:
+    """The tool on PATH (perflab's PATH, the one its commands will use)."""
+    return shutil.which(name)
+
+
+def _need_tool(name: str) -> str:
+    path = _tool(name)
+    if path is None:
+        raise UserError(f"{name} not found on PATH", _install_hint(name))
+    return path
+
+
+def _install_hint(name: str) -> str:
+    hint = f"install {PACKAGE.get(name, name)}"
+    if PACKAGE.get(name) in ("xfsprogs", "btrfs-progs"):
+        hint += " (`./dev setup` installs it)"
+    return hint
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "LC_ALL": "C"})
+
+
+def _run_bounded(argv: list[str], timeout: float) -> int | None:
+    """Run a command for at most `timeout` seconds and return its status, or
+    None when it did not finish: it is killed and left to init to reap (a
+    process in the kernel, as a umount flushing a filesystem, may not die at
+    once, and an undo must not wait for it)."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env={**os.environ, "LC_ALL": "C"})
+    except OSError:
+        return None
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        return None
+
+
+def _unescape_mount_field(field: str) -> str:
+    # /proc/mounts writes space, tab, newline and backslash as octal escapes
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_entry(mountpoint: Path | str) -> dict[str, str] | None:
+    """The top mount at `mountpoint` as /proc/mounts shows it (source, type,
+    options), or None when nothing is mounted there."""
+    target = os.path.abspath(mountpoint)
+    found = None
+    with contextlib.suppress(OSError), open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) >= 4 and _unescape_mount_field(fields[1]) == target:
+                found = {"source": _unescape_mount_field(fields[0]), "type": fields[2], "options": fields[3]}
+    return found
+
+
+def loop_devices_of(backing_file: Path | str) -> list[str]:
+    """The loop devices attached to `backing_file` (`losetup -j`)."""
+    losetup = _tool("losetup") or "losetup"
+    try:
+        proc = _run([losetup, "-j", str(backing_file)], timeout=UNDO_STEP_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.split(":", 1)[0] for line in proc.stdout.splitlines() if line.startswith("/dev/")]
+
+
+# --------------------------------------------------------- guardian's undos
+
+
+def undo_mount(args: dict[str, Any]) -> None:
+    """Unmount what is mounted at args["mountpoint"]: `umount`, and `umount
+    -l` when it is busy or slow. Nothing mounted there: nothing to do."""
+    mountpoint = str(args["mountpoint"])
+    if mount_entry(mountpoint) is None:
+        return
+    umount = _tool("umount") or "umount"
+    if _run_bounded([umount, mountpoint], UNDO_STEP_TIMEOUT_S) != 0 and mount_entry(mountpoint) is not None:
+        _run_bounded([umount, "-l", mountpoint], UNDO_STEP_TIMEOUT_S)
+
+
+def undo_loop(args: dict[str, Any]) -> None:
+    """Detach every loop device on args["backing_file"]. One still held (by a
+    lazily unmounted filesystem) is marked autoclear by the kernel and goes
+    when its last user does."""
+    losetup = _tool("losetup") or "losetup"
+    for device in loop_devices_of(args["backing_file"]):
+        _run_bounded([losetup, "-d", device], UNDO_STEP_TIMEOUT_S)
+
+
+# ---------------------------------------------------------------- preflight
+
+
+def _kernel_has(fstype: str) -> bool:
+    """The running kernel has `fstype`, built in or as a module it can load."""
+    with contextlib.suppress(OSError):
+        if fstype in (line.split()[-1] for line in Path("/proc/filesystems").read_text().splitlines() if line.strip()):
+            return True
+    modules = Path("/lib/modules") / os.uname().release
+    module = re.compile(rf"(^|/){re.escape(fstype)}\.ko(\.[a-z]+)?:?(\s|$)", re.M)
+    for listing in ("modules.builtin", "modules.dep"):
+        with contextlib.suppress(OSError):
+            if module.search((modules / listing).read_text()):
+                return True
+    # the name the kernel asks modprobe for: "fs-ext2" may be ext4's module
+    with contextlib.suppress(OSError):
+        if re.search(rf"^alias fs-{re.escape(fstype)} ", (modules / "modules.alias").read_text(), re.M):
+            return True
+    return False
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def fs_problems(key: str, settings: FsSettings, backing_dir: Path) -> list[tuple[str, str]]:
+    """What would stop `ScratchFs.mount()`, found without changing anything:
+    (dotted path under `key`, text) pairs, as `perflab check` reports them.
+    `backing_dir` is where the backing file would go (settings.backing_dir
+    or the caller's default); unused for tmpfs."""
+    problems: list[tuple[str, str]] = []
+    fstype = settings.type
+    if os.geteuid() != 0:
+        problems.append((key, f"a {fstype} scratch filesystem needs root (mount{'' if fstype == 'tmpfs' else ', losetup'});"
+                              " fix: run perflab as root, or drop this key"))
+    tools = ["mount", "umount"] if fstype == "tmpfs" else [MKFS[fstype][0], "losetup", "blkid", "mount", "umount"]
+    for name in tools:
+        if _tool(name) is None:
+            problems.append((f"{key}.type", f"{fstype} needs {name}, which is not on PATH; fix: {_install_hint(name)}"))
+    if not _kernel_has(fstype):
+        problems.append((f"{key}.type", f"the kernel ({os.uname().release}) has no {fstype}: not in /proc/filesystems "
+                                        f"and no module of that name in /lib/modules; fix: another type, or a kernel "
+                                        f"with {fstype}"))
+    if fstype == "tmpfs":
+        return problems
+    if not LOOP_CONTROL.exists():
+        problems.append((key, f"{LOOP_CONTROL} is missing: this machine (or container) has no loop devices; "
+                              "fix: `modprobe loop`, or a container with /dev/loop-control"))
+    where = f"{key}.backing_dir"
+    existing = _nearest_existing(backing_dir)
+    if not existing.is_dir():
+        problems.append((where, f"{backing_dir} cannot be made: {existing} is not a directory"))
+        return problems
+    if not os.access(existing, os.W_OK | os.X_OK):
+        made = "" if existing == backing_dir else f" (it would be made in {existing})"
+        problems.append((where, f"{backing_dir} is not writable{made}; fix: a directory perflab may write to"))
+        return problems
+    assert settings.size is not None  # the model requires it for every type but tmpfs
+    try:
+        stat = os.statvfs(existing)
+    except OSError as e:
+        problems.append((where, f"{backing_dir}: cannot read its free space ({e.strerror})"))
+        return problems
+    free = stat.f_bavail * stat.f_frsize
+    if free < settings.size:
+        problems.append((f"{key}.size", f"{format_size(settings.size)} does not fit in {backing_dir}, which has "
+                                        f"{format_size(free)} free (the sparse backing file fills as the filesystem "
+                                        "is written); fix: a smaller size, or a backing_dir with more room"))
+    return problems
+
+
+# --------------------------------------------------------------- ScratchFs
+
+
+class ScratchFs:
+    """One scratch filesystem: made and mounted by `mount()`, unmounted by
+    `unmount()` (the backing file stays for a resume), deleted by `discard()`."""
+
+    def __init__(self, name: str, settings: FsSettings, mountpoint: Path, backing_file: Path) -> None:
+        for what, path in (("mountpoint", mountpoint), ("backing file", backing_file)):
+            if "perflab" not in path.name:
+                raise ValueError(f"the {what} {path} is not named perflab...: everything perflab makes is")
+        self.name = name
+        self.settings = settings
+        self.mountpoint = Path(os.path.abspath(mountpoint))
+        self.backing_file = Path(os.path.abspath(backing_file))
+        self.loop_device: str | None = None
+        self._mount_key = f"mount:{self.mountpoint}"
+        self._loop_key = f"loop:{self.backing_file}"
+
+    @property
+    def loop_backed(self) -> bool:
+        return self.settings.type != "tmpfs"
+
+    @property
+    def _new_file(self) -> Path:
+        return self.backing_file.with_name(self.backing_file.name + NEW_SUFFIX)
+
+    def mount(self) -> bool:
+        """Make (if new) and mount the filesystem; True when it is new (mkfs
+        ran; a tmpfs always), False when an existing backing file was mounted
+        again (a resume: no mkfs). On a failure, what this call did is undone
+        before the error is raised."""
+        if mount_entry(self.mountpoint) is not None:
+            raise UserError(f"{self.mountpoint}: something is mounted there already",
+                            f"unmount it (`umount {self.mountpoint}`) or choose another directory")
+        for tool in ("mount", "umount") if not self.loop_backed else (MKFS[self.settings.type][0], "losetup",
+                                                                       "blkid", "mount", "umount"):
+            _need_tool(tool)
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        if not self.loop_backed:
+            options = [f"size={self.settings.size}"] if self.settings.size is not None else []
+            self._mount(f"perflab-{self.name}", options + self.settings.mount_option_list())
+            return True  # a tmpfs is new and empty at every mount
+        held = loop_devices_of(self.backing_file)
+        if held:  # not ours to detach, so refused before anything is made
+            raise UserError(f"{self.backing_file} is attached already ({', '.join(held)}): another perflab, "
+                            "or one whose guardian died, uses it",
+                            f"if no perflab runs, `losetup -d {' '.join(held)}`")
+        fresh = self._make_backing_file()
+        try:
+            self._attach()
+            self._mount(self.loop_device or "", self.settings.mount_option_list())
+        except BaseException:
+            self.unmount()
+            raise
+        return fresh
+
+    def _make_backing_file(self) -> bool:
+        size = self.settings.size
+        assert size is not None
+        if self.backing_file.exists():
+            self._check_existing(size)
+            return False
+        self.backing_file.parent.mkdir(parents=True, exist_ok=True)
+        new = self._new_file
+        new.unlink(missing_ok=True)  # left by a perflab killed during mkfs
+        try:
+            with open(new, "xb") as f:
+                os.ftruncate(f.fileno(), size)  # sparse: blocks are allocated as they are written
+            mkfs = [_need_tool(MKFS[self.settings.type][0]), *MKFS[self.settings.type][1:],
+                    *self.settings.mkfs_argv(), str(new)]
+            try:
+                proc = _run(mkfs, timeout=MKFS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise UserError(f"{shlex.join(mkfs)} did not finish within {MKFS_TIMEOUT_S:.0f} s") from None
+            if proc.returncode != 0:
+                raise UserError(f"{shlex.join(mkfs)} failed (exit status {proc.returncode}): "
+                                f"{_last_lines(proc.stderr or proc.stdout)}",
+                                f"check mkfs_options ({self.settings.mkfs_options!r})"
+                                if self.settings.mkfs_options else None)
+            os.replace(new, self.backing_file)
+        except BaseException:
+            new.unlink(missing_ok=True)
+            raise
+        return True
+
+    def _check_existing(self, size: int) -> None:
+        have = self.backing_file.stat().st_size
+        if have != size:
+            raise UserError(f"{self.backing_file} holds a {format_size(have)} filesystem; the settings say "
+                            f"{format_size(size)}", "discard the old file (delete it) or give its size")
+        proc = _run([_need_tool("blkid"), "-p", "-o", "value", "-s", "TYPE", str(self.backing_file)], timeout=30)
+        found = proc.stdout.strip()
+        if found != self.settings.type:
+            raise UserError(f"{self.backing_file} holds {found or 'no filesystem blkid knows'}, not "
+                            f"{self.settings.type}", "delete the old file so that perflab makes a new one")
+
+    def _attach(self) -> None:
+        journal().add("loop", self._loop_key, backing_file=str(self.backing_file))
+        proc = _run([_need_tool("losetup"), "--find", "--show", str(self.backing_file)], timeout=30)
+        if proc.returncode != 0 or not proc.stdout.strip().startswith("/dev/"):
+            raise UserError(f"losetup could not attach {self.backing_file}: {_last_lines(proc.stderr)}",
+                            "free a loop device (`losetup -a` lists them)")
+        self.loop_device = proc.stdout.strip()
+
+    def _mount(self, source: str, options: list[str]) -> None:
+        argv = [_need_tool("mount"), "-t", self.settings.type, *(["-o", ",".join(options)] if options else []),
+                source, str(self.mountpoint)]
+        journal().add("mount", self._mount_key, mountpoint=str(self.mountpoint))
+        proc = _run(argv, timeout=60)
+        if proc.returncode != 0:
+            undo_mount({"mountpoint": str(self.mountpoint)})  # in case it mounted and failed after
+            journal().remove(self._mount_key)
+            raise UserError(f"{shlex.join(argv)} failed: {_last_lines(proc.stderr)}",
+                            f"check mount_options ({self.settings.mount_options!r})"
+                            if self.settings.mount_options else None)
+
+    def unmount(self) -> None:
+        """Unmount and detach the loop device (lazily when busy: the kernel
+        finishes when the last user goes). The backing file stays.
+        Idempotent."""
+        undo_mount({"mountpoint": str(self.mountpoint)})
+        journal().remove(self._mount_key)
+        if self.loop_backed:
+            undo_loop({"backing_file": str(self.backing_file)})
+            journal().remove(self._loop_key)
+        self.loop_device = None
+
+    def discard(self) -> int:
+        """Unmount, then delete the backing file; the bytes it held (its
+        allocated blocks; for tmpfs, the memory it used)."""
+        freed = 0
+        if not self.loop_backed:
+            with contextlib.suppress(OSError):
+                if mount_entry(self.mountpoint) is not None:
+                    st = os.statvfs(self.mountpoint)
+                    freed = (st.f_blocks - st.f_bfree) * st.f_frsize
+        self.unmount()
+        for path in (self.backing_file, self._new_file) if self.loop_backed else ():
+            with contextlib.suppress(FileNotFoundError):
+                freed += path.stat().st_blocks * 512
+                path.unlink()
+        with contextlib.suppress(OSError):
+            self.mountpoint.rmdir()  # only when empty: never a file of someone else
+        return freed
+
+    def describe(self) -> dict[str, Any]:
+        """What this filesystem is, for the run's record."""
+        entry = mount_entry(self.mountpoint)
+        return {
+            "name": self.name,
+            "type": self.settings.type,
+            "size": self.settings.size,
+            "loop_backed": self.loop_backed,
+            "loop_device": self.loop_device,
+            "backing_file": str(self.backing_file) if self.loop_backed else None,
+            "mountpoint": str(self.mountpoint),
+            "mkfs_options": self.settings.mkfs_options,
+            "mount_options": self.settings.mount_options,
+            "mounted": entry is not None,
+            "mounted_options": entry["options"] if entry is not None else None,
+        }
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " / ".join(lines[-n:]) or "no message"
