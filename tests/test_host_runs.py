@@ -21,10 +21,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
 
 from conftest import cli_command, postmasters_under
 from perflab.hostctl.cgroups import cgroup_of
+from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
 from perflab.store import Store
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
 

@@ -16,11 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
 LAYERS: list[set[str]] = [
     {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
      "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
-     "perflab.host", "perflab.progress"},
+     "perflab.host", "perflab.progress", "perflab.guardian", "perflab.hostctl"},
     {"perflab.analysis", "perflab.targets", "perflab.store"},
     {"perflab.workloads", "perflab.collectors"},
     {"perflab.spec", "perflab.plan"},
-    {"perflab.runner", "perflab.export", "perflab.report"},
+    {"perflab.runner", "perflab.hostrun", "perflab.export", "perflab.report"},
     {"perflab.cli"},
 ]
 

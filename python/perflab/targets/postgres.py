@@ -528,8 +528,9 @@ class PostgresTarget(Target):
             fs = getattr(settings.storage, f"{role}_fs")
             if fs is not None:
                 backing = (base_dir / Path(fs.backing_dir).expanduser()).resolve() if fs.backing_dir else None
-                # the default backing directory is the target's, in the new output directory
-                problems += fs_problems(f"target.storage.{role}_fs", fs, backing or Path(tempfile.gettempdir()))
+                # the default backing directory is the target's, in the output directory (under the
+                # working directory unless --out says otherwise)
+                problems += fs_problems(f"target.storage.{role}_fs", fs, backing or Path.cwd())
         # relative paths are the experiment file's, as the target takes them (path_from_file)
         wal = (base_dir / Path(settings.storage.wal_dir).expanduser()).resolve() if settings.storage.wal_dir else None
         if settings.storage.data_dir:
