@@ -26,7 +26,10 @@ when mkfs has succeeded, before a loop device is attached: a file under its
 final name always holds a whole filesystem, so "is it new" is "does it
 exist", and a perflab killed during mkfs leaves only the temporary file,
 replaced by the next `mount()` or removed by `discard()`. (mkfs writes the
-same filesystem to a file as to a loop device over it.)
+same filesystem to a file as to a loop device over it.) Beside it,
+`<file>.perflab-mkfs.json` records the type, size and mkfs_options it was
+made with: a file made otherwise is refused, not mounted as if it were
+the filesystem asked for.
 
 The kernel's filesystem types: `fs_problems` reads /proc/filesystems and,
 for a type not there, /lib/modules/<release>/modules.builtin and modules.dep
@@ -38,6 +41,7 @@ It does not try a mount or load a module: a preflight changes nothing.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -82,6 +86,7 @@ LOOP_CONTROL = Path("/dev/loop-control")
 UNDO_STEP_TIMEOUT_S = 1.0
 MKFS_TIMEOUT_S = 300.0
 NEW_SUFFIX = ".perflab-new"
+MADE_SUFFIX = ".perflab-mkfs.json"  # how the file's filesystem was made
 
 
 class FsSettings(StrictModel):
@@ -279,7 +284,7 @@ def fs_problems(key: str, settings: FsSettings, backing_dir: Path) -> list[tuple
     problems: list[tuple[str, str]] = []
     fstype = settings.type
     if os.geteuid() != 0:
-        problems.append((key, f"a {fstype} scratch filesystem needs root (mount{'' if fstype == 'tmpfs' else ', losetup'});"
+        problems.append((key, f"a scratch filesystem ({fstype}) needs root (mount{'' if fstype == 'tmpfs' else ', losetup'});"
                               " fix: run perflab as root, or drop this key"))
     tools = ["mount", "umount"] if fstype == "tmpfs" else [MKFS[fstype][0], "losetup", "blkid", "mount", "umount"]
     for name in tools:
@@ -344,6 +349,13 @@ class ScratchFs:
     def _new_file(self) -> Path:
         return self.backing_file.with_name(self.backing_file.name + NEW_SUFFIX)
 
+    @property
+    def _made_file(self) -> Path:
+        return self.backing_file.with_name(self.backing_file.name + MADE_SUFFIX)
+
+    def _made(self) -> dict[str, Any]:
+        return {"type": self.settings.type, "size": self.settings.size, "mkfs_options": self.settings.mkfs_options}
+
     def mount(self) -> bool:
         """Make (if new) and mount the filesystem; True when it is new (mkfs
         ran; a tmpfs always), False when an existing backing file was mounted
@@ -397,6 +409,7 @@ class ScratchFs:
                                 f"{_last_lines(proc.stderr or proc.stdout)}",
                                 f"check mkfs_options ({self.settings.mkfs_options!r})"
                                 if self.settings.mkfs_options else None)
+            self._made_file.write_text(json.dumps(self._made()) + "\n")
             os.replace(new, self.backing_file)
         except BaseException:
             new.unlink(missing_ok=True)
@@ -413,6 +426,16 @@ class ScratchFs:
         if found != self.settings.type:
             raise UserError(f"{self.backing_file} holds {found or 'no filesystem blkid knows'}, not "
                             f"{self.settings.type}", "delete the old file so that perflab makes a new one")
+        # A filesystem made with other mkfs options is not the one asked for
+        # (a stride study compares exactly those).
+        try:
+            made = json.loads(self._made_file.read_text())
+        except (OSError, ValueError):
+            made = None
+        if made != self._made():
+            was = f"mkfs_options {made.get('mkfs_options')!r}" if isinstance(made, dict) else "unknown options"
+            raise UserError(f"{self.backing_file} was made with {was}; the settings say "
+                            f"{self.settings.mkfs_options!r}", "delete the old file so that perflab makes a new one")
 
     def _attach(self) -> None:
         journal().add("loop", self._loop_key, backing_file=str(self.backing_file))
@@ -455,7 +478,7 @@ class ScratchFs:
                     st = os.statvfs(self.mountpoint)
                     freed = (st.f_blocks - st.f_bfree) * st.f_frsize
         self.unmount()
-        for path in (self.backing_file, self._new_file) if self.loop_backed else ():
+        for path in (self.backing_file, self._new_file, self._made_file) if self.loop_backed else ():
             with contextlib.suppress(FileNotFoundError):
                 freed += path.stat().st_blocks * 512
                 path.unlink()
