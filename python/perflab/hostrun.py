@@ -122,7 +122,10 @@ class HostChanges:
     # ------------------------------------------------------------ pieces
 
     def _wanted(self, host: HostSettings) -> dict[str, Any]:
-        return knobs.knob_files(host, hugepages=None)
+        """The knobs to set now; "auto" huge pages are sized at each server start."""
+        if host.hugepages == "auto":
+            host = host.model_copy(update={"hugepages": None})
+        return knobs.knob_files(host)
 
     def _set(self, key: str, files: Any) -> None:
         old, new = self.state.apply(key, files)
