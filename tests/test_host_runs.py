@@ -373,3 +373,28 @@ def test_driver_cpus_pin_perflab_and_warn_when_they_overlap_the_server(workdir: 
     assert "overlaps the server's target.resources.cpus" in proc.stderr
     [run] = Store.open(out).runs()
     assert run["status"] == "done"
+
+
+def test_a_cluster_split_over_a_kept_and_an_emptied_filesystem_starts_again(workdir: Path, host_as_found) -> None:
+    """Data on a tmpfs (emptied at teardown), WAL on a loop-backed ext4 (kept):
+    the next start must not meet the old cluster's WAL (initdb refuses a
+    non-empty WAL directory), and the other way round, kept data must not
+    start without its WAL."""
+    for data_type, wal_type in (("tmpfs", "ext4"), ("ext4", "tmpfs")):
+        settings = PostgresSettings.model_validate({
+            "kind": "postgres", "settings": {"shared_buffers": "32MB"},
+            "storage": {"data_fs": {"type": data_type, "size": "256MB"},
+                        "wal_fs": {"type": wal_type, "size": "256MB"}}})
+        target = PostgresTarget(settings, workdir / f"t-{data_type}")
+        try:
+            assert target.provision().fresh
+            target.teardown()
+            again = PostgresTarget(settings, workdir / f"t-{data_type}")
+            try:
+                assert again.provision().fresh  # a new cluster, to be loaded again
+                assert again.check_alive() is None
+            finally:
+                again.teardown()
+        finally:
+            target.teardown()
+            target.discard_data()

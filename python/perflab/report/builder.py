@@ -396,7 +396,8 @@ class ReportBuilder:
                 "memory-limited: the server ran under a cgroup memory limit (target.resources.memory or "
                 "memory_high). The limit counts the page cache the server's reads and writes bring in, not only "
                 "its private memory: a limit of 1 GB leaves the server less than 1 GB of cache beyond shared "
-                "memory, and reading beyond it is reclaimed within the cgroup.", "warn"))
+                "memory, and reading beyond it is reclaimed within the cgroup. Huge pages are not charged to it (they are "
+                "the hugetlb controller's): with huge_pages on, shared memory is outside the limit.", "warn"))
         if Flag.LOOP_BACKED in flags:
             notes.append(h.note(
                 "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "

@@ -631,14 +631,21 @@ class PostgresTarget(Target):
         return out
 
     def _mount_scratch(self) -> None:
+        new = {}
         for role, fs in self._scratch().items():
             fs.mountpoint.mkdir(parents=True, exist_ok=True)
-            made = fs.mount()
+            # where, on what, loop-backed or not: describe()["scratch_fs"], stored with each run
+            new[role] = fs.mount()
             self.mounted[role] = fs
-            if made:
-                self.notes.append(f"{role} on a new {fs.settings.type} filesystem at {fs.mountpoint}"
-                                  + (f" (loop-backed: {fs.backing_file})" if fs.settings.type != "tmpfs" else ""))
             os.chmod(fs.mountpoint, 0o755)
+        # A new (or tmpfs, emptied) filesystem under half of a kept cluster: the
+        # other half is of no use (WAL without its data, data without its WAL).
+        # Both are perflab's own, so the cluster starts again (and is loaded again).
+        data_dir, wal = self._data_dir(), self._wal_dir()
+        if new.get("wal") and (data_dir / CREATED_MARK).exists():
+            shutil.rmtree(data_dir)
+        if new.get("data") and "wal" in self.mounted and wal is not None and wal.exists():
+            shutil.rmtree(wal)
 
     def _unmount_scratch(self) -> None:
         for role in list(self.mounted)[::-1]:  # the WAL's before the data's
