@@ -35,7 +35,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from _common import run_main  # noqa: E402
-
 from perflab.hostctl import knobs  # noqa: E402
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup  # noqa: E402
 from perflab.hostctl.scratchfs import FsSettings, ScratchFs, loop_devices_of, mount_entry  # noqa: E402
@@ -71,8 +70,9 @@ def bench_knobs(repeat: int) -> dict[str, list[float]]:
         for name, files in cases.items():
             [(key, values)] = files.items()
             for _ in range(repeat):
-                out.setdefault(f"{name}: apply", []).append(timed(lambda: state.apply(key, values)))
-                out.setdefault(f"{name}: restore", []).append(timed(lambda: state.restore(key)))
+                out.setdefault(f"{name}: apply", []).append(
+                    timed(lambda k=key, v=values: state.apply(k, v)))
+                out.setdefault(f"{name}: restore", []).append(timed(lambda k=key: state.restore(k)))
     finally:
         state.restore_all()
     return out
