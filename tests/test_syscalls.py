@@ -17,11 +17,16 @@ from typing import Any
 
 import pytest
 
+from conftest import cli_command
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import CollectorContext, CollectorUnavailable
-from perflab.collectors.syscalls import SyscallsCollector, SyscallsSettings, bpftrace_problem, strace_problem
+from perflab.collectors.syscalls import (
+    SyscallsCollector,
+    SyscallsSettings,
+    bpftrace_problem,
+    strace_problem,
+)
 from perflab.context import RunContext, SeriesSink
-from conftest import cli_command
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="tracing needs root")
 

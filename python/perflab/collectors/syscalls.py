@@ -87,11 +87,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from perflab.collectors.base import Collector, CollectorContext, CollectorSettings, CollectorUnavailable
+from perflab.collectors.base import (
+    Collector,
+    CollectorContext,
+    CollectorSettings,
+    CollectorUnavailable,
+)
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.guardian import journal
-
 from perflab.model import Event, RunResult
 from perflab.section import Block, RunGroup, Section, Table, Text
 from perflab.section import Figure as SectionFigure
@@ -793,10 +797,10 @@ class SyscallsCollector(Collector):
                 if "syscalls.mechanism_strace" not in run["metrics"]:
                     continue
                 points: dict[str, list[tuple[float, float]]] = defaultdict(list)
-                for row in reader(run["id"], "syscalls"):
-                    name = row["name"]
+                for srow in reader(run["id"], "syscalls"):
+                    name = srow["name"]
                     if name.startswith("call.") and not name.endswith(".pid"):
-                        points[name[len("call."):]].append((row["t"], row["value"]))
+                        points[name[len("call."):]].append((srow["t"], srow["value"]))
                 if points:
                     blocks.append(SectionFigure(
                         f"syscalls-successive-run{run['id']}", _successive_figure(points),
