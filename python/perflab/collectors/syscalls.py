@@ -29,7 +29,7 @@ What it counts: openat, read, pread64, preadv, write, pwrite64, pwritev,
 lseek, close, fsync, fdatasync and sync_file_range. Per call type and class
 the kernel keeps count, total, min and max duration and a log2 histogram in
 microseconds (in-kernel aggregates, printed every interval and at the end;
-no event per read or write), so p50 and p99 are interpolated inside a
+no event per call: the sync records too are batched in a map per interval), so p50 and p99 are interpolated inside a
 power-of-two bucket, except for fsync and fdatasync, whose every call is
 recorded: those percentiles are exact. (io_method=io_uring in PostgreSQL 18
 issues its reads without these system calls: they are not seen.)
@@ -43,9 +43,10 @@ collector checks this at every start (the script's BEGIN time must fall
 between two readings of Python's clock) and says so in an event.
 
 Series per interval: `<class>.<column>_per_s` (opens, reads, writes, seeks,
-closes, fsync, fdatasync, sync_file_range) and `bpftrace_cpu_pct`. Metrics:
+closes, fsync, fdatasync, sync_file_range) and `<mechanism>_cpu_pct`. Metrics:
 `<class>.<call>.{count,mean_us,min_us,p50_us,p99_us,max_us}`, the tracer's
-own CPU (`tracer_cpu_s`, from /proc/PID/stat and its rusage at exit; the
+own CPU (`tracer_cpu_s` while tracing and `tracer_startup_cpu_s` compiling and
+attaching, from /proc/PID/stat and its rusage at exit; the
 probes' own time is spent in the traced processes and is not in it: the
 benchmark benchmarks/syscalls_overhead.py measures the whole cost), and
 the cross-check with PostgreSQL's counters: pg_stat_wal's wal_sync and
@@ -113,6 +114,9 @@ TRACEFS = Path("/sys/kernel/tracing")
 BTF = Path("/sys/kernel/btf/vmlinux")
 ATTACH_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
+# Map entries: fsync/fdatasync records per interval (more are dropped; the
+# counts and histograms still have them).
+RECORD_MAP_KEYS = 262144
 
 
 class SyscallsSettings(CollectorSettings):
@@ -268,14 +272,22 @@ def bpftrace_script(postmaster: int, pids: list[int], dirs: dict[str, tuple[int,
             continue
         out.append(f"tracepoint:syscalls:sys_enter_{call} /{pred}/ {{" + _classify("args->fd", dirs)
                    + "\n  @c[tid] = $c; @t[tid] = nsecs;\n}")
-        rec = f'\n  printf("F {n} %d %d %llu %llu\\n", $c, pid, @t[tid], $d);' if sync else ""
+        # every sync is kept in a map, keyed by its start and thread, printed
+        # and cleared each interval: no event per call (a wake-up of bpftrace
+        # per fdatasync cost more than the probes). Two maps alternate, so the
+        # one printed and cleared is not being written.
+        rec = (f"\n  if (@ep) {{ @rb[@t[tid], tid] = ({n}, $c, pid, $d); }}"
+               f" else {{ @ra[@t[tid], tid] = ({n}, $c, pid, $d); }}") if sync else ""
         out.append(
             f"tracepoint:syscalls:sys_exit_{call} /@t[tid]/ {{\n  $d = nsecs - @t[tid]; $c = @c[tid];"
             f"\n  @st[{n}, $c] = stats($d); @h[{n}, $c] = hist($d / 1000); @mn[{n}, $c] = min($d);"
             f" @mx[{n}, $c] = max($d);{rec}\n  delete(@t[tid]); delete(@c[tid]);\n}}")
-    out.append(f'interval:ms:{interval_ms} {{ print(@st); printf("T %llu\\n", nsecs); }}')
-    out.append('END { print(@st); print(@h); print(@mn); print(@mx); printf("E %llu\\n", nsecs);'
-               " clear(@st); clear(@h); clear(@mn); clear(@mx); clear(@t); clear(@c); clear(@tr); }")
+    out.append(f"interval:ms:{interval_ms} {{ @ep = 1 - @ep;"
+               " if (@ep) { print(@ra); clear(@ra); } else { print(@rb); clear(@rb); }"
+               ' print(@st); printf("T %llu\\n", nsecs); }')
+    out.append('END { print(@ra); print(@rb); print(@st); print(@h); print(@mn); print(@mx); printf("E %llu\\n", nsecs);'
+               " clear(@ra); clear(@rb); clear(@ep); clear(@st); clear(@h); clear(@mn); clear(@mx); clear(@t);"
+               " clear(@c); clear(@tr); }")
     return "\n".join(out) + "\n"
 
 
@@ -323,6 +335,7 @@ class SyscallsCollector(Collector):
         self._last_counts: dict[tuple[str, str], int] = {}
         self._last_t_ns = 0
         self._cpu_s = 0.0
+        self._cpu_startup_s = 0.0
         self._cpu_last = (0, 0.0)
         self._pg_before: dict[str, float] = {}
         self._mounted_tracefs = False
@@ -398,8 +411,10 @@ class SyscallsCollector(Collector):
             path = Path(f"/tmp/perflab-syscalls-{os.getpid()}.bt")
             path.write_text(script)
         before_ns = time.monotonic_ns()
+        # room for a busy interval's syncs in the record maps
+        env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(RECORD_MAP_KEYS)}
         self._proc = self._spawn(["bpftrace", "-f", "json", str(path)], stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, env={**os.environ, "BPFTRACE_STRLEN": "64"})
+                                 stderr=subprocess.PIPE, env=env)
         threading.Thread(target=self._drain_stderr, daemon=True, name="syscalls-stderr").start()
         self._thread = threading.Thread(target=self._read_bpftrace, daemon=True, name=f"collector-{self.name}")
         self._thread.start()
@@ -414,6 +429,7 @@ class SyscallsCollector(Collector):
             f"bpftrace's BEGIN time {self._begin_ns} is outside Python's [{before_ns}, {after_ns}]: "
             "the fsync records' times may be off")
         self._cpu_last = (time.monotonic_ns(), _proc_cpu_s(self._proc.pid) or 0.0)
+        self._cpu_startup_s = self._cpu_last[1]  # compiling and loading the probes
 
     def _drain_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None
@@ -440,6 +456,13 @@ class SyscallsCollector(Collector):
                 hists = {_key(k): [(float(b.get("min", 0)), float(b.get("max", b.get("min", 0))), int(b["count"]))
                                    for b in v if "min" in b] for k, v in data.get("@h", {}).items()}
             elif kind == "map":
+                for name in ("@ra", "@rb"):
+                    batch = []
+                    for k, (n, c, pid, dur) in data.get(name, {}).items():
+                        start_ns, _ = _key(k)
+                        batch.append((start_ns, int(n), int(c), int(pid), int(dur)))
+                    for start_ns, n, c, pid, dur in sorted(batch):
+                        self._record(CALLS[n], CLASSES[c], pid, start_ns, dur)
                 for name, store in (("@mn", mins), ("@mx", maxs)):
                     if name in data:
                         store.update({_key(k): int(v) for k, v in data[name].items()})
@@ -455,10 +478,7 @@ class SyscallsCollector(Collector):
         parts = text.split()
         if not parts:
             return
-        if parts[0] == "F" and len(parts) == 6:
-            n, c, pid, start_ns, dur_ns = (int(p) for p in parts[1:])
-            self._record(CALLS[n], CLASSES[c], pid, start_ns, dur_ns)
-        elif parts[0] == "T":
+        if parts[0] == "T":
             with self._lock:
                 counts = {(CALLS[n], CLASSES[c]): count for (n, c), (count, _) in self._stats.items()}
             self._interval(counts, int(parts[1]))
@@ -520,6 +540,7 @@ class SyscallsCollector(Collector):
             raise CollectorUnavailable(f"strace did not start: {' '.join(self._stderr)[-400:]}")
         self._notes.append("traced with strace -f -p (ptrace: every traced call stops the process)")
         self._cpu_last = (time.monotonic_ns(), _proc_cpu_s(self._proc.pid) or 0.0)
+        self._cpu_startup_s = self._cpu_last[1]
         self._ticker = threading.Thread(target=self._strace_ticks, daemon=True, name="syscalls-ticks")
         self._ticker.start()
 
@@ -647,8 +668,12 @@ class SyscallsCollector(Collector):
                 result.events.append(Event(0.0, "collector-info", f"{n}: {self.mechanism}: {line}"))
         result.add_metric(f"{n}.mechanism_strace", 1.0 if self.mechanism == "strace" else 0.0, "flag",
                           "1: traced with strace (ptrace), 0: with bpftrace")
-        result.add_metric(f"{n}.tracer_cpu_s", self._cpu_s, "s",
-                          f"CPU time of the {self.mechanism} process itself", higher_is_better=False)
+        result.add_metric(f"{n}.tracer_cpu_s", max(0.0, self._cpu_s - self._cpu_startup_s), "s",
+                          f"CPU time of the {self.mechanism} process while tracing (after start-up)",
+                          higher_is_better=False)
+        result.add_metric(f"{n}.tracer_startup_cpu_s", self._cpu_startup_s, "s",
+                          f"CPU time {self.mechanism} spent starting (compiling and attaching), before the run",
+                          higher_is_better=False)
         with self._lock:
             aggs = dict(self._data.aggs)
             records = list(self._data.records)
