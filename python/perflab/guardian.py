@@ -57,11 +57,35 @@ UNDO = {
     "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
     "loop": "perflab.hostctl.scratchfs:undo_loop",  # a loop device on a scratch fs's file: detach it
     "mount": "perflab.hostctl.scratchfs:undo_mount",  # a scratch filesystem: unmount it (lazily if busy)
+    # a process perflab started (a tracer: bpftrace, strace): SIGKILL it if the
+    # pid still has the journaled start time
+    "kill-process": "perflab.guardian:kill_process",
 }
 
 
 def remove_dir(args: dict[str, Any]) -> None:
     shutil.rmtree(args["path"], ignore_errors=True)
+
+
+def kill_process(args: dict[str, Any]) -> None:
+    """SIGKILL args["pid"] when it is still the process journaled (its start
+    time, args["start"]: a pid alone may have been reused), and wait up to
+    3 s for it to go."""
+    pid = int(args["pid"])
+    start = args.get("start")
+    if start is None or _start_time(pid) != start:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X") or _start_time(pid) != start:
+            return
+        time.sleep(0.02)
 
 
 def _undo_function(kind: str) -> Callable[[dict[str, Any]], None]:

@@ -10,6 +10,7 @@ the report: plain data, no imports from perflab.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,3 +59,7 @@ class RunGroup:
     index: int  # the combination's number in the report
     label: str
     runs: list[dict[str, Any]]
+    # The report's reader of a run's stored series, (run id, source) -> rows
+    # with "name", "t" and "value" (Store.series), for a collector that draws
+    # per-event series (syscalls' successive fsync calls); None: not given.
+    read_series: Callable[[int, str], list[dict[str, Any]]] | None = None

@@ -8,3 +8,4 @@ COLLECTORS.register("diskstats", "perflab.collectors.diskstats:DiskstatsCollecto
 COLLECTORS.register("process", "perflab.collectors.process:ProcessCollector", "CPU, memory and I/O of the server's processes by role, and of perflab")
 COLLECTORS.register("pgstat", "perflab.collectors.pgstat:PgstatCollector", "PostgreSQL statistics views per interval and sampled wait events")
 COLLECTORS.register("energy", "perflab.collectors.energy:EnergyCollector", "joules and watts from RAPL, or estimated from CPU use and TDP")
+COLLECTORS.register("syscalls", "perflab.collectors.syscalls:SyscallsCollector", "the server's fsync, fdatasync, read, write, seek, open, close by file class (wal, base, global): counts, latency, every sync (bpftrace, else strace; root)")

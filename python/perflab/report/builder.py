@@ -561,7 +561,8 @@ class ReportBuilder:
         """The combinations as plain data for collectors' report sections."""
         d = self.data
         return [RunGroup(combo.index, combo.label(),
-                         [{**d.runs_by_id[r], "metrics": d.values.get(r, {})} for r in combo.run_ids])
+                         [{**d.runs_by_id[r], "metrics": d.values.get(r, {})} for r in combo.run_ids],
+                         read_series=self.store.series)
                 for combo in d.combinations]
 
     def telemetry(self) -> list[SectionHtml]:

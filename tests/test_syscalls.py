@@ -1,0 +1,277 @@
+"""The syscalls collector on a real managed PostgreSQL, with real bpftrace and
+strace: WAL syncs by class, checkpoint fsyncs, the per-call records on the
+run's clock, the cross-check with pg_stat_wal, only the server traced, and no
+tracer left behind after a run, a Ctrl-C or a SIGKILL of perflab."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import cli_command
+from perflab.collectors import COLLECTORS
+from perflab.collectors.base import CollectorContext, CollectorUnavailable
+from perflab.collectors.syscalls import (
+    SyscallsCollector,
+    SyscallsSettings,
+    bpftrace_problem,
+    strace_problem,
+)
+from perflab.context import RunContext, SeriesSink
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="tracing needs root")
+
+
+class ListSink(SeriesSink):
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, float, float]] = []
+
+    def add(self, source: str, name: str, t: float, value: float) -> None:
+        self.rows.append((source, name, t, value))
+
+
+def _trace(mechanism: str, target: Any, endpoint: Any, work: Callable[[], Any],
+           tmp: Path) -> tuple[ListSink, Any, RunContext, float]:
+    sink = ListSink()
+    ctx = RunContext(run_number=1, run_dir=tmp, t0_ns=time.monotonic_ns(), series=sink)
+    collector = SyscallsCollector("syscalls", SyscallsSettings(mechanism=mechanism, interval=0.5))
+    collector.start(CollectorContext(run=ctx, endpoint=endpoint, target=target))
+    try:
+        work()
+    finally:
+        result = collector.stop()
+    return sink, result, ctx, ctx.now_s()
+
+
+def _commits(endpoint: Any, n: int) -> None:
+    with endpoint.connect() as conn:
+        conn.autocommit = True
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("CREATE TABLE IF NOT EXISTS sys_t (i int, pad text)")
+        for i in range(n):
+            conn.execute("INSERT INTO sys_t VALUES (%s, repeat('x', 200))", (i,))
+
+
+def _tracers() -> list[int]:
+    """Live bpftrace and strace processes (perflab's: the test machine runs no others)."""
+    out = []
+    for p in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if p.read_text().strip() in ("bpftrace", "strace"):
+                state = (p.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    out.append(int(p.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def _server_tree(pm: int | None) -> list[int]:
+    from perflab.collectors.syscalls import _descendants
+
+    return _descendants(pm) if pm else []
+
+
+def pids_gone(pids: set[int]) -> set[int]:
+    """Pids that have exited since (a backend that closed): not checkable."""
+    return {p for p in pids if not Path(f"/proc/{p}").exists()}
+
+
+def test_registered_and_not_default_on() -> None:
+    assert "syscalls" in COLLECTORS.names()
+    assert COLLECTORS.get("syscalls").default_on is False
+
+
+@needs_root
+@pytest.mark.skipif(bpftrace_problem() is not None, reason=str(bpftrace_problem()))
+def test_bpftrace_wal_and_checkpoint_syncs_records_cross_check_and_only_the_server(pg_target, workdir: Path) -> None:
+    target, endpoint = pg_target
+    with endpoint.connect() as conn:
+        conn.autocommit = True
+        conn.execute("ALTER SYSTEM SET track_wal_io_timing = on")
+        conn.execute("SELECT pg_reload_conf()")
+    dd_pids: list[int] = []
+
+    def work() -> None:
+        _commits(endpoint, 400)
+        with endpoint.connect() as conn:
+            conn.autocommit = True
+            conn.execute("CREATE TABLE IF NOT EXISTS sys_ck AS SELECT g FROM generate_series(1, 10000) g")
+            conn.execute("UPDATE sys_ck SET g = g + 1")
+            conn.execute("CHECKPOINT")
+        # a process outside the server that fsyncs: it must not be traced
+        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={workdir}/dd.out", "bs=64k", "count=16", "conv=fsync"],
+                              stderr=subprocess.DEVNULL)
+        dd_pids.append(dd.pid)
+        dd.wait()
+        time.sleep(0.6)  # an interval's print
+
+    sink, result, ctx, end_s = _trace("bpftrace", target, endpoint, work, workdir)
+    m = {k: v.value for k, v in result.metrics.items()}
+    assert m["syscalls.mechanism_strace"] == 0
+    wal_syncs = m.get("syscalls.wal.fdatasync.count", 0) + m.get("syscalls.wal.fsync.count", 0)
+    assert wal_syncs > 0, m
+    assert m["syscalls.base.fsync.count"] > 0, m  # the checkpoint's
+    assert m["syscalls.wal.writes"] > 0 and m["syscalls.base.opens"] >= 0
+    for stat in ("mean_us", "min_us", "p50_us", "p99_us", "max_us"):
+        assert m[f"syscalls.wal.fdatasync.{stat}"] > 0 or m[f"syscalls.wal.fsync.{stat}"] > 0
+    # the cross-check: every commit's WAL flush is one sync PostgreSQL counts too
+    assert abs(m["syscalls.wal_sync_ratio"] - 1) <= 0.10, (m["syscalls.wal_syncs"],
+                                                           m["syscalls.pg.pg_stat_wal.wal_sync"])
+    assert m["syscalls.pg.pg_stat_wal.wal_sync_time"] > 0
+    # every sync recorded, in order, on the run's clock, inside the run
+    records = [(n, t, v) for _, n, t, v in sink.rows if n.startswith("call.") and not n.endswith(".pid")]
+    assert len(records) == m["syscalls.sync_records"] >= wal_syncs
+    # in order per class (the seed's figure: successive calls); a class's syncs
+    # come in the order they were made
+    for cls in ("wal", "base"):
+        times = [t for n, t, _ in records if n.split(".")[1] == cls]
+        assert times == sorted(times), cls
+    assert all(0 <= t <= end_s for _, t, _ in records), (records[0], records[-1], end_s)
+    assert {n.split(".")[1] for n, _, _ in records} >= {"wal", "base"}
+    # only the server: no record from dd, every recorded pid a server process
+    pids = {int(v) for _, n, _, v in sink.rows if n.endswith(".pid")}
+    assert dd_pids and not pids & set(dd_pids)
+    server = {target.postmaster_pid(), *(int(p) for p in _server_tree(target.postmaster_pid()))}
+    assert pids <= server | pids_gone(pids), (pids, server)
+    assert any(n.endswith("_per_s") for _, n, _, _ in sink.rows)
+    assert any(e.kind == "syscalls-traced" and "bpftrace" in e.message for e in result.events)
+    assert any("agree" in e.message for e in result.events), [e.message for e in result.events]
+    assert m["syscalls.tracer_cpu_s"] >= 0
+    assert _tracers() == []
+
+
+@needs_root
+@pytest.mark.skipif(strace_problem() is not None, reason=str(strace_problem()))
+def test_strace_fallback_counts_wal_syncs(pg_target, workdir: Path) -> None:
+    target, endpoint = pg_target
+    sink, result, ctx, end_s = _trace("strace", target, endpoint, lambda: _commits(endpoint, 100), workdir)
+    m = {k: v.value for k, v in result.metrics.items()}
+    assert m["syscalls.mechanism_strace"] == 1
+    assert m.get("syscalls.wal.fdatasync.count", 0) + m.get("syscalls.wal.fsync.count", 0) > 0, m
+    assert m["syscalls.wal.writes"] > 0
+    assert abs(m["syscalls.wal_sync_ratio"] - 1) <= 0.10, m
+    records = [t for _, n, t, _ in sink.rows if n.startswith("call.") and not n.endswith(".pid")]
+    assert records and records == sorted(records) and all(0 <= t <= end_s for t in records)
+    assert any(e.kind == "syscalls-traced" and "strace" in e.message for e in result.events)
+    assert _tracers() == []
+
+
+def test_unavailable_without_a_managed_server(workdir: Path) -> None:
+    ctx = RunContext(run_number=1, run_dir=workdir, t0_ns=time.monotonic_ns())
+    with pytest.raises(CollectorUnavailable, match="manages"):
+        SyscallsCollector("syscalls", SyscallsSettings()).start(CollectorContext(run=ctx, endpoint=None,
+                                                                                 target=None))
+
+
+EXPERIMENT = """
+[experiment]
+name = "syscalls-{name}"
+[target]
+kind = "postgres"
+[target.settings]
+shared_buffers = "32MB"
+[workload]
+kind = "sql"
+statements = ["CREATE TABLE IF NOT EXISTS t (i int)", "INSERT INTO t VALUES (1)"]
+duration = "{duration}"
+[collect]
+syscalls = {{ interval = "1s" }}
+"""
+
+
+def _experiment(workdir: Path, name: str, duration: str) -> Path:
+    path = workdir / f"{name}.toml"
+    path.write_text(EXPERIMENT.format(name=name, duration=duration))
+    return path
+
+
+@needs_root
+@pytest.mark.skipif(bpftrace_problem() is not None, reason=str(bpftrace_problem()))
+def test_a_run_stores_the_trace_and_the_report_draws_it(workdir: Path, run_cli) -> None:
+    out = workdir / "out"
+    run_cli("run", _experiment(workdir, "run", "3s"), "--out", out, "--quiet")
+    assert _tracers() == []
+    conn = sqlite3.connect(out / "perflab.sqlite") if (out / "perflab.sqlite").exists() else None
+    if conn is None:
+        [db] = list(out.glob("*.sqlite")) or list(out.glob("*.db"))
+        conn = sqlite3.connect(db)
+    metrics = dict(conn.execute("SELECT name, value FROM metric WHERE name LIKE 'syscalls.%'").fetchall())
+    assert metrics["syscalls.mechanism_strace"] == 0
+    assert metrics["syscalls.wal.writes"] > 0
+    kinds = [k for (k,) in conn.execute("SELECT kind FROM event")]
+    assert "syscalls-traced" in kinds
+    assert conn.execute("SELECT count(*) FROM series WHERE source = 'syscalls' AND name LIKE 'call.wal.%'"
+                        ).fetchone()[0] > 0
+    report = next(out.rglob("*.html")).read_text()
+    assert "System calls by file class" in report
+    assert "syscalls-successive-run1" in report
+
+
+def _start_run(workdir: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
+    out = workdir / "out"
+    log = workdir / "perflab.log"
+    with log.open("wb") as f:
+        run = subprocess.Popen(cli_command("run", _experiment(workdir, name, "120s"), "--out", out, "--quiet",
+                                           "--no-report"), stdout=f, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not _tracers():
+        assert run.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the tracer did not start"
+        time.sleep(0.05)
+    time.sleep(2)  # attached and tracing
+    return run, log
+
+
+@needs_root
+@pytest.mark.skipif(bpftrace_problem() is not None, reason=str(bpftrace_problem()))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_no_tracer_left_after_ctrl_c_or_sigkill(workdir: Path, sig: int) -> None:
+    run, log = _start_run(workdir, f"sig{int(sig)}")
+    try:
+        assert _tracers()
+        run.send_signal(sig)
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 5  # the guardian's promise
+        while _tracers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _tracers() == [], log.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in _tracers():
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_journal_kind_kill_process_is_known() -> None:
+    from perflab.guardian import UNDO, kill_process
+
+    assert "kill-process" in UNDO
+    # a process that is not the journaled one (start time differs) is left alone
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        kill_process({"pid": proc.pid, "start": "0"})
+        assert proc.poll() is None
+        start = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        kill_process({"pid": proc.pid, "start": start})
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_check_warns_when_neither_tracer_is_there(workdir: Path, run_cli) -> None:
+    experiment = _experiment(workdir, "check", "2s")
+    empty = workdir / "empty-path"
+    empty.mkdir()
+    proc = run_cli("check", experiment, env={"PATH": str(empty)})
+    assert "collect.syscalls: a run would skip it: neither tracer works here: bpftrace is not installed; " \
+           "strace is not installed" in proc.stderr + proc.stdout
