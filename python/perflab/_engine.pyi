@@ -211,3 +211,25 @@ def hdr_encode(latencies_us: list[int]) -> bytes:
 
 def monotonic_clock_ns() -> int:
     """CLOCK_MONOTONIC as the engine reads it (the clock of time.monotonic_ns())."""
+
+# ---- TPC-C (crates/engine-py/src/tpcc.rs); loads and runs release the GIL
+# and check signals and `cancel.is_set()` every ~200 ms.
+
+def tpcc_load(
+    conninfo: str,
+    *,
+    warehouses: int,
+    jobs: int,
+    seed: int,
+    c_last: int,
+    on_step: Callable[[str], object] | None = None,
+    cancel: _Cancel | None = None,
+) -> LoadReport:
+    """COPY the TPC-C initial database (clause 4.3.3.1) for `warehouses` into
+    the nine EXISTING empty tables (warehouse, district, customer, history,
+    new_order, orders, order_line, item, stock) over `jobs` parallel
+    connections; keys and indexes are the caller's, after the load. The data
+    depends on `seed` only (not on `jobs`); `c_last` is the load's C of
+    NURand(255, 0, 999) for last names (0..255). Step: "generate_and_copy";
+    rows: per table, as the server counted them. ConfigError: bad settings;
+    EngineConnectionError: the server refused or a COPY failed."""
