@@ -90,25 +90,7 @@ pub fn write_data_original(out: &mut Vec<u8>, rng: &mut Prng) {
     }
 }
 
-/// Append a fixed-point decimal: `value` in units of 10^-`scale`
-/// (write_fixed(1234, 2) = "12.34"; write_fixed(-1000, 2) = "-10.00").
-#[inline]
-pub fn write_fixed(out: &mut Vec<u8>, value: i64, scale: u32) {
-    let unit = 10i64.pow(scale);
-    if value < 0 {
-        out.push(b'-');
-    }
-    let v = value.unsigned_abs() as i64;
-    crate::pg::write_i64(out, v / unit);
-    out.push(b'.');
-    let mut frac = v % unit;
-    let mut digits = [b'0'; 8];
-    for i in (0..scale as usize).rev() {
-        digits[i] = b'0' + (frac % 10) as u8;
-        frac /= 10;
-    }
-    out.extend_from_slice(&digits[..scale as usize]);
-}
+pub use crate::pg::write_fixed;
 
 /// Append the street, city, state and zip columns (each followed by a tab).
 #[inline]
