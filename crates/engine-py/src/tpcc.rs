@@ -1,11 +1,14 @@
 //! Bindings of TPC-C: its loader and its driver (the harness with
 //! `TpccProtocol`). Glue only; see `perflab_engine::tpcc`.
 
-use crate::errors::{engine_error, EngineError};
-use crate::results::LoadReport;
-use crate::tpcb::{check_cancel, POLL_INTERVAL};
+use crate::errors::{config_error, engine_error, EngineError};
+use crate::results::{DriverResult, LoadReport};
+use crate::tpcb::{check_cancel, drive, POLL_INTERVAL};
 use perflab_engine::error::EngineError as CoreError;
+use perflab_engine::harness::HarnessConfig;
 use perflab_engine::tpcc::load::{self, LoadConfig};
+use perflab_engine::tpcc::protocol::{Constants, Mode, TpccConfig};
+use perflab_engine::tpcc::TpccProtocol;
 use pyo3::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -78,7 +81,86 @@ fn tpcc_load<'py>(
     })
 }
 
+/// Drive TPC-C's five transactions through the harness; returns the run's
+/// figures (by_type: new_order, new_order_rollback, payment, order_status,
+/// delivery, stock_level).
+#[pyfunction]
+#[pyo3(signature = (
+    conninfo, *, warehouses, clients, threads, t0_ns, mode="statements",
+    duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
+    latency_limit_ms=None, max_tries=1, seed=0, c_last, c_id, ol_i_id, keying=false,
+    weights=None, io="epoll", progress=None, cancel=None
+))]
+#[allow(clippy::too_many_arguments)]
+fn tpcc_run<'py>(
+    py: Python<'py>,
+    conninfo: String,
+    warehouses: u32,
+    clients: u32,
+    threads: u32,
+    t0_ns: u64,
+    mode: &str,
+    duration_s: Option<f64>,
+    transactions: Option<u64>,
+    warmup_s: f64,
+    rate_tps: Option<f64>,
+    schedule: &str,
+    latency_limit_ms: Option<f64>,
+    max_tries: u32,
+    seed: u64,
+    c_last: i64,
+    c_id: i64,
+    ol_i_id: i64,
+    keying: bool,
+    weights: Option<Vec<f64>>,
+    io: &str,
+    progress: Option<Bound<'py, PyAny>>,
+    cancel: Option<Bound<'py, PyAny>>,
+) -> PyResult<DriverResult> {
+    let weights = match weights {
+        None => None,
+        Some(w) => Some(<[f64; 5]>::try_from(w.as_slice()).map_err(|_| {
+            config_error(format!(
+                "weights has {} values; give 5 (new_order, payment, order_status, delivery, \
+                 stock_level)",
+                w.len()
+            ))
+        })?),
+    };
+    let cfg = HarnessConfig {
+        clients,
+        threads,
+        duration_s,
+        transactions_per_client: transactions,
+        warmup_s,
+        rate_tps,
+        schedule: schedule.parse().map_err(config_error)?,
+        latency_limit_us: latency_limit_ms.map(|ms| (ms * 1000.0).round() as u64),
+        max_tries,
+        seed,
+        t0_ns,
+        io: io.parse().map_err(config_error)?,
+    };
+    let protocol = TpccProtocol::new(
+        &conninfo,
+        TpccConfig {
+            warehouses,
+            mode: mode.parse::<Mode>().map_err(config_error)?,
+            constants: Constants {
+                c_last,
+                c_id,
+                ol_i_id,
+            },
+            keying,
+            weights,
+        },
+    )
+    .map_err(engine_error)?;
+    drive(py, cfg, protocol, progress, cancel)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tpcc_load, m)?)?;
+    m.add_function(wrap_pyfunction!(tpcc_run, m)?)?;
     Ok(())
 }

@@ -5,6 +5,9 @@
 
 pub mod gen;
 pub mod load;
+pub mod protocol;
+
+pub use protocol::TpccProtocol;
 
 /// Clause 4.3.3.1's cardinalities.
 pub const ITEMS: i64 = 100_000;
