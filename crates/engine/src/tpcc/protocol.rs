@@ -669,9 +669,11 @@ impl TpccProtocol {
         let mut amounts = [-1i64; MAX_ITEMS];
         for row in rows.result_rows(4) {
             if let (Some(i), Some(price)) = (rows.i64(row, 0), rows.fixed(row, 1, 2)) {
-                for j in 0..n {
-                    if r.items[j] as i64 == i {
-                        amounts[j] = price * r.quantities[j] as i64;
+                for ((amount, &item), &q) in
+                    amounts.iter_mut().zip(&r.items).zip(&r.quantities).take(n)
+                {
+                    if item as i64 == i {
+                        *amount = price * q as i64;
                     }
                 }
             }
