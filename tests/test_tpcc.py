@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from perflab import _engine
 from perflab.context import RunContext, SeriesSink
 from perflab.errors import RunFailure
 from perflab.model import Flag
@@ -40,7 +39,6 @@ from perflab.workloads.tpcc import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-needs_engine = pytest.mark.skipif(not hasattr(_engine, "tpcc_run"), reason="the engine has no tpcc_run yet")
 
 
 class ListSink(SeriesSink):
@@ -63,45 +61,9 @@ _NAME = "({0})[({1})/100+1] || ({0})[({1})/10%10+1] || ({0})[({1})%10+1]".format
     "ARRAY['BAR','OUGHT','ABLE','PRI','PRES','ESE','ANTI','CALLY','ATION','EING']", "{n}")
 
 
-def sql_load(conn: Any, c_last_load: int) -> None:
-    """One warehouse of clause 4.3.3.1's initial state, by SQL, for the
-    checks' tests until the engine's loader (tpcc_load) is in the build:
-    the values the conditions relate are the spec's, the text is not."""
-    for sql in [*schema.drop_sql(), *schema.create_sql()]:
-        conn.execute(sql)
-    conn.execute("SELECT setseed(0.42)")
-    conn.execute("INSERT INTO item SELECT i, 1 + (random() * 9999)::int, 'item' || i,"
-                 " round((1 + random() * 99)::numeric, 2), 'data' FROM generate_series(1, 100000) i")
-    conn.execute("INSERT INTO warehouse VALUES (1, 'w1', 's1', 's2', 'city', 'ST', '123411111', 0.1, 300000)")
-    conn.execute("INSERT INTO district SELECT d, 1, 'd' || d, 's1', 's2', 'city', 'ST', '123411111', 0.05, 30000,"
-                 " 3001 FROM generate_series(1, 10) d")
-    nurand = f"(((floor(random() * 256)::int | floor(random() * 1000)::int) + {c_last_load}) % 1000)"
-    conn.execute(
-        "INSERT INTO customer SELECT c, d, 1, 'first' || c, 'OE', CASE WHEN c <= 1000 THEN "
-        + _NAME.format(n="c - 1") + " ELSE " + _NAME.format(n="n") + " END, 's1', 's2', 'city', 'ST', '123411111',"
-        " '1234567890123456', now(), CASE WHEN random() < 0.1 THEN 'BC' ELSE 'GC' END, 50000, 0.1, -10, 10, 1, 0,"
-        f" 'data' FROM generate_series(1, 10) d, generate_series(1, 3000) c, LATERAL (SELECT {nurand} + c * 0 AS n) x")
-    conn.execute("INSERT INTO history SELECT c, d, 1, d, 1, now(), 10, 'h'"
-                 " FROM generate_series(1, 10) d, generate_series(1, 3000) c")
-    conn.execute("INSERT INTO orders SELECT o, d, 1, o, now(), CASE WHEN o <= 2100 THEN 1 + (random() * 9)::int END,"
-                 " 5 + (random() * 10)::int + o * 0, 1 FROM generate_series(1, 10) d, generate_series(1, 3000) o")
-    conn.execute("INSERT INTO order_line SELECT o_id, o_d_id, 1, n, 1 + (random() * 99999)::int + n * 0, 1,"
-                 " CASE WHEN o_id <= 2100 THEN o_entry_d END, 5,"
-                 " CASE WHEN o_id <= 2100 THEN 0 ELSE round((0.01 + random() * 9999)::numeric, 2) END, 'dist'"
-                 " FROM orders, generate_series(1, o_ol_cnt) n")
-    conn.execute("INSERT INTO new_order SELECT o, d, 1 FROM generate_series(1, 10) d, generate_series(2101, 3000) o")
-    conn.execute("INSERT INTO stock SELECT i, 1, 10 + (random() * 90)::int, " + ", ".join(["'dist'"] * 10)
-                 + ", 0, 0, 0, 'data' FROM generate_series(1, 100000) i")
-    for sql in [*schema.primary_key_sql(), *schema.index_sql(), *schema.analyze_sql()]:
-        conn.execute(sql)
-    conn.execute(f"INSERT INTO {schema.META} (warehouses, load_seed, c_last_load) VALUES (1, 7, %s)", (c_last_load,))
-
-
 @pytest.fixture(scope="module")
 def loaded(pg_target, tmp_path_factory) -> Iterator[tuple[PostgresEndpoint, Any]]:
-    """One warehouse, loaded once by the workload (the engine's generator
-    and COPY); by `sql_load` while the engine has no tpcc_load (then the
-    load is None)."""
+    """One warehouse, loaded once by the workload (the engine's generator and COPY)."""
     from psycopg.conninfo import make_conninfo
 
     _, endpoint = pg_target
@@ -109,12 +71,7 @@ def loaded(pg_target, tmp_path_factory) -> Iterator[tuple[PostgresEndpoint, Any]
     with endpoint.connect() as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     db = replace(endpoint, dbname=name, conninfo=make_conninfo(endpoint.conninfo, dbname=name))
-    if hasattr(_engine, "tpcc_load"):
-        load = workload(load_seed=7, load_jobs=2).prepare(db, context(tmp_path_factory.mktemp("load")))
-    else:
-        with db.connect() as conn:
-            sql_load(conn, constants.load_c_last(7))
-        load = None
+    load = workload(load_seed=7, load_jobs=2).prepare(db, context(tmp_path_factory.mktemp("load")))
     yield db, load
     with endpoint.connect() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -196,8 +153,6 @@ def test_mix_arithmetic() -> None:
 
 def test_load_steps_rows_and_meta(loaded) -> None:
     db, load = loaded
-    if load is None:
-        pytest.skip("the engine has no tpcc_load yet")
     assert list(load.steps) == ["create", "generate_and_copy", "keys", "indexes", "procedures", "analyze"]
     assert all(v >= 0 for v in load.steps.values())
     assert load.rows["warehouse"] == 1 and load.rows["district"] == 10
@@ -275,7 +230,6 @@ def test_a_broken_row_fails_its_condition_by_name_and_place(loaded, number) -> N
 # ------------------------------------------------------------ runs
 
 
-@needs_engine
 def test_a_run_counts_what_the_database_counts(loaded, tmp_path) -> None:
     """Closed loop, 4 clients for 6 s: the driver's New-Orders per minute
     match the database's NOPM (sum(d_next_o_id) over the same window) within
@@ -317,7 +271,6 @@ def test_a_run_counts_what_the_database_counts(loaded, tmp_path) -> None:
         assert read_meta(conn).delivered  # type: ignore[union-attr]
 
 
-@needs_engine
 def test_procedures_mode_runs_and_keeps_every_condition(loaded, tmp_path) -> None:
     db, _ = loaded
     ctx = context(tmp_path)
@@ -333,7 +286,6 @@ def test_procedures_mode_runs_and_keeps_every_condition(loaded, tmp_path) -> Non
     assert check.passed, check.checks
 
 
-@needs_engine
 def test_a_skewed_mix_is_flagged(loaded, tmp_path) -> None:
     db, _ = loaded
     w = workload(clients=2, duration="2s", weights={"new_order": 60, "payment": 40, "order_status": 0,
@@ -345,7 +297,6 @@ def test_a_skewed_mix_is_flagged(loaded, tmp_path) -> None:
 
 
 @pytest.mark.slow
-@needs_engine
 def test_killing_the_server_fails_the_run_quickly(workdir, tmp_path) -> None:
     import os
 
