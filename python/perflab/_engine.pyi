@@ -211,3 +211,64 @@ def hdr_encode(latencies_us: list[int]) -> bytes:
 
 def monotonic_clock_ns() -> int:
     """CLOCK_MONOTONIC as the engine reads it (the clock of time.monotonic_ns())."""
+
+# ---- TPC-C (crates/engine-py/src/tpcc.rs); loads and runs release the GIL
+# and check signals and `cancel.is_set()` every ~200 ms.
+
+def tpcc_load(
+    conninfo: str,
+    *,
+    warehouses: int,
+    jobs: int,
+    seed: int,
+    c_last: int,
+    on_step: Callable[[str], object] | None = None,
+    cancel: _Cancel | None = None,
+) -> LoadReport:
+    """COPY the TPC-C initial database (clause 4.3.3.1) for `warehouses` into
+    the nine EXISTING empty tables (warehouse, district, customer, history,
+    new_order, orders, order_line, item, stock) over `jobs` parallel
+    connections; keys and indexes are the caller's, after the load. The data
+    depends on `seed` only (not on `jobs`); `c_last` is the load's C of
+    NURand(255, 0, 999) for last names (0..255). Step: "generate_and_copy";
+    rows: per table, as the server counted them. ConfigError: bad settings;
+    EngineConnectionError: the server refused or a COPY failed."""
+
+def tpcc_run(
+    conninfo: str,
+    *,
+    warehouses: int,
+    clients: int,
+    threads: int,
+    t0_ns: int,
+    mode: str = "statements",
+    duration_s: float | None = None,
+    transactions: int | None = None,
+    warmup_s: float = 0.0,
+    rate_tps: float | None = None,
+    schedule: str = "poisson",
+    latency_limit_ms: float | None = None,
+    max_tries: int = 1,
+    seed: int = 0,
+    c_last: int,
+    c_id: int,
+    ol_i_id: int,
+    keying: bool = False,
+    weights: list[float] | None = None,
+    io: str = "epoll",
+    progress: Callable[[Interval], object] | None = None,
+    cancel: _Cancel | None = None,
+) -> DriverResult:
+    """Drive TPC-C's five transactions through the engine's load harness.
+    `mode`: "statements" (prepared statements, pipelined) or "procedures"
+    (one `SELECT tpcc_xxx(...)` per transaction; crates/engine/src/tpcc/PROCEDURES.md).
+    Client n's home warehouse is n % warehouses + 1 and its Stock-Level
+    district (n // warehouses) % 10 + 1. Types come from a 23-card deck per
+    client (10/10/1/1/1) or from `weights` (5 values: new_order, payment,
+    order_status, delivery, stock_level). `c_last`, `c_id`, `ol_i_id` are
+    the run's NURand C constants (0..255, 0..1023, 0..8191). `keying`: keying
+    and think times around each transaction (clause 5.2.5), outside the
+    latency. `by_type`: new_order, new_order_rollback (the 1% whose expected
+    rollback counts as committed), payment, order_status, delivery,
+    stock_level. Errors: 40001/40P01 retried up to `max_tries`, other SQLSTATEs
+    counted by code; other arguments as tpcb_run."""

@@ -106,6 +106,9 @@ class Flag(str, Enum):
     LOOP_BACKED = "loop-backed"
     # The server ran under a cgroup memory limit, which counts its page cache.
     MEMORY_LIMITED = "memory-limited"
+    # The transaction mix achieved is below its spec's minimums (TPC-C
+    # clause 5.2.3: Payment 43%, Order-Status, Delivery, Stock-Level 4% each).
+    MIX_BELOW_SPEC = "mix-below-spec"
 
     def __str__(self) -> str:
         return self.value

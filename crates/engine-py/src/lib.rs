@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 mod errors;
 mod results;
 mod tpcb;
+mod tpcc;
 mod tpch;
 
 /// Seconds in a duration string ("90s", "1h30m"); ValueError names what is allowed.
@@ -21,6 +22,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     results::register(m)?;
     tpcb::register(m)?;
+    tpcc::register(m)?;
     tpch::register(m)?;
     Ok(())
 }

@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-const POLL_INTERVAL: Duration = Duration::from_millis(200);
+pub(crate) const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Stop when the runner asked to (a threading.Event-like object).
-fn check_cancel(cancel: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+pub(crate) fn check_cancel(cancel: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     match cancel {
         Some(event) if event.call_method0("is_set")?.extract::<bool>()? => {
             Err(Interrupted::new_err("run cancelled"))
@@ -35,7 +35,7 @@ fn check_cancel(cancel: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
 
 /// Drive any protocol through the harness with the GIL released, reporting
 /// each second to `progress`. Every protocol's binding calls this.
-fn drive<P: Protocol>(
+pub(crate) fn drive<P: Protocol>(
     py: Python<'_>,
     cfg: HarnessConfig,
     protocol: P,

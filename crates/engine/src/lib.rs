@@ -18,6 +18,7 @@ pub mod pg;
 pub mod random;
 pub mod sys;
 pub mod tpcb;
+pub mod tpcc;
 pub mod tpch;
 pub mod units;
 pub mod uring;

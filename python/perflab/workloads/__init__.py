@@ -18,3 +18,8 @@ WORKLOADS.register(
     "perflab.workloads.tpch:TpchWorkload",
     "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions",
 )
+WORKLOADS.register(
+    "tpcc",
+    "perflab.workloads.tpcc:TpccWorkload",
+    "TPC-C: the five order-entry transactions from a Rust driver, tpmC and NOPM, the 12 consistency checks",
+)

@@ -36,6 +36,7 @@ use std::fmt;
 use std::future::Future;
 use std::os::fd::RawFd;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// Index of a transaction type in [`Protocol::transaction_types`].
 pub type TxType = usize;
@@ -104,6 +105,23 @@ pub trait Protocol: Send + Sync + 'static {
     /// called when `SUPPORTS_RING`.
     fn use_ring(&self, _client: &mut Self::Client, _ring: &Rc<Ring>) -> Result<(), String> {
         Err("this protocol has no io_uring path".into())
+    }
+
+    /// Whether the protocol pauses around transactions (`pause_before`,
+    /// `pause_after`). False (the default) compiles the pauses away.
+    const HAS_PAUSES: bool = false;
+
+    /// A pause before transaction `tx` (TPC-C's keying time), drawn from the
+    /// client's stream. The latency runs from its end (closed loop); under a
+    /// rate the intended start moves by it.
+    fn pause_before(&self, _tx: TxType, _rng: &mut Prng) -> Option<Duration> {
+        None
+    }
+
+    /// A pause after transaction `tx` ended (TPC-C's think time), outside
+    /// any latency.
+    fn pause_after(&self, _tx: TxType, _rng: &mut Prng) -> Option<Duration> {
+        None
     }
 
     /// Close a client at the end of the run (say goodbye to the server).

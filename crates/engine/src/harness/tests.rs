@@ -66,6 +66,50 @@ struct Echo {
     with_failures: bool,
 }
 
+/// The echo protocol with a pause before and after each transaction.
+struct PausingEcho {
+    echo: Echo,
+    before: Duration,
+    after: Duration,
+}
+
+impl Protocol for PausingEcho {
+    type Client = EchoClient;
+    type Request = u64;
+    type Error = EchoError;
+    const HAS_PAUSES: bool = true;
+
+    fn transaction_types(&self) -> &[&'static str] {
+        self.echo.transaction_types()
+    }
+    async fn connect(&self, client: u32) -> Result<EchoClient, EchoError> {
+        self.echo.connect(client).await
+    }
+    fn socket(&self, client: &EchoClient) -> Option<RawFd> {
+        self.echo.socket(client)
+    }
+    fn next_transaction(&self, client: &mut EchoClient, rng: &mut Prng) -> (TxType, u64) {
+        self.echo.next_transaction(client, rng)
+    }
+    async fn execute(
+        &self,
+        client: &mut EchoClient,
+        tx: TxType,
+        request: &u64,
+    ) -> Result<(), EchoError> {
+        self.echo.execute(client, tx, request).await
+    }
+    fn classify(&self, error: &EchoError) -> ErrorClass {
+        self.echo.classify(error)
+    }
+    fn pause_before(&self, _tx: TxType, _rng: &mut Prng) -> Option<Duration> {
+        Some(self.before)
+    }
+    fn pause_after(&self, _tx: TxType, _rng: &mut Prng) -> Option<Duration> {
+        Some(self.after)
+    }
+}
+
 struct EchoClient {
     reader: tokio::io::BufReader<tokio::net::TcpStream>,
     line: String,
@@ -354,4 +398,25 @@ fn bad_settings_are_config_errors() {
     let mut cfg = config(1, 1);
     cfg.duration_s = Some(f64::INFINITY);
     assert!(cfg.validate().is_err());
+}
+
+#[test]
+fn pauses_before_and_after_slow_the_client_but_stay_out_of_the_latency() {
+    // 1 client, 2 ms per round trip, 40 ms before and 60 ms after each
+    // transaction: about 10 transactions in 1 s, each measured at about 2 ms.
+    let server = EchoServer::start(1, Duration::from_millis(2), 0);
+    let protocol = PausingEcho {
+        echo: echo(server.addr),
+        before: Duration::from_millis(40),
+        after: Duration::from_millis(60),
+    };
+    let s = Run::run(config(1, 1), protocol).unwrap();
+    assert!(
+        (7..=11).contains(&s.transactions),
+        "{} transactions",
+        s.transactions
+    );
+    let latency = s.latency.summary();
+    assert!(latency.min_us >= 2_000, "min {} us", latency.min_us);
+    assert!(latency.max_us < 40_000, "max {} us", latency.max_us);
 }

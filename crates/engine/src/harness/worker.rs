@@ -277,6 +277,22 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
             now
         };
         let (tx, request) = protocol.next_transaction(&mut conn, &mut rng);
+        let mut intended = intended;
+        if P::HAS_PAUSES {
+            if let Some(pause) = protocol.pause_before(tx, &mut rng) {
+                let until = Instant::now() + pause;
+                if !sleep_until(&shared, None, until).await
+                    || timing.end.is_some_and(|end| Instant::now() >= end)
+                {
+                    break None;
+                }
+                intended = if cfg.rate_tps.is_some() {
+                    intended + pause
+                } else {
+                    Instant::now()
+                };
+            }
+        }
         let started = Instant::now();
         let mut tries = 0;
         let ended = loop {
@@ -332,6 +348,13 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 .is_some_and(|n| measured_done >= n)
             {
                 break None;
+            }
+        }
+        if P::HAS_PAUSES {
+            if let Some(pause) = protocol.pause_after(tx, &mut rng) {
+                if !sleep_until(&shared, None, Instant::now() + pause).await {
+                    break None;
+                }
             }
         }
     };

@@ -57,6 +57,96 @@ pub fn bind_i64(buf: &mut Vec<u8>, statement: &str, params: &[i64]) {
     end_message(buf, at);
 }
 
+/// One parameter of a Bind, sent as text.
+#[derive(Debug, Clone, Copy)]
+pub enum Param<'a> {
+    Int(i64),
+    /// A fixed-point decimal: the value in units of 10^-scale.
+    Fixed(i64, u32),
+    Text(&'a [u8]),
+    Null,
+}
+
+/// Bind with mixed text parameters and text results.
+pub fn bind(buf: &mut Vec<u8>, statement: &str, params: &[Param<'_>]) {
+    let at = begin_message(buf, b'B');
+    buf.push(0); // unnamed portal
+    put_cstr(buf, statement.as_bytes());
+    buf.extend_from_slice(&0i16.to_be_bytes()); // all parameters text
+    buf.extend_from_slice(&(params.len() as i16).to_be_bytes());
+    for param in params {
+        let len_at = buf.len();
+        buf.extend_from_slice(&[0, 0, 0, 0]);
+        let before = buf.len();
+        match *param {
+            Param::Int(v) => {
+                write_i64(buf, v);
+            }
+            Param::Fixed(v, scale) => write_fixed(buf, v, scale),
+            Param::Text(t) => buf.extend_from_slice(t),
+            Param::Null => {
+                buf[len_at..len_at + 4].copy_from_slice(&(-1i32).to_be_bytes());
+                continue;
+            }
+        }
+        let n = (buf.len() - before) as u32;
+        buf[len_at..len_at + 4].copy_from_slice(&n.to_be_bytes());
+    }
+    buf.extend_from_slice(&0i16.to_be_bytes()); // all results text
+    end_message(buf, at);
+}
+
+/// Append a fixed-point decimal: `value` in units of 10^-`scale`
+/// (write_fixed(1234, 2) = "12.34"; write_fixed(-1000, 2) = "-10.00").
+#[inline]
+pub fn write_fixed(out: &mut Vec<u8>, value: i64, scale: u32) {
+    let unit = 10i64.pow(scale);
+    if value < 0 {
+        out.push(b'-');
+    }
+    let v = value.unsigned_abs() as i64;
+    write_i64(out, v / unit);
+    if scale == 0 {
+        return;
+    }
+    out.push(b'.');
+    let mut frac = v % unit;
+    let mut digits = [b'0'; 18];
+    for i in (0..scale as usize).rev() {
+        digits[i] = b'0' + (frac % 10) as u8;
+        frac /= 10;
+    }
+    out.extend_from_slice(&digits[..scale as usize]);
+}
+
+/// Read decimal text ("12.3", "-10.00", "7") as units of 10^-`scale`
+/// (digits beyond the scale are cut).
+pub fn parse_fixed(text: &[u8], scale: u32) -> Option<i64> {
+    let (neg, digits) = match text.first()? {
+        b'-' => (true, &text[1..]),
+        _ => (false, text),
+    };
+    let mut whole: i64 = 0;
+    let mut frac: i64 = 0;
+    let mut frac_digits = 0;
+    let mut in_frac = false;
+    for &c in digits {
+        match c {
+            b'0'..=b'9' if !in_frac => whole = whole.checked_mul(10)? + (c - b'0') as i64,
+            b'0'..=b'9' => {
+                if frac_digits < scale {
+                    frac = frac * 10 + (c - b'0') as i64;
+                    frac_digits += 1;
+                }
+            }
+            b'.' if !in_frac => in_frac = true,
+            _ => return None,
+        }
+    }
+    let v = whole.checked_mul(10i64.pow(scale))? + frac * 10i64.pow(scale - frac_digits);
+    Some(if neg { -v } else { v })
+}
+
 /// Execute the unnamed portal, all rows.
 pub fn execute(buf: &mut Vec<u8>) {
     buf.extend_from_slice(&[b'E', 0, 0, 0, 9, 0, 0, 0, 0, 0]);
@@ -123,6 +213,31 @@ mod tests {
             assert_eq!(String::from_utf8(out).unwrap(), v.to_string());
             assert_eq!(n, v.to_string().len());
         }
+    }
+
+    #[test]
+    fn fixed_point_text_goes_both_ways() {
+        let f = |v, s| {
+            let mut out = Vec::new();
+            write_fixed(&mut out, v, s);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(f(1234, 2), "12.34");
+        assert_eq!(f(-1000, 2), "-10.00");
+        assert_eq!(f(5, 4), "0.0005");
+        assert_eq!(parse_fixed(b"12.3", 2), Some(1230));
+        assert_eq!(parse_fixed(b"-10.00", 2), Some(-1000));
+        assert_eq!(parse_fixed(b"0.1234", 4), Some(1234));
+        assert_eq!(parse_fixed(b"7", 2), Some(700));
+        assert_eq!(parse_fixed(b"x", 2), None);
+        let mut buf = Vec::new();
+        bind(
+            &mut buf,
+            "s",
+            &[Param::Int(3), Param::Null, Param::Text(b"ab")],
+        );
+        let len = u32::from_be_bytes(buf[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len + 1, buf.len());
     }
 
     #[test]

@@ -449,6 +449,40 @@ impl PgConn {
         }
     }
 
+    /// `round_trip`, keeping the rows: each DataRow's values (text) go to
+    /// `rows`, and each CommandComplete closes one statement's result.
+    pub async fn round_trip_rows(&mut self, rows: &mut Rows) -> Result<Option<SqlError>, PgError> {
+        if !matches!(self.io, Io::Ring(..)) {
+            self.flush().await?;
+        }
+        let mut first_error = None;
+        loop {
+            let (tag, start, end) = self.next_message().await?;
+            match tag {
+                b'D' => rows.push_row(&self.rbuf[start..end]),
+                b'C' | b'I' => rows.end_result(),
+                b'Z' => {
+                    self.tx_status = if end > start { self.rbuf[start] } else { b'I' };
+                    return Ok(first_error);
+                }
+                b'E' => {
+                    let err = SqlError::parse(&self.rbuf[start..end]);
+                    if err.severity == "FATAL" || err.severity == "PANIC" {
+                        self.fatal = Some(err.to_string());
+                    }
+                    if first_error.is_none() {
+                        first_error = Some(err);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub fn put_bind(&mut self, statement: &str, params: &[codec::Param<'_>]) {
+        codec::bind(&mut self.wbuf, statement, params);
+    }
+
     /// Run SQL with the simple protocol; a server error is an Err.
     pub async fn simple(&mut self, sql: &str) -> Result<(), PgError> {
         self.put_query(sql);
@@ -564,5 +598,138 @@ impl PgConn {
     /// Say goodbye (Terminate) so the server logs a clean disconnect; best effort.
     pub fn terminate(&mut self) {
         let _ = self.sock().write(&codec::TERMINATE);
+    }
+}
+
+/// The rows of one exchange, in text, without an allocation per value:
+/// values in one buffer, and per statement (CommandComplete) its rows.
+#[derive(Debug, Default)]
+pub struct Rows {
+    data: Vec<u8>,
+    /// (start in data, length or -1 for NULL) per value.
+    cells: Vec<(u32, i32)>,
+    /// First cell of each row.
+    rows: Vec<u32>,
+    /// End (in rows) of each statement's result.
+    results: Vec<u32>,
+}
+
+impl Rows {
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.cells.clear();
+        self.rows.clear();
+        self.results.clear();
+    }
+
+    fn push_row(&mut self, body: &[u8]) {
+        self.rows.push(self.cells.len() as u32);
+        if body.len() < 2 {
+            return;
+        }
+        let n = i16::from_be_bytes([body[0], body[1]]).max(0) as usize;
+        let mut at = 2;
+        for _ in 0..n {
+            if at + 4 > body.len() {
+                break;
+            }
+            let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+            at += 4;
+            if len < 0 {
+                self.cells.push((0, -1));
+            } else {
+                let len_u = (len as usize).min(body.len() - at);
+                self.cells.push((self.data.len() as u32, len_u as i32));
+                self.data.extend_from_slice(&body[at..at + len_u]);
+                at += len_u;
+            }
+        }
+    }
+
+    fn end_result(&mut self) {
+        self.results.push(self.rows.len() as u32);
+    }
+
+    /// Statements that completed.
+    pub fn results(&self) -> usize {
+        self.results.len()
+    }
+
+    /// Row numbers of statement `result`'s rows (empty if it did not complete).
+    pub fn result_rows(&self, result: usize) -> std::ops::Range<usize> {
+        let Some(&end) = self.results.get(result) else {
+            return 0..0;
+        };
+        let start = if result == 0 {
+            0
+        } else {
+            self.results[result - 1]
+        };
+        start as usize..end as usize
+    }
+
+    /// Value `col` of row `row`; None for NULL or no such value.
+    pub fn get(&self, row: usize, col: usize) -> Option<&[u8]> {
+        let first = *self.rows.get(row)? as usize;
+        let end = self
+            .rows
+            .get(row + 1)
+            .map_or(self.cells.len(), |&r| r as usize);
+        if first + col >= end {
+            return None;
+        }
+        let (start, len) = self.cells[first + col];
+        (len >= 0).then(|| &self.data[start as usize..start as usize + len as usize])
+    }
+
+    pub fn i64(&self, row: usize, col: usize) -> Option<i64> {
+        std::str::from_utf8(self.get(row, col)?).ok()?.parse().ok()
+    }
+
+    /// A numeric value in units of 10^-scale.
+    pub fn fixed(&self, row: usize, col: usize, scale: u32) -> Option<i64> {
+        codec::parse_fixed(self.get(row, col)?, scale)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data_row(values: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut body = (values.len() as i16).to_be_bytes().to_vec();
+        for v in values {
+            match v {
+                Some(v) => {
+                    body.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                    body.extend_from_slice(v);
+                }
+                None => body.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        body
+    }
+
+    #[test]
+    fn rows_are_kept_per_statement() {
+        let mut rows = Rows::default();
+        rows.end_result(); // BEGIN
+        rows.push_row(&data_row(&[Some(b"42"), None, Some(b"1.50")]));
+        rows.push_row(&data_row(&[Some(b"7"), Some(b"x"), Some(b"-2")]));
+        rows.end_result();
+        rows.end_result(); // an UPDATE without RETURNING
+        assert_eq!(rows.results(), 3);
+        assert_eq!(rows.result_rows(0), 0..0);
+        assert_eq!(rows.result_rows(1), 0..2);
+        assert_eq!(rows.result_rows(2), 2..2);
+        assert_eq!(rows.result_rows(5), 0..0);
+        assert_eq!(rows.i64(0, 0), Some(42));
+        assert_eq!(rows.get(0, 1), None);
+        assert_eq!(rows.fixed(0, 2, 2), Some(150));
+        assert_eq!(rows.get(1, 1), Some(&b"x"[..]));
+        assert_eq!(rows.fixed(1, 2, 2), Some(-200));
+        assert_eq!(rows.get(1, 3), None);
+        rows.clear();
+        assert_eq!(rows.results(), 0);
     }
 }

@@ -26,7 +26,7 @@ mod conn;
 mod conninfo;
 mod error;
 
-pub use codec::write_i64;
-pub use conn::{PgConn, COPY_CHUNK_BYTES};
+pub use codec::{parse_fixed, write_fixed, write_i64, Param};
+pub use conn::{PgConn, Rows, COPY_CHUNK_BYTES};
 pub use conninfo::ConnInfo;
 pub use error::{PgError, SqlError};
