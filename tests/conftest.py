@@ -7,13 +7,17 @@ directory a server uses must be traversable by it: `workdir` makes sure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -117,3 +121,33 @@ def postmasters_under(directory: Path) -> list[int]:
         if b"postgres" in cmdline and state not in ("Z", "X"):
             pids.append(pid)
     return pids
+
+
+@contextlib.contextmanager
+def server_stalled(processes: Callable[[], Iterable[int]], after_s: float = 1.5,
+                   for_s: float = 2.0) -> Iterator[None]:
+    """SIGSTOP the server's processes (`processes()`, asked at that moment, so
+    the clients' backends are among them) `after_s` into the block, for
+    `for_s`, then SIGCONT; every process is continued on the way out."""
+    stopped: list[int] = []
+
+    def stall() -> None:
+        stopped.extend(processes())
+        assert stopped, "the server has processes"
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        time.sleep(for_s)
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    timer = threading.Timer(after_s, stall)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.join()
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)

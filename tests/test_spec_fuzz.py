@@ -29,6 +29,9 @@ from hypothesis import strategies as st
 
 from perflab import cli
 from perflab.collectors import COLLECTORS
+from perflab.hostctl.cgroups import ResourceSettings
+from perflab.hostctl.knobs import HostSettings
+from perflab.hostctl.scratchfs import FsSettings
 from perflab.spec import ExperimentSection, FileModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import tomllib
@@ -54,7 +57,13 @@ WORKLOAD_BASES = {
     "tpcb": {"kind": "tpcb", "duration": "1s"},
     "sql": {"kind": "sql", "statements": ["SELECT 1"]},
     "tpch": {"kind": "tpch"},
+    "tpcc": {"kind": "tpcc", "duration": "1s"},
 }
+# [host], [target.resources] and [target.storage]'s scratch filesystems:
+# their keys, fuzzed like the rest (check reads /proc and /sys; it changes nothing).
+HOST_KEYS = _keys(HostSettings)
+RESOURCE_KEYS = _keys(ResourceSettings)
+FS_KEYS = _keys(FsSettings)
 assert set(TARGET_BASES) == set(TARGET_KEYS) and set(WORKLOAD_BASES) == set(WORKLOAD_KEYS)
 
 HUGE = [2**63 - 1, 2**63, -(2**63) - 1, 2**64, 2**32, 10**30, 10**400, 10_001, 0, -1]
@@ -97,7 +106,7 @@ def section(draw: Any, base: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 
 # A factor each workload takes, with values from its range.
 GOOD_FACTORS = {"tpcb": ("workload.clients", 1, 10_000), "sql": ("workload.iterations", 1, 10**9),
-                "tpch": ("workload.streams", 1, 100)}
+                "tpch": ("workload.streams", 1, 100), "tpcc": ("workload.warehouses", 1, 100_000)}
 
 
 def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str, Any]:
@@ -129,13 +138,23 @@ def documents(draw: Any) -> dict[str, Any]:
     if draw(st.booleans()):
         paths = [f"workload.{k}" for k in WORKLOAD_KEYS[workload_kind]] + [
             f"target.{k}" for k in TARGET_KEYS[target_kind]
-        ] + ["target.settings.work_mem", "collect.vmstat.interval", "experiment.repetitions", "workload"]
+        ] + ["target.settings.work_mem", "collect.vmstat.interval", "experiment.repetitions", "workload",
+             "host.sysctl.vm.dirty_ratio", "host.hugepages", "target.resources.memory",
+             "target.storage.data_fs.size", "driver.cpus"]
         factor_values = st.lists(scalars, min_size=0, max_size=4) | anything
         doc["factors"] = draw(st.dictionaries(st.sampled_from(paths) | ODD, factor_values, max_size=3))
     if draw(st.booleans()):
         collect = {name: draw(st.booleans() | section({}, keys)) for name, keys in COLLECTOR_KEYS.items()
                    if draw(st.booleans())}
         doc["collect"] = collect if draw(st.integers(0, 4)) else draw(anything)
+    if draw(st.integers(0, 3)) == 0:
+        doc["host"] = draw(section({}, HOST_KEYS)) if draw(st.integers(0, 4)) else draw(anything)
+    if target_kind == "postgres" and draw(st.integers(0, 3)) == 0:
+        doc["target"]["resources"] = draw(section({}, RESOURCE_KEYS))
+    if target_kind == "postgres" and draw(st.integers(0, 3)) == 0:
+        doc["target"]["storage"] = {"data_fs": draw(section({"type": "ext4", "size": "1GB"}, FS_KEYS))}
+    if draw(st.integers(0, 6)) == 0:
+        doc["driver"] = draw(section({}, ["cpus"]))
     if draw(st.integers(0, 6)) == 0:
         doc.pop(draw(st.sampled_from(sorted(doc))))
     if draw(st.integers(0, 6)) == 0:

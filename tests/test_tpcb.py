@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
-from conftest import postmasters_under
+from conftest import postmasters_under, server_stalled
 from perflab import _engine
 from perflab.context import RunContext, SeriesSink
 from perflab.errors import Interrupted, RunFailure
@@ -243,24 +243,8 @@ def test_open_loop_latency_shows_a_stalled_server(pg_target, scratch_db, tmp_pat
                  io=io)
     ctx = context(tmp_path)
     w.prepare(scratch_db, ctx)
-    stopped: list[int] = []
-
-    def stall() -> None:
-        stopped.extend(_server_processes(target))
-        for pid in stopped:
-            os.kill(pid, signal.SIGSTOP)
-        time.sleep(2.0)
-        for pid in stopped:
-            os.kill(pid, signal.SIGCONT)
-
-    timer = threading.Timer(1.5, stall)
-    timer.start()
-    try:
+    with server_stalled(lambda: _server_processes(target)):
         result = w.run(scratch_db, ctx)
-    finally:
-        timer.join()
-        for pid in stopped:
-            with_suppressed_kill(pid, signal.SIGCONT)
     m = result.metrics
     assert m["latency_max_ms"].value > 1500, "the stall shows in full"
     # About 2 s of the 5 s schedule is stalled: p99 sits in seconds, not milliseconds.

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from conftest import server_stalled
 from perflab.context import RunContext, SeriesSink
 from perflab.errors import RunFailure
 from perflab.model import Flag
@@ -294,6 +295,24 @@ def test_a_skewed_mix_is_flagged(loaded, tmp_path) -> None:
     assert Flag.MIX_BELOW_SPEC in result.flags
     assert result.metrics["mix.delivery_pct"].value == 0
     assert any(e.kind == "mix-below-spec" and "Payment" in e.message for e in result.events)
+
+
+@pytest.mark.slow
+def test_open_loop_latency_shows_a_stalled_server(pg_target, loaded, tmp_path) -> None:
+    """As tpcb's: SIGSTOP the server for 2 s under a rate; transactions
+    scheduled meanwhile are late by up to 2 s, and latency from the intended
+    start says so, per type."""
+    target, _ = pg_target
+    db, _ = loaded
+    w = workload(clients=4, threads=2, duration="5s", rate=100.0, seed=3, io="epoll")
+    with server_stalled(target.processes):
+        result = w.run(db, context(tmp_path))
+    m = {k: v.value for k, v in result.metrics.items()}
+    assert m["payment.latency_max_ms"] > 1500 and m["new_order.latency_max_ms"] > 1500, "the stall shows in full"
+    # About 2 s of the 5 s schedule is stalled: p99 sits in seconds, not milliseconds.
+    assert m["payment.latency_p99_ms"] > 1000 and m["new_order.latency_p99_ms"] > 1000
+    assert m["lag_p99_ms"] > 1000
+    assert m["tps"] == pytest.approx(100, rel=0.25)  # the backlog drains after SIGCONT
 
 
 @pytest.mark.slow
