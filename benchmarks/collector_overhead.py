@@ -23,6 +23,7 @@ pgbench driving it so the figures are those of a loaded run.
    the limit: below 1% of a core with the defaults.
 
     .venv/bin/python benchmarks/collector_overhead.py [--seconds 60] [--samples 300] [--backends 16] [--pgbench 0]
+        [--ab-pairs 0] [--ab-seconds 10]
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import run_main
+from _common import processes_cpu_s, run_main
+from perflab.analysis.stats import ratio_interval
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import MONITOR_PIDS, CollectorContext, SamplingCollector
 from perflab.collectors.pgstat import PgstatCollector
 from perflab.context import RunContext, SeriesSink
 from perflab.model import RunResult
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
+from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 LIMIT_PCT_OF_ONE_CORE = 0.5  # perflab's own CPU
 LIMIT_TOTAL_PCT_OF_ONE_CORE = 1.0  # perflab's and the server backends serving its collectors
@@ -63,19 +66,6 @@ def process_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def backend_cpu_s(pids: set[int]) -> dict[int, float]:
-    """utime + stime of each process (seconds), from /proc/PID/stat."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[pid] = (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
 def per_sample_us(collector: SamplingCollector, samples: int, call: Any = None) -> float:
     call = call or collector.sample
     call()  # a first sample sets baselines
@@ -92,6 +82,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=300, help="samples per collector in part 1")
     parser.add_argument("--backends", type=int, default=16, help="idle client connections held open")
     parser.add_argument("--pgbench", type=int, default=0, help="pgbench clients driving the server (0: idle)")
+    parser.add_argument("--ab-pairs", type=int, default=0,
+                        help="part 3: select-only TPS with and without the default collectors, this many pairs")
+    parser.add_argument("--ab-seconds", type=float, default=10.0, help="length of each part-3 run")
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="perflab-collector-overhead-"))
@@ -149,9 +142,9 @@ def main() -> int:
         # The backends serving the collectors exist once they started; their
         # connection set-up is the one part of their CPU left out.
         monitors = set(MONITOR_PIDS)
-        server0 = backend_cpu_s(monitors)
+        server0 = processes_cpu_s(monitors)
         time.sleep(args.seconds)
-        server1 = backend_cpu_s(monitors)
+        server1 = processes_cpu_s(monitors)
         results = RunResult()
         for c in collectors:
             results.merge(c.stop())
@@ -171,6 +164,8 @@ def main() -> int:
         print(f"{'total cost of telemetry':<28} {total:.3f}% of one core; limit {LIMIT_TOTAL_PCT_OF_ONE_CORE}%")
         for c in held:
             c.close()
+        if args.ab_pairs:
+            tps_ab(target, endpoint, defaults, workdir, args.ab_pairs, args.ab_seconds)
         return 0 if pct < LIMIT_PCT_OF_ONE_CORE and total < LIMIT_TOTAL_PCT_OF_ONE_CORE else 1
     finally:
         if bench is not None:
@@ -178,6 +173,36 @@ def main() -> int:
             bench.wait()
         target.teardown()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def tps_ab(target: PostgresTarget, endpoint: Any, defaults: list[str], workdir: Path, pairs: int,
+           seconds: float) -> None:
+    """Part 3: the effect on the workload itself, not a target (this machine's
+    noise may hide it): select-only at 8 clients, scale 10, with the default
+    collectors and without, alternating (the order swapped every pair); the
+    ratio with / without and its 95% bootstrap interval."""
+    settings = TpcbSettings.model_validate({"kind": "tpcb", "script": "select-only", "scale": 10, "clients": 8,
+                                            "duration": seconds, "warmup": 1.0})
+    workload = TpcbWorkload(settings)
+    workload.prepare(endpoint, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
+    tps: dict[str, list[float]] = {"with": [], "without": []}
+    for pair in range(pairs):
+        for side in (("without", "with") if pair % 2 == 0 else ("with", "without")):
+            ctx = RunContext(run_number=pair, run_dir=workdir, t0_ns=time.monotonic_ns(), series=CountingSink())
+            running = [COLLECTORS.get(n)(n, COLLECTORS.get(n).Settings()) for n in defaults] if side == "with" else []
+            for c in running:
+                c.start(CollectorContext(run=ctx, endpoint=endpoint, target=target))
+            try:
+                tps[side].append(workload.run(endpoint, ctx).metrics["tps"].value)
+            finally:
+                for c in running:
+                    c.stop()
+    ratios = [w / wo for w, wo in zip(tps["with"], tps["without"], strict=True)]
+    ci = ratio_interval(tps["without"], tps["with"])
+    print(f"\n## 3. select-only TPS, 8 clients, with / without the default collectors, {pairs} pairs of {seconds:g} s")
+    print(f"mean TPS without {sum(tps['without']) / pairs:,.0f}, with {sum(tps['with']) / pairs:,.0f}; "
+          f"ratio {ci.estimate:.3f}, 95% CI {ci.low:.3f}-{ci.high:.3f} ({ci.method}); "
+          f"pair ratios {min(ratios):.3f}-{max(ratios):.3f}")
 
 
 def start_pgbench(target: PostgresTarget, endpoint: Any, clients: int) -> subprocess.Popen[bytes]:

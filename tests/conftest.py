@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,18 @@ def pg_target() -> Iterator[tuple[PostgresTarget, PostgresEndpoint]]:
 
 
 @pytest.fixture
+def duckdb_endpoint(workdir: Path) -> Iterator[Any]:
+    """An embedded DuckDB database in `workdir`, two threads, closed afterwards."""
+    from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
+
+    target = DuckDbTarget(DuckDbSettings(kind="duckdb", threads=2), workdir / "duckdb")
+    try:
+        yield target.provision()
+    finally:
+        target.teardown()
+
+
+@pytest.fixture
 def scratch_db(pg_target: tuple[PostgresTarget, PostgresEndpoint]) -> Iterator[PostgresEndpoint]:
     """A new, empty database on the session server, dropped afterwards."""
     from psycopg.conninfo import make_conninfo
@@ -90,6 +103,39 @@ def run_cli():
         return proc
 
     return run
+
+
+def start_run_until(experiment: Path, out: Path, ready: Callable[[], object],
+                    env: dict[str, str] | None = None, timeout_s: float = 120) -> subprocess.Popen[bytes]:
+    """`perflab run experiment --out out` in the background (its output in
+    out's sibling perflab.log), returned once `ready()` is true; fails with
+    that log if perflab exits first or ready() stays false for timeout_s."""
+    log = out.parent / "perflab.log"
+    with log.open("wb") as f:
+        run = subprocess.Popen(cli_command("run", experiment, "--out", out, "--quiet", "--no-report"),
+                               stdout=f, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if run.poll() is not None:
+            raise AssertionError(f"perflab exited {run.returncode} first:\n{log.read_text()}")
+        if time.monotonic() > deadline:
+            run.kill()
+            raise AssertionError(f"not ready after {timeout_s} s:\n{log.read_text()}")
+        time.sleep(0.05)
+    return run
+
+
+@pytest.fixture
+def namespaces_as_found() -> Iterator[set[str]]:
+    """perflab's network namespaces and devices before the test; any the
+    test left (a failing one) are removed after it."""
+    from perflab.hostctl import netns
+
+    before = set(netns.leftovers())
+    yield before
+    for item in sorted(set(netns.leftovers()) - before):
+        kind, name = item.split(" ", 1)
+        (netns.undo_netns if kind == "netns" else netns.undo_link)({"name": name})
 
 
 def postgres_processes(path_fragment: str) -> list[int]:

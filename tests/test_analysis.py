@@ -311,3 +311,17 @@ def test_scaling_curves_group_by_the_other_factors() -> None:
     assert all(p.summary.n == 3 for p in off.points)
     assert off.peak().x == 4.0
     assert scaling.scaling_efficiency(off) == pytest.approx([1.0, 1001 / 1002, 2001 / 2004])
+
+
+def test_linear_fit_recovers_a_known_loss_per_rule_with_r2() -> None:
+    from perflab.analysis.linear import linear_fit
+
+    xs = [0, 0, 0, 1000, 1000, 1000, 2000, 2000, 2000, 4000, 4000, 4000]
+    wobble = [1.5, -1.0, -0.5, 0.8, -1.2, 0.4, -0.3, 1.1, -0.8, 0.6, -0.9, 0.3]
+    ys = [900.0 - 0.05 * x + w for x, w in zip(xs, wobble, strict=True)]
+    fit = linear_fit(xs, ys)
+    assert fit.trend.slope_low < -0.05 < fit.trend.slope_high
+    assert fit.r2 > 0.99 and fit.n == 12 and abs(fit.intercept - 900) < 2
+    flat = linear_fit(xs, [900.0 + w for w in wobble])
+    assert not flat.trend.significant and flat.r2 < 0.2
+    assert fit.overlaps(fit) and not fit.overlaps(flat)

@@ -29,7 +29,7 @@ from perflab.collectors.procfs import CLOCK_TICKS_PER_S
 from perflab.collectors.vmstat import VmstatCollector, VmstatSettings
 from perflab.context import RunContext, SeriesSink
 from perflab.endpoints import Capability
-from perflab.model import Metric, RunResult
+from perflab.model import Metric, QueryTime, RunResult
 from perflab.report.telemetry import build_run_figure, write_run_figure
 from perflab.store import Store
 
@@ -383,7 +383,7 @@ def test_energy_from_rapl_counts_joules_across_a_counter_wrap(tmp_path: Path) ->
     _zone(root, "intel-rapl:0:0", "core", 1_000)  # inside the package: not added
     dram = _zone(root, "intel-rapl:0:1", "dram", 5_000_000)
     psys = _zone(root, "intel-rapl:1", "psys", 10_000_000)
-    collector = EnergyCollector("energy", EnergySettings(interval=0.1, rapl_root=str(root)))
+    collector = EnergyCollector("energy", EnergySettings(interval=0.1, rapl_root=str(root), idle_baseline=0))
 
     def work() -> None:
         deadline = time.monotonic() + 10
@@ -404,17 +404,55 @@ def test_energy_from_rapl_counts_joules_across_a_counter_wrap(tmp_path: Path) ->
     assert 0 < m["energy.watts_mean"].value < 6.5 / 0.3
     assert max(v for _, v in points["watts"]) > 0
     assert "energy.core.joules" not in m
+    # by component: sockets summed, core inside the package (not in the total)
+    assert m["energy.component.package.joules"].value == pytest.approx(5.0)
+    assert m["energy.component.dram.joules"].value == pytest.approx(1.5)
+    assert m["energy.component.core.joules"].value == pytest.approx(0.0)
+
+
+def test_fake_powercap_wraps_and_queries_share_the_rapl_energy(tmp_path: Path) -> None:
+    """Arithmetic only: a fake powercap tree whose package counter wraps at
+    its max_energy_range_uj during a query; the machine has no RAPL."""
+    root = tmp_path / "powercap"
+    package = _zone(root, "intel-rapl:0", "package-0", RANGE_UJ - 1_000_000)
+    uncore = _zone(root, "intel-rapl:0:1", "uncore", 0)
+    dram = _zone(root, "intel-rapl:0:2", "dram", 0)
+    collector = EnergyCollector("energy", EnergySettings(interval=0.05, rapl_root=str(root), idle_baseline=0.2))
+    ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns())
+    collector.start(CollectorContext(run=ctx, endpoint=None, target=None))
+    queries = []
+    for i in range(3):
+        start = ctx.now_s()
+        time.sleep(0.15)
+        queries.append(QueryTime(0, i + 1, f"q{i}", ctx.now_s() - start, started_s=start))
+        if i == 1:  # package: 1 J to the top, then 2 J past the wrap; dram 0.5 J; uncore 0.25 J
+            _write_atomic(package, "2000000\n")
+            _write_atomic(dram, "500000\n")
+            _write_atomic(uncore, "250000\n")
+        time.sleep(0.1)
+    result = collector.stop()
+    result.queries = queries
+    collector.annotate(result)
+    m = result.metrics
+    assert m["energy.joules"].value == pytest.approx(3.5)  # package 3 J + dram 0.5 J; uncore inside the package
+    assert m["energy.component.uncore.joules"].value == pytest.approx(0.25)
+    assert m["energy.idle_watts"].value == pytest.approx(0.0)  # no counter moved during the baseline
+    in_queries = sum(q.energy_j or 0.0 for q in queries)
+    assert in_queries + m["energy.gaps.joules"].value == pytest.approx(3.5)
+    assert all(q.energy_source == "rapl" and set(q.energy or {}) == {"package", "uncore", "dram"} for q in queries)
 
 
 def test_energy_without_rapl_is_estimated_and_says_how(tmp_path: Path) -> None:
-    collector = EnergyCollector("energy", EnergySettings(interval=0.2, rapl_root=str(tmp_path), tdp_watts=100.0))
+    collector = EnergyCollector("energy", EnergySettings(interval=0.2, rapl_root=str(tmp_path), tdp_watts=100.0,
+                                                         idle_baseline=0))
     points, result = collect(collector, lambda: time.sleep(1.0))
     joules, watts = result.metrics["energy.joules"], result.metrics["energy.watts_mean"]
     assert joules.method.startswith("model: ") and "TDP 100 W (given)" in joules.method
     assert watts.method == joules.method
-    assert 30.0 <= watts.value <= 100.0  # P_idle = 0.3 x TDP up to the TDP
+    cpu = result.metrics["energy.component.cpu.joules"].value
+    assert 30.0 * 0.9 <= cpu <= 100.0 * 1.5  # P_idle = 0.3 x TDP up to the TDP, over about 1 s
     assert joules.value == pytest.approx(watts.value * 1.0, rel=0.3)
-    assert all(30.0 <= v <= 100.0 for _, v in points["watts"])
+    assert all(30.0 <= v <= 100.0 for _, v in points["cpu.watts"])
     assert any("estimated" in e.message for e in result.events)
 
 

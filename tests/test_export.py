@@ -110,7 +110,8 @@ def test_series_parquet_round_trips(store_dir: Path, tmp_path: Path) -> None:
 
 
 def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: Path) -> None:
-    """Schema 2 added query.started_s, schema 3 the attempt table; a store
+    """Schema 2 added query.started_s, schema 3 the attempt table, schema 4
+    the queries' energy; a store
     written before still opens, exports and keeps every row (its queries have
     no start time)."""
     import sqlite3
@@ -120,14 +121,16 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
     db = sqlite3.connect(out / "perflab.sqlite")
     with db:
         db.execute("ALTER TABLE query DROP COLUMN started_s")
+        for column in ("energy_j", "energy_above_idle_j", "energy_json", "energy_source"):  # schema 4
+            db.execute(f"ALTER TABLE query DROP COLUMN {column}")
         db.execute("DROP TABLE attempt")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     db.close()
     proc = _export(str(out), "--table", "queries", "--format", "json")
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)
-    assert len(rows) == 3 and all(r["started_s"] is None for r in rows)
+    assert len(rows) == 3 and all(r["started_s"] is None and r["energy_j"] is None for r in rows)
     db = sqlite3.connect(out / "perflab.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     assert db.execute("SELECT count(*) FROM attempt").fetchone() == (0,)
     db.close()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, postmasters_under
+from conftest import cli_command, postmasters_under, start_run_until
 from perflab.hostctl.cgroups import cgroup_of
 from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
 from perflab.store import Store
@@ -246,15 +246,8 @@ def _start_and_wait_for_server(workdir: Path, host: dict[str, str], env: dict[st
     ratio = 3 if host["sysctl"] != "3" else 4
     experiment = _write(workdir, SIGKILL_EXPERIMENT.format(ratio=ratio))
     out = workdir / "out"
-    log = workdir / "perflab.log"
-    with log.open("wb") as f:
-        run = subprocess.Popen(cli_command("run", experiment, "--out", out, "--quiet", "--no-report"),
-                               stdout=f, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 120
-    while not (list(out.glob("targets/*/perflab-target.json")) and _perflab_cgroups()):
-        assert run.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
+    run = start_run_until(experiment, out, lambda: list(out.glob("targets/*/perflab-target.json"))
+                          and _perflab_cgroups(), env=env)
     time.sleep(0.5)  # mid-run
     assert _snapshot() != host  # the knobs are set
     return run, out

@@ -17,10 +17,10 @@ LAYERS: list[set[str]] = [
     {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
      "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
      "perflab.host", "perflab.progress", "perflab.guardian", "perflab.hostctl"},
-    {"perflab.analysis", "perflab.targets", "perflab.store"},
+    {"perflab.analysis", "perflab.targets", "perflab.store", "perflab.drivers"},
     {"perflab.workloads", "perflab.collectors"},
     {"perflab.spec", "perflab.plan"},
-    {"perflab.runner", "perflab.hostrun", "perflab.export", "perflab.report"},
+    {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report"},
     {"perflab.cli"},
 ]
 

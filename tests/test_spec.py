@@ -175,3 +175,25 @@ def test_check_warns_of_the_collectors_a_run_would_skip(tmp_path: Path, run_cli)
     skipped = sorted(m.split(":")[0] for (m,) in conn.execute("SELECT message FROM event WHERE kind = 'collector-skipped'"))
     conn.close()
     assert skipped == warned
+
+
+def test_a_factor_on_a_whole_section_sets_its_keys_together() -> None:
+    text = """
+[experiment]
+name = "x"
+[target]
+kind = "postgres"
+[workload]
+kind = "tpcb"
+clients = 1
+[factors]
+"workload" = [{ script = "select-only", clients = 8 }, { script = "tpcb-like" }]
+"""
+    exp = spec.load_text(text)
+    runs = [exp.resolve(c).workload for c in exp.combinations()]
+    assert [(w.script, w.clients) for w in runs] == [("select-only", 8), ("tpcb-like", 1)]
+    with pytest.raises(SpecError, match="sets workload.kind"):
+        spec.load_text(text.replace('{ script = "tpcb-like" }', '{ kind = "sql" }'))
+    with pytest.raises(SpecError, match="names nothing"):
+        spec.load_text(text.replace('"workload" = [{ script = "select-only", clients = 8 }, { script = "tpcb-like" }]',
+                                    '"workload" = [1, 2]'))

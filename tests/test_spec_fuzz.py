@@ -31,6 +31,7 @@ from perflab import cli
 from perflab.collectors import COLLECTORS
 from perflab.hostctl.cgroups import ResourceSettings
 from perflab.hostctl.knobs import HostSettings
+from perflab.hostctl.netns import DriverNetwork
 from perflab.hostctl.scratchfs import FsSettings
 from perflab.spec import ExperimentSection, FileModel
 from perflab.targets import TARGETS
@@ -52,12 +53,18 @@ TARGET_KEYS = {kind: _keys(TARGETS.get(kind).Settings) for kind in TARGETS.names
 WORKLOAD_KEYS = {kind: _keys(WORKLOADS.get(kind).Settings) for kind in WORKLOADS.names()}
 COLLECTOR_KEYS = {name: _keys(COLLECTORS.get(name).Settings) for name in COLLECTORS.names()}
 # Valid starting points, so that many documents get past the first error.
-TARGET_BASES = {"postgres": {"kind": "postgres"}, "duckdb": {"kind": "duckdb"}}
+TARGET_BASES = {"postgres": {"kind": "postgres"}, "duckdb": {"kind": "duckdb"}, "nginx": {"kind": "nginx"},
+                "process": {"kind": "process", "command": "true {port} {root}"},
+                "http": {"kind": "http", "url": "http://127.0.0.1:8080/"}, "router": {"kind": "router"}}
 WORKLOAD_BASES = {
     "tpcb": {"kind": "tpcb", "duration": "1s"},
     "sql": {"kind": "sql", "statements": ["SELECT 1"]},
     "tpch": {"kind": "tpch"},
     "tpcc": {"kind": "tpcc", "duration": "1s"},
+    "http": {"kind": "http", "duration": "1s"},
+    "ssb": {"kind": "ssb"},
+    "queries": {"kind": "queries", "queries": {"q1": "select 1"}},
+    "stream": {"kind": "stream", "duration": "1s"},
 }
 # [host], [target.resources] and [target.storage]'s scratch filesystems:
 # their keys, fuzzed like the rest (check reads /proc and /sys; it changes nothing).
@@ -106,7 +113,10 @@ def section(draw: Any, base: dict[str, Any], keys: list[str]) -> dict[str, Any]:
 
 # A factor each workload takes, with values from its range.
 GOOD_FACTORS = {"tpcb": ("workload.clients", 1, 10_000), "sql": ("workload.iterations", 1, 10**9),
-                "tpch": ("workload.streams", 1, 100), "tpcc": ("workload.warehouses", 1, 100_000)}
+                "tpch": ("workload.streams", 1, 100), "tpcc": ("workload.warehouses", 1, 100_000),
+                "http": ("workload.clients", 1, 10_000),
+                "ssb": ("workload.rounds", 1, 1000), "queries": ("workload.repetitions", 1, 100_000),
+                "stream": ("workload.flows", 1, 256)}
 
 
 def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str, Any]:
@@ -117,8 +127,12 @@ def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str,
         "workload": dict(WORKLOAD_BASES[workload_kind]),
         "collect": {"vmstat": {"interval": draw(st.sampled_from(["10ms", "1s", "31d", 0.01, 2678400]))}},
     }
-    if target_kind == "duckdb" and workload_kind == "tpcb":
-        doc["target"] = dict(TARGET_BASES["postgres"])
+    web = ("nginx", "process", "http")
+    if ((target_kind == "duckdb" and workload_kind == "tpcb") or (target_kind == "router") != (workload_kind == "stream")
+            or (target_kind in web) != (workload_kind == "http")):
+        # the nearest valid pair: the workload decides the target
+        nearest = {"stream": "router", "http": "nginx"}.get(workload_kind, "postgres")
+        doc["target"] = dict(TARGET_BASES[nearest])
     path, low, high = GOOD_FACTORS[workload_kind]
     doc["factors"] = {path: draw(st.lists(st.integers(low, high), min_size=1, max_size=120, unique=True))}
     return doc
@@ -140,7 +154,8 @@ def documents(draw: Any) -> dict[str, Any]:
             f"target.{k}" for k in TARGET_KEYS[target_kind]
         ] + ["target.settings.work_mem", "collect.vmstat.interval", "experiment.repetitions", "workload",
              "host.sysctl.vm.dirty_ratio", "host.hugepages", "target.resources.memory",
-             "target.storage.data_fs.size", "driver.cpus"]
+             "target.storage.data_fs.size", "driver.cpus", "driver.network.namespace", "driver.network.delay",
+             "driver.workers"]
         factor_values = st.lists(scalars, min_size=0, max_size=4) | anything
         doc["factors"] = draw(st.dictionaries(st.sampled_from(paths) | ODD, factor_values, max_size=3))
     if draw(st.booleans()):
@@ -154,7 +169,9 @@ def documents(draw: Any) -> dict[str, Any]:
     if target_kind == "postgres" and draw(st.integers(0, 3)) == 0:
         doc["target"]["storage"] = {"data_fs": draw(section({"type": "ext4", "size": "1GB"}, FS_KEYS))}
     if draw(st.integers(0, 6)) == 0:
-        doc["driver"] = draw(section({}, ["cpus"]))
+        doc["driver"] = draw(section({}, ["cpus", "kind", "address", "workers", "network"]))
+        if draw(st.booleans()):
+            doc["driver"]["network"] = draw(section({"namespace": True}, _keys(DriverNetwork)))
     if draw(st.integers(0, 6)) == 0:
         doc.pop(draw(st.sampled_from(sorted(doc))))
     if draw(st.integers(0, 6)) == 0:

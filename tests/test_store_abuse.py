@@ -184,7 +184,9 @@ def small_disk() -> Iterator[Path]:
 
 def fill(directory: Path) -> Path:
     filler = directory / "filler"
-    with filler.open("wb") as f:
+    # unbuffered: a buffered file would hold the part of a chunk the full disk
+    # refused, and raise again when closed
+    with filler.open("wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +23,6 @@ ANSWERS = Path(__file__).parent / "data" / "tpch" / "answers" / "sf0.01"
 # dbgen's row counts at SF 0.01 (LINEITEM's count is dbgen's, not a formula).
 ROWS_SF001 = {"region": 5, "nation": 25, "part": 2000, "supplier": 100, "partsupp": 8000,
               "customer": 1500, "orders": 15000, "lineitem": 60175}
-
-
-@pytest.fixture
-def duckdb_endpoint(workdir: Path) -> Iterator[Any]:
-    from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
-
-    target = DuckDbTarget(DuckDbSettings(kind="duckdb", threads=2), workdir / "duckdb")
-    try:
-        yield target.provision()
-    finally:
-        target.teardown()
 
 
 @pytest.fixture(params=["postgres", "duckdb"])

@@ -50,6 +50,9 @@ class RunContext:
     # both as events ("measure-start", "measure-end") for the report.
     measure_start_s: float | None = None
     measure_end_s: float | None = None
+    # Where the engine's harness runs ([driver]): a perflab.drivers.EngineDriver;
+    # None: in this process (perflab.drivers.engine_run).
+    driver: object | None = None
 
     def now_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9

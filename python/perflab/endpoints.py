@@ -13,7 +13,9 @@ code below ever asks an endpoint for its kind by name or probes it with
 - `PgWireEndpoint`: a server that speaks the PostgreSQL protocol, with a
   typed conninfo for the engine's own PostgreSQL client (the TPC-B driver,
   COPY) and for psycopg.
-- HTTP and network endpoints come with their workloads.
+- `HttpEndpoint`: a web server on loopback (managed nginx or any server
+  perflab starts, or an external base URL), and for a managed one the way
+  to serve a directory (`publish`).
 
 This module sits below targets, workloads, collectors and the store.
 """
@@ -21,8 +23,10 @@ This module sits below targets, workloads, collectors and the store.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
 from typing import Any, ClassVar
 
 
@@ -31,6 +35,9 @@ class Capability(str, Enum):
 
     SQL = "sql"
     POSTGRES_WIRE = "postgres-wire"
+    HTTP = "http"
+    # Namespaces to send from and receive in, across a network path (a router).
+    NETWORK = "network"
 
     def __str__(self) -> str:
         return self.value
@@ -93,7 +100,7 @@ class SqlEndpoint(Endpoint):
 
     @abc.abstractmethod
     def bulk_load(self, dataset: str, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
-        """Generate `tables` of the engine's data set `dataset` ("tpch") at
+        """Generate `tables` of the engine's data set `dataset` ("tpch", "ssb") at
         `scale_factor` and load them, `jobs` at a time, by this database's
         fastest path; rows loaded per table."""
 
@@ -124,3 +131,21 @@ class PgWireEndpoint(SqlEndpoint):
             params["options"] = (options + " -c default_transaction_read_only=on").strip()
         params.setdefault("application_name", application_name)
         return make_conninfo("", **params)
+
+
+@dataclass(kw_only=True)
+class HttpEndpoint(Endpoint):
+    """A web server reached over HTTP/1.1 on loopback at `address`
+    ("127.0.0.1:8080"), serving its files under `prefix`. `publish` is set
+    only for a server perflab started: it makes the server serve a directory
+    (perflab never uploads a file set to a server it did not start)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.HTTP})
+
+    address: str
+    host_header: str
+    prefix: str = "/"
+    publish: Callable[[Path], None] | None = None
+
+    def display(self) -> str:
+        return f"http://{self.host_header}{self.prefix}"

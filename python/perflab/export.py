@@ -5,7 +5,9 @@ run, combination, repetition, status, <factor paths...>, metric, value, unit.
 Series (`--table series`): one row per sample: the run columns, then source,
 name, t (seconds on the run's clock), value. Queries (`--table queries`): one
 row per statement or query execution: stream, seq, query, started_s, seconds,
-query_status, error, text (`status` is the run's, as in every table). Formats: csv and json to stdout, or to --output; parquet (binary,
+query_status, error, text, and the query's energy when collected (energy_j,
+energy_above_idle_j, energy_json by component, energy_source) (`status` is
+the run's, as in every table). Formats: csv and json to stdout, or to --output; parquet (binary,
 through pyarrow) only to --output.
 """
 
@@ -64,7 +66,9 @@ def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
     runs = {r["id"]: run_part(r) for r in store.runs()}
     # the store's column name -> the export's: the run columns already hold a `status`
     fields = {"stream": "stream", "seq": "seq", "query": "query", "started_s": "started_s", "seconds": "seconds",
-              "status": "query_status", "error": "error", "text": "text"}
+              "status": "query_status", "error": "error", "text": "text", "energy_j": "energy_j",
+              "energy_above_idle_j": "energy_above_idle_j", "energy_json": "energy_json",
+              "energy_source": "energy_source"}
     rows = (runs[q["run_id"]] | {name: q[f] for f, name in fields.items()} for q in store.queries())
     return [*columns, *fields.values()], rows
 

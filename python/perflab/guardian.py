@@ -52,6 +52,8 @@ GUARDIAN_EXIT_WAIT_S = 15.0
 
 UNDO = {
     "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
+    # a managed web server (nginx, process): end every process with its token
+    "web-server": "perflab.targets.webserver:undo_web_server",
     "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
     "cgroup": "perflab.hostctl.cgroups:undo_cgroup",  # a server's cgroup: kill what is inside, rmdir
     "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
@@ -60,6 +62,11 @@ UNDO = {
     # a process perflab started (a tracer: bpftrace, strace): SIGKILL it if the
     # pid still has the journaled start time
     "kill-process": "perflab.guardian:kill_process",
+    "netns": "perflab.hostctl.netns:undo_netns",  # a network namespace: kill what runs in it, delete it
+    "link": "perflab.hostctl.netns:undo_link",  # a veth end in the root namespace: delete it (and its qdisc)
+    # a private Ray cluster (driver.address = "local"): kill every process that
+    # carries its token in its environment
+    "ray-cluster": "perflab.drivers.ray:undo_cluster",
 }
 
 

@@ -81,6 +81,12 @@ class QueryTime:
     text: str | None = None
     error: str | None = None
     started_s: float | None = None  # on the run's clock (seconds since its t0)
+    # Energy over [started_s, started_s + seconds], set by the energy collector:
+    # by component (J), in total, above the idle baseline, and its source.
+    energy: dict[str, float] | None = None
+    energy_j: float | None = None
+    energy_above_idle_j: float | None = None
+    energy_source: str | None = None
 
 
 @dataclass
@@ -109,6 +115,9 @@ class Flag(str, Enum):
     # The transaction mix achieved is below its spec's minimums (TPC-C
     # clause 5.2.3: Payment 43%, Order-Status, Delivery, Stock-Level 4% each).
     MIX_BELOW_SPEC = "mix-below-spec"
+    # The driver ran in a network namespace over a shaped veth link
+    # (driver.network): its latency includes the link's delay.
+    SHAPED_LINK = "shaped-link"
 
     def __str__(self) -> str:
         return self.value

@@ -39,6 +39,8 @@ from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from perflab.context import RunContext
+from perflab.drivernet import DriverLink
+from perflab.drivers import Drivers
 from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
@@ -232,6 +234,8 @@ class Runner:
         self.active: ActiveTarget | None = None
         self._warned: set[str] = set()
         self.host = HostChanges(progress.say, progress.warn)
+        self.link = DriverLink(progress.say)  # driver.network's namespace, made when a run needs it
+        self.drivers = Drivers(progress.say)  # [driver]: one open per experiment (a Ray cluster starts once)
         # Set by SIGINT/SIGTERM (see interrupt_on_signals); every run's cancel.
         self._stop = threading.Event()
 
@@ -246,6 +250,8 @@ class Runner:
         finished = False
         try:
             with interrupt_on_signals() as self._stop:
+                if any(self.exp.resolve(self.plan[n].factors).driver.network.namespace for n in todo):
+                    self.link.make()  # before any server starts: it listens on the link too
                 for number in todo:
                     if self._stop.is_set():
                         raise Interrupted("stop requested")
@@ -261,10 +267,15 @@ class Runner:
         finally:
             with signals_ignored():
                 self._release_target()
+                self.drivers.close()
                 try:
                     self.host.restore_all()  # after the server stopped: it may hold huge pages
                 except Exception as exc:  # the guardian undoes the rest at exit
                     self.progress.warn(f"host settings not all restored here: {exc}")
+                try:
+                    self.link.remove()
+                except Exception as exc:
+                    self.progress.warn(f"the driver's namespace not removed here: {exc}")
                 # An interrupted experiment keeps its data, so resume reuses it.
                 if finished and not any(r["status"] == "planned" for r in self.store.runs()):
                     self._discard_data()
@@ -300,11 +311,15 @@ class Runner:
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
-                             cancel=self._stop, status=self.progress.status, warn=self.progress.warn)
+                             cancel=self._stop, status=self.progress.status, warn=self.progress.warn,
+                             driver=self.drivers.get(spec.driver))
             self._prepare(workload, endpoint, identity, ctx, result)
             self.host.before_measure(spec.host, result)
             self.host.metrics(spec.host, result)
-            result.merge(self._measure(workload, endpoint, target, spec, ctx))
+            try:
+                result.merge(self._measure(workload, endpoint, target, spec, ctx))
+            finally:
+                result.merge(self.drivers.driver.figures())
             if self._stop.is_set():
                 # A workload that saw its cancel ended early: the run is not done.
                 raise Interrupted("stop requested")
@@ -374,7 +389,10 @@ class Runner:
         if active is not None and active.identity == identity and active.target.check_alive() is None:
             return active.target, identity
         self._release_target()
-        target = TARGETS.get(spec.target.kind)(spec.target, self._target_dir(spec.target.kind, identity), self.base_dir)
+        cls = TARGETS.get(spec.target.kind)
+        target = cls(spec.target, self._target_dir(spec.target.kind, identity), self.base_dir)
+        if self.link.made and cls.remote_client_problem(spec.target) is None:
+            target.allow_remote_client(self.link.server_address, self.link.client_address)
         return target, identity
 
     def _bring_up(self, target: Target, identity: str, spec: RunSpec, result: RunResult) -> Endpoint:
@@ -466,7 +484,11 @@ class Runner:
                     continue
                 running.append(collector)
             usage = target.resource_usage()
-            result.merge(workload.run(endpoint, ctx))
+            if spec.driver.network.namespace:
+                with self.link.driving(spec.driver.network, target, endpoint, result, ctx.now_s) as remote:
+                    result.merge(workload.run(remote, ctx))
+            else:
+                result.merge(workload.run(endpoint, ctx))
             if usage:
                 resource_metrics(usage, target.resource_usage(), result)
             for kind, t in (("measure-start", ctx.measure_start_s), ("measure-end", ctx.measure_end_s)):
@@ -484,6 +506,10 @@ class Runner:
             if derive is not None:
                 for metric in derive(result.metrics).values():
                     result.metrics[metric.name] = metric
+            try:
+                collector.annotate(result)
+            except Exception as exc:  # telemetry must not lose the run
+                result.events.append(Event(ctx.now_s(), "collector-error", f"{collector.name}: {exc}"))
         return result
 
     def _skip_collector(self, name: str, reason: str, result: RunResult) -> None:

@@ -63,3 +63,6 @@ class RunGroup:
     # with "name", "t" and "value" (Store.series), for a collector that draws
     # per-event series (syscalls' successive fsync calls); None: not given.
     read_series: Callable[[int, str], list[dict[str, Any]]] | None = None
+    # The report's reader of a run's stored queries (Store.queries: stream,
+    # seq, query, seconds, started_s, energy_j, ...); None: not given.
+    read_queries: Callable[[int], list[dict[str, Any]]] | None = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from perflab import tomldoc
 from perflab.collectors import COLLECTORS
@@ -30,6 +30,7 @@ from perflab.endpoints import Capability, describe
 from perflab.errors import SpecError, UserError
 from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
+from perflab.hostctl.netns import DriverNetwork, network_problems
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
@@ -47,6 +48,8 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # and check validates every combination before anything starts (about 0.25 ms
 # each here), so the bound also keeps `perflab check` to seconds.
 MAX_PLAN_RUNS = 10_000
+# Ray actors of one distributed driver: each drives at least one client.
+MAX_DRIVER_WORKERS = 1_000
 
 
 class ExperimentSection(StrictModel):
@@ -84,6 +87,24 @@ class DriverSettings(StrictModel):
     # the driver does not compete with a server given other CPUs
     # (target.resources.cpus). perflab warns when the two overlap.
     cpus: str | None = None
+    # The driver's connections from a network namespace of perflab's own,
+    # over a shaped veth link (perflab.hostctl.netns.DriverNetwork).
+    network: DriverNetwork = Field(default_factory=DriverNetwork)
+    # "local": the engine in perflab's process; "ray": `workers` Ray actors
+    # (perflab.drivers.ray), each driving its share of the clients, on the Ray
+    # cluster at `address` ("local": a private one started on this machine).
+    kind: Literal["local", "ray"] = "local"
+    address: str = "local"
+    workers: int = Field(default=1, ge=1, le=MAX_DRIVER_WORKERS)
+
+    @model_validator(mode="after")
+    def _ray_keys_with_ray(self) -> DriverSettings:
+        given = [k for k in ("address", "workers") if k in self.model_fields_set]
+        if self.kind == "local" and given:
+            raise ValueError(f"{' and '.join(given)} given with kind = \"local\"; allowed: only with kind = \"ray\"")
+        if not self.address.strip():
+            raise ValueError("address is empty; allowed: \"local\" or a Ray cluster's address (\"host:6379\")")
+        return self
 
     @field_validator("cpus")
     @classmethod
@@ -113,6 +134,8 @@ class RunSpec:
     raw: dict[str, Any]
     host: HostSettings = field(default_factory=HostSettings)
     driver: DriverSettings = field(default_factory=DriverSettings)
+    # What validation changed for this run and the user should know (`check` says it).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -314,9 +337,39 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
         problems.append(("host.hugepages", f"got \"auto\", which sizes the huge pages from a managed server's "
                          f"shared memory; target kind {target.kind!r} as given has none; allowed: a number of "
                          "huge pages"))
+    if driver is not None and driver.network.namespace:
+        remote = target_cls.remote_client_problem(target)
+        if remote:
+            problems.append(("driver.network.namespace", f"target kind {target.kind!r}: {remote}"))
+    notes: list[str] = []
+    if driver is not None and driver.kind == "ray" and driver.network.namespace:
+        problems.append(("driver.network.namespace", "got true with kind = \"ray\": the namespace holds perflab's own "
+                         "threads, not Ray's workers; allowed: one of them (Ray's workers on other machines are "
+                         "remote clients already)"))
+    if driver is not None and driver.kind == "ray":
+        target, more, note = _distributed(target_cls, target, workload_cls, workload, driver)
+        problems += more
+        notes += [note] if note else []
     if problems or host is None or driver is None:
         return None, problems
-    return RunSpec(target, workload, collect, resolved, host, driver), []
+    return RunSpec(target, workload, collect, resolved, host, driver, tuple(notes)), []
+
+
+def _distributed(target_cls: Any, target: Any, workload_cls: Any, workload: Any,
+                 driver: DriverSettings) -> tuple[Any, list[tuple[str, str]], str | None]:
+    """[driver] kind = "ray": a workload on the engine's harness, a target
+    the workers reach over TCP, at least one client per worker."""
+    if not workload_cls.distributable:
+        distributable = [n for n in WORKLOADS.names() if WORKLOADS.get(n).distributable]
+        return target, [("driver.kind", f"got \"ray\"; workload {workload.kind!r} does not run on the engine's "
+                         f"load harness; allowed: \"local\", or a workload that does ({', '.join(distributable)})")], None
+    problems = []
+    clients = getattr(workload, "clients", None)
+    if isinstance(clients, int) and clients < driver.workers:
+        problems.append(("driver.workers", f"got {driver.workers}, more than workload.clients = {clients}; "
+                         "allowed: at most one worker per client"))
+    target, more, note = target_cls.for_distributed_driver(target)
+    return target, problems + more, note
 
 
 def _validate_section(section: str, raw: Any, model: type[StrictModel]) -> tuple[Any, list[tuple[str, str]]]:
@@ -345,6 +398,17 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]
     where = fmt_path(("factors", path))
     if any(p == "" for p in parts):
         return [(where, "not a dotted path; allowed: e.g. \"workload.clients\"")]
+    if len(parts) == 1 and parts[0] in ("target", "workload") and isinstance(value, dict):
+        # A factor on a whole section sets several of its keys together (levels
+        # that are not a full cross: e.g. a receiver design only for TCP).
+        section = doc.setdefault(parts[0], {})
+        if not isinstance(section, dict):
+            return [(where, f"names nothing: {parts[0]} is not a table")]
+        if "kind" in value and value["kind"] != section.get("kind"):
+            return [(where, f"sets {parts[0]}.kind; allowed: the section's other keys (make kind a factor of its own, "
+                            f"\"{parts[0]}.kind\")")]
+        section.update(value)
+        return []
     if parts[0] not in FACTOR_ROOTS or len(parts) < 2:
         return [(where, f"names nothing; a factor path starts with one of: {', '.join(r + '.' for r in FACTOR_ROOTS)}")]
     node: Any = doc
@@ -476,6 +540,16 @@ def preflight(exp: Experiment, base_dir: Path) -> list[str]:
         if key not in seen:
             seen.add(key)
             problems += host_problems(run.host)
+        key = f"network:{run.driver.network.model_dump_json()}"
+        if key not in seen:
+            seen.add(key)
+            problems += network_problems(run.driver.network)
+        key = f"driver:{run.driver.model_dump_json()}:{run.target.model_dump_json()}"
+        if key not in seen:
+            seen.add(key)
+            more, notes = _driver_preflight(run)
+            problems += more
+            warnings += [n for n in notes if n not in warnings]
         for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
             key = f"{registry.what}:{settings.model_dump_json()}"
             if key not in seen:
@@ -488,6 +562,24 @@ def preflight(exp: Experiment, base_dir: Path) -> list[str]:
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
     return warnings
+
+
+def _driver_preflight(run: RunSpec) -> tuple[list[tuple[str, str]], list[str]]:
+    """A distributed driver needs Ray installed; a managed server on 127.0.0.1
+    is out of reach of workers on other machines (a warning: the cluster at
+    `address` may be this machine alone)."""
+    from perflab.drivers import RAY_EXTRA_HINT, ray_installed
+
+    if run.driver.kind != "ray":
+        return [], []
+    if not ray_installed():
+        return [("driver.kind", f"got \"ray\", which needs Ray, and Ray is not installed; fix: {RAY_EXTRA_HINT}")], []
+    notes = list(run.notes)
+    if run.driver.address != "local" and getattr(run.target, "dsn", "") is None:
+        notes.append(f"driver.address: workers of the cluster at {run.driver.address!r} on other machines cannot "
+                     "reach a managed server, which listens on 127.0.0.1 only; for a multi-node cluster give "
+                     "an external target (dsn) whose host every node reaches")
+    return [], notes
 
 
 def load(path: str | Path) -> Experiment:

@@ -32,9 +32,9 @@ STORE_NAME = "perflab.sqlite"
 # holds its pid. The kernel drops the lock when that process dies, SIGKILL too.
 LOCK_NAME = "perflab.lock"
 SQLITE_FULL = 13
-# 2: query.started_s; 3: attempt (earlier attempts of a retried run). Older
-# stores are upgraded in place when opened.
-SCHEMA_VERSION = 3
+# 2: query.started_s; 3: attempt (earlier attempts of a retried run); 4: query
+# energy. Older stores are upgraded in place when opened.
+SCHEMA_VERSION = 4
 RUN_STATUSES = ("planned", "running", "done", "failed")
 
 SCHEMA = """
@@ -101,7 +101,11 @@ CREATE TABLE query (
     status TEXT NOT NULL,             -- ok | error | timeout
     text TEXT,                        -- the statement as run (parameters substituted)
     error TEXT,
-    started_s REAL                    -- start on the run's clock (s since its t0)
+    started_s REAL,                   -- start on the run's clock (s since its t0)
+    energy_j REAL,                    -- energy over the query's interval (collect.energy), all components
+    energy_above_idle_j REAL,         -- the same less the idle baseline's power x the query's time
+    energy_json TEXT,                 -- {component: joules} over the interval
+    energy_source TEXT                -- rapl | perf | model (the method is the run's energy.joules metric)
 );
 CREATE INDEX query_by_run ON query (run_id, stream, seq);
 CREATE TABLE event (
@@ -152,12 +156,18 @@ ATTEMPT_TABLE = ATTEMPT_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXIST
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:
     """Older schemas to this one, in place; nothing stored is changed.
     1 to 2: queries gained their start time (NULL for those stored before).
-    2 to 3: the attempt table (empty: no run was retried before)."""
+    2 to 3: the attempt table (empty: no run was retried before).
+    3 to 4: queries gained their energy (NULL for those stored before)."""
     with _tx(conn):
         if version < 2:
             conn.execute("ALTER TABLE query ADD COLUMN started_s REAL")
         if version < 3:
             conn.execute(ATTEMPT_TABLE)
+        if version < 4:
+            have = {row[1] for row in conn.execute("PRAGMA table_info(query)")}
+            for column in ("energy_j REAL", "energy_above_idle_j REAL", "energy_json TEXT", "energy_source TEXT"):
+                if column.split()[0] not in have:
+                    conn.execute(f"ALTER TABLE query ADD COLUMN {column}")
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
@@ -384,9 +394,12 @@ class Store:
                 [(run_id, h.name, h.unit, h.encoding, h.data) for h in result.histograms],
             )
             self.conn.executemany(
-                "INSERT INTO query (run_id, stream, seq, query, seconds, status, text, error, started_s) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error, q.started_s)
+                "INSERT INTO query (run_id, stream, seq, query, seconds, status, text, error, started_s, "
+                "energy_j, energy_above_idle_j, energy_json, energy_source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error, q.started_s,
+                  q.energy_j, q.energy_above_idle_j, json.dumps(q.energy) if q.energy is not None else None,
+                  q.energy_source)
                  for q in result.queries],
             )
             for ev in result.events:

@@ -3,7 +3,11 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod http;
+mod relay;
 mod results;
+mod ssb;
+mod stream;
 mod tpcb;
 mod tpcc;
 mod tpch;
@@ -21,8 +25,12 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
     errors::register(m)?;
     results::register(m)?;
+    relay::register(m)?;
+    stream::register(m)?;
     tpcb::register(m)?;
     tpcc::register(m)?;
     tpch::register(m)?;
+    http::register(m)?;
+    ssb::register(m)?;
     Ok(())
 }

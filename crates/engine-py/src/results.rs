@@ -67,6 +67,23 @@ pub struct Interval {
     pub lag_mean_ms: f64,
     pub clients_running: u32,
     pub transactions_by_type: Vec<u64>,
+    /// This second's latency histogram, encoded, in a gated run (else None).
+    pub latency_histogram: Option<EncodedBytes>,
+    /// Scheduled transactions whose lag `lag_mean_ms` is the mean of.
+    pub lag_count: u64,
+}
+
+/// Bytes that cross into Python as `bytes` (an encoded histogram).
+#[derive(Clone)]
+pub struct EncodedBytes(pub Vec<u8>);
+
+impl<'py> IntoPyObject<'py> for &EncodedBytes {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = std::convert::Infallible;
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(PyBytes::new(py, &self.0))
+    }
 }
 
 impl From<&IntervalReport> for Interval {
@@ -84,6 +101,8 @@ impl From<&IntervalReport> for Interval {
             lag_mean_ms: r.lag_mean_ms,
             clients_running: r.clients_running,
             transactions_by_type: r.transactions_by_type.clone(),
+            latency_histogram: r.latency_encoded.clone().map(EncodedBytes),
+            lag_count: r.lag_count,
         }
     }
 }
@@ -112,6 +131,8 @@ impl From<&EngineEvent> for DriverEvent {
 pub struct TxTypeResult {
     pub name: String,
     pub committed: u64,
+    /// Bytes of the committed transactions (HTTP: body bytes; else 0).
+    pub payload_bytes: u64,
     pub failed: u64,
     pub latency: LatencySummary,
     /// The type's latency histogram, encoded (`histogram_encoding`).
@@ -122,6 +143,8 @@ pub struct TxTypeResult {
 #[pyclass(module = "perflab._engine", frozen, get_all)]
 pub struct DriverResult {
     pub transactions: u64,
+    /// Bytes the committed transactions moved (HTTP: body bytes; else 0).
+    pub payload_bytes: u64,
     pub failed: u64,
     pub skipped: u64,
     pub late: u64,
@@ -174,6 +197,7 @@ impl DriverResult {
                     TxTypeResult {
                         name: t.name.to_string(),
                         committed: t.committed,
+                        payload_bytes: t.bytes,
                         failed: t.failed,
                         latency: t.latency.summary().into(),
                         histogram: encoded(py, &t.latency),
@@ -183,6 +207,7 @@ impl DriverResult {
             .collect::<PyResult<Vec<_>>>()?;
         Ok(DriverResult {
             transactions: s.transactions,
+            payload_bytes: s.bytes,
             failed: s.failed,
             skipped: s.skipped,
             late: s.late,

@@ -34,7 +34,9 @@ pub(crate) fn check_cancel(cancel: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
 }
 
 /// Drive any protocol through the harness with the GIL released, reporting
-/// each second to `progress`. Every protocol's binding calls this.
+/// each second to `progress`. Every protocol's binding calls this (or
+/// `drive_gated`, when it can be one of several drivers).
+#[allow(dead_code)] // tpcb and tpcc bind drive_gated; a binding without a barrier calls this
 pub(crate) fn drive<P: Protocol>(
     py: Python<'_>,
     cfg: HarnessConfig,
@@ -42,12 +44,72 @@ pub(crate) fn drive<P: Protocol>(
     progress: Option<Bound<'_, PyAny>>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<DriverResult> {
-    let run = Run::start(cfg, protocol).map_err(engine_error)?;
+    drive_gated(py, cfg, protocol, progress, cancel, None)
+}
+
+/// The harness settings every binding takes from Python, parsed in one place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn harness_config(
+    clients: u32,
+    threads: u32,
+    t0_ns: u64,
+    duration_s: Option<f64>,
+    transactions: Option<u64>,
+    warmup_s: f64,
+    rate_tps: Option<f64>,
+    schedule: &str,
+    latency_limit_ms: Option<f64>,
+    max_tries: u32,
+    seed: u64,
+    io: &str,
+) -> PyResult<HarnessConfig> {
+    Ok(HarnessConfig {
+        clients,
+        threads,
+        duration_s,
+        transactions_per_client: transactions,
+        warmup_s,
+        rate_tps,
+        schedule: schedule.parse().map_err(config_error)?,
+        latency_limit_us: latency_limit_ms.map(|ms| (ms * 1000.0).round() as u64),
+        max_tries,
+        seed,
+        t0_ns,
+        io: io.parse().map_err(config_error)?,
+    })
+}
+
+/// `drive`, and with `on_connected` a gated run: once every client is
+/// connected, `on_connected()` is called (it waits on the drivers' shared
+/// barrier) and returns the CLOCK_MONOTONIC ns to start at.
+pub(crate) fn drive_gated<P: Protocol>(
+    py: Python<'_>,
+    cfg: HarnessConfig,
+    protocol: P,
+    progress: Option<Bound<'_, PyAny>>,
+    cancel: Option<Bound<'_, PyAny>>,
+    on_connected: Option<Bound<'_, PyAny>>,
+) -> PyResult<DriverResult> {
+    let run = match on_connected {
+        Some(_) => Run::start_gated(cfg, protocol),
+        None => Run::start(cfg, protocol),
+    }
+    .map_err(engine_error)?;
+    let mut gate = on_connected;
     loop {
         let step = py.detach(|| run.next_progress(POLL_INTERVAL));
         let stop = py
             .check_signals()
             .and_then(|()| check_cancel(cancel.as_ref()))
+            .and_then(|()| match gate.as_ref() {
+                Some(callback) if run.connected() => {
+                    let at: u64 = callback.call0()?.extract()?;
+                    gate = None;
+                    run.go_at(at);
+                    Ok(())
+                }
+                _ => Ok(()),
+            })
             .and_then(|()| match (&step, &progress) {
                 (Progress::Interval(report), Some(callback)) => {
                     callback.call1((Interval::from(report),)).map(|_| ())
@@ -72,7 +134,8 @@ pub(crate) fn drive<P: Protocol>(
 #[pyo3(signature = (
     conninfo, *, script, scale, clients, threads, protocol, t0_ns,
     duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
-    latency_limit_ms=None, max_tries=1, seed=0, io="epoll", progress=None, cancel=None
+    latency_limit_ms=None, max_tries=1, seed=0, io="epoll", progress=None, cancel=None,
+    on_connected=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn tpcb_run<'py>(
@@ -95,25 +158,26 @@ fn tpcb_run<'py>(
     io: &str,
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
+    on_connected: Option<Bound<'py, PyAny>>,
 ) -> PyResult<DriverResult> {
     let script = script.parse::<Script>().map_err(config_error)?;
     let mode = protocol.parse::<QueryMode>().map_err(config_error)?;
-    let cfg = HarnessConfig {
+    let cfg = harness_config(
         clients,
         threads,
+        t0_ns,
         duration_s,
-        transactions_per_client: transactions,
+        transactions,
         warmup_s,
         rate_tps,
-        schedule: schedule.parse().map_err(config_error)?,
-        latency_limit_us: latency_limit_ms.map(|ms| (ms * 1000.0).round() as u64),
+        schedule,
+        latency_limit_ms,
         max_tries,
         seed,
-        t0_ns,
-        io: io.parse().map_err(config_error)?,
-    };
+        io,
+    )?;
     let protocol = TpcbProtocol::new(&conninfo, script, scale, mode).map_err(engine_error)?;
-    drive(py, cfg, protocol, progress, cancel)
+    drive_gated(py, cfg, protocol, progress, cancel, on_connected)
 }
 
 enum LoadMessage {
@@ -213,6 +277,14 @@ fn hdr_encode<'py>(py: Python<'py>, latencies_us: Vec<u64>) -> Bound<'py, PyByte
     PyBytes::new(py, &h.encode())
 }
 
+/// Every recorded value (µs, its bucket's) with its count, lowest first: the
+/// samples an encoded HDR histogram holds.
+#[pyfunction]
+fn hdr_values(data: &[u8]) -> PyResult<Vec<(u64, u64)>> {
+    let h = LatencyHistogram::decode(data).map_err(|e| config_error(e.to_string()))?;
+    Ok(h.recorded())
+}
+
 /// CLOCK_MONOTONIC in ns, as the engine reads it (equals time.monotonic_ns()).
 #[pyfunction]
 fn monotonic_clock_ns() -> u64 {
@@ -226,6 +298,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(hdr_summary, m)?)?;
     m.add_function(wrap_pyfunction!(hdr_quantile_us, m)?)?;
     m.add_function(wrap_pyfunction!(hdr_encode, m)?)?;
+    m.add_function(wrap_pyfunction!(hdr_values, m)?)?;
     m.add_function(wrap_pyfunction!(monotonic_clock_ns, m)?)?;
     Ok(())
 }

@@ -3,9 +3,8 @@
 
 use crate::errors::{config_error, engine_error, EngineError};
 use crate::results::{DriverResult, LoadReport};
-use crate::tpcb::{check_cancel, drive, POLL_INTERVAL};
+use crate::tpcb::{check_cancel, drive_gated, harness_config, POLL_INTERVAL};
 use perflab_engine::error::EngineError as CoreError;
-use perflab_engine::harness::HarnessConfig;
 use perflab_engine::tpcc::load::{self, LoadConfig};
 use perflab_engine::tpcc::protocol::{Constants, Mode, TpccConfig};
 use perflab_engine::tpcc::TpccProtocol;
@@ -89,7 +88,7 @@ fn tpcc_load<'py>(
     conninfo, *, warehouses, clients, threads, t0_ns, mode="statements",
     duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
     latency_limit_ms=None, max_tries=1, seed=0, c_last, c_id, ol_i_id, keying=false,
-    weights=None, io="epoll", progress=None, cancel=None
+    weights=None, io="epoll", progress=None, cancel=None, on_connected=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn tpcc_run<'py>(
@@ -116,6 +115,7 @@ fn tpcc_run<'py>(
     io: &str,
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
+    on_connected: Option<Bound<'py, PyAny>>,
 ) -> PyResult<DriverResult> {
     let weights = match weights {
         None => None,
@@ -127,20 +127,20 @@ fn tpcc_run<'py>(
             ))
         })?),
     };
-    let cfg = HarnessConfig {
+    let cfg = harness_config(
         clients,
         threads,
+        t0_ns,
         duration_s,
-        transactions_per_client: transactions,
+        transactions,
         warmup_s,
         rate_tps,
-        schedule: schedule.parse().map_err(config_error)?,
-        latency_limit_us: latency_limit_ms.map(|ms| (ms * 1000.0).round() as u64),
+        schedule,
+        latency_limit_ms,
         max_tries,
         seed,
-        t0_ns,
-        io: io.parse().map_err(config_error)?,
-    };
+        io,
+    )?;
     let protocol = TpccProtocol::new(
         &conninfo,
         TpccConfig {
@@ -156,7 +156,7 @@ fn tpcc_run<'py>(
         },
     )
     .map_err(engine_error)?;
-    drive(py, cfg, protocol, progress, cancel)
+    drive_gated(py, cfg, protocol, progress, cancel, on_connected)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

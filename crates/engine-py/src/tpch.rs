@@ -9,6 +9,7 @@ use pyo3::types::{PyBytes, PyCapsule};
 use crate::errors::{config_error, engine_error};
 use crate::results::TableLoad;
 
+use perflab_engine::bulk::{pgcopy, GeneratedTable};
 use perflab_engine::tpch::{self, refresh, Table};
 
 fn table(name: &str) -> PyResult<Table> {
@@ -19,7 +20,7 @@ fn table(name: &str) -> PyResult<Table> {
     })
 }
 
-fn scale_factor(sf: f64) -> PyResult<f64> {
+pub(crate) fn scale_factor(sf: f64) -> PyResult<f64> {
     if sf.is_finite() && sf > 0.0 {
         Ok(sf)
     } else {
@@ -39,15 +40,32 @@ pub fn tpch_load_postgres(
     tables: Vec<String>,
     connections: usize,
 ) -> PyResult<Vec<TableLoad>> {
+    load_tables(py, conninfo, scale_factor, &tables, table, connections)
+}
+
+/// Generate the named tables (`parse` finds each) and COPY them into
+/// PostgreSQL through the engine's shared loader, the GIL released.
+pub(crate) fn load_tables<T: GeneratedTable>(
+    py: Python<'_>,
+    conninfo: &str,
+    scale_factor: f64,
+    names: &[String],
+    parse: fn(&str) -> PyResult<T>,
+    connections: usize,
+) -> PyResult<Vec<TableLoad>> {
     let sf = self::scale_factor(scale_factor)?;
-    let tables = tables
+    let tables = names
         .iter()
-        .map(|t| table(t))
+        .map(|t| parse(t))
         .collect::<PyResult<Vec<_>>>()?;
     let loads = py
-        .detach(|| tpch::pgcopy::load_postgres(conninfo, sf, &tables, connections))
+        .detach(|| pgcopy::load_postgres(conninfo, sf, &tables, connections))
         .map_err(engine_error)?;
-    Ok(loads
+    Ok(table_loads(loads))
+}
+
+fn table_loads(loads: Vec<pgcopy::TableLoad>) -> Vec<TableLoad> {
+    loads
         .into_iter()
         .map(|load| TableLoad {
             table: load.table.to_string(),
@@ -56,7 +74,16 @@ pub fn tpch_load_postgres(
             parts: load.parts,
             busy_s: load.busy_s,
         })
-        .collect())
+        .collect()
+}
+
+/// An Arrow C stream PyCapsule ("arrow_array_stream") over a generated table.
+pub(crate) fn stream_capsule<T: Send + 'static>(
+    py: Python<'_>,
+    stream: T,
+) -> PyResult<Bound<'_, PyCapsule>> {
+    let name = CString::new("arrow_array_stream").expect("no NUL in the name");
+    PyCapsule::new(py, stream, Some(name))
 }
 
 /// One table as an Arrow C stream PyCapsule ("arrow_array_stream"),
@@ -70,8 +97,7 @@ pub fn tpch_arrow_stream<'py>(
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let sf = self::scale_factor(scale_factor)?;
     let stream = tpch::arrow_stream::table_stream(table(table_name)?, sf, threads);
-    let name = CString::new("arrow_array_stream").expect("no NUL in the name");
-    PyCapsule::new(py, stream, Some(name))
+    stream_capsule(py, stream)
 }
 
 /// (block, insert slot, delete slot) of refresh pair `pair` (1-based) under `seed`.

@@ -127,6 +127,16 @@ impl LatencyHistogram {
     }
 
     /// V2 compressed encoding (deflate), readable by every HdrHistogram port.
+    /// Every recorded value (µs: the highest value of its bucket, which records
+    /// into the same bucket again)
+    /// with its count, lowest first.
+    pub fn recorded(&self) -> Vec<(u64, u64)> {
+        self.inner
+            .iter_recorded()
+            .map(|v| (v.value_iterated_to(), v.count_at_value()))
+            .collect()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         V2DeflateSerializer::new()

@@ -6,16 +6,21 @@
 //! `tpcb` is its first protocol (pgbench's scripts on PostgreSQL) and its
 //! loader; `tpch` generates TPC-H data; `pg` is the one PostgreSQL client
 //! (conninfo, errors, connection and I/O, codec); `uring` batches socket
-//! round trips; `hist` holds HDR histograms; `random` the generators;
-//! `sys` every libc call.
+//! round trips; `relay` delays a driver's link where netem is missing; `hist` holds HDR histograms; `random` the generators;
+//! `sys` every libc call; `http` the web file set and its HTTP/1.1 driver.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod bulk;
 pub mod error;
 pub mod harness;
 pub mod hist;
+pub mod http;
 pub mod pg;
 pub mod random;
+pub mod relay;
+pub mod ssb;
+pub mod stream;
 pub mod sys;
 pub mod tpcb;
 pub mod tpcc;

@@ -135,6 +135,16 @@ pub fn eventfd_nonblocking() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
+/// The calling thread's timer slack, in ns: how late the kernel may wake a
+/// sleep to batch wake-ups (50 µs by default). A thread that must wake on
+/// time (the delay relay's writers) sets it to 1.
+pub fn set_timer_slack_ns(ns: u64) {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes the calling thread's slack.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong);
+    }
+}
+
 /// Shut a socket down both ways, so that a client blocked on it (in epoll or
 /// in an io_uring receive) returns at once. Errors are ignored: the socket
 /// may already be closed by its peer.
@@ -143,6 +153,22 @@ pub fn shutdown_socket(fd: RawFd) {
     // pass fds of sockets still owned by live clients.
     unsafe {
         libc::shutdown(fd, libc::SHUT_RDWR);
+    }
+}
+
+/// Make `target`'s fd number refer to `source`'s socket, closing what it
+/// referred to, in one step (dup3, close-on-exec): a client that reconnects
+/// keeps its fd number, the one the harness shuts down on an abort.
+pub fn dup_onto(source: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: both fds are open and owned by the callers' values for the
+    // whole call; dup3 swaps what `target`'s number refers to atomically, so
+    // no other thread can be handed that number in between, and `target`'s
+    // owner goes on owning (and later closing) it.
+    let rc = unsafe { libc::dup3(source.as_raw_fd(), target.as_raw_fd(), libc::O_CLOEXEC) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 

@@ -132,6 +132,11 @@ class Collector(abc.ABC):
         for each collector after merging; default: none."""
         return {}
 
+    def annotate(self, result: RunResult) -> None:  # noqa: B027 - optional hook
+        """Add what needs the workload's own records to the run's merged
+        result, e.g. each query's energy over its interval. The runner calls
+        it after `derive`; default: nothing."""
+
 
 class SamplingCollector(Collector):
     """A collector that calls `sample()` every `interval` seconds on a thread.

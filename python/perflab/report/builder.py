@@ -403,6 +403,22 @@ class ReportBuilder:
                 "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "
                 "on another filesystem (target.storage.data_fs, wal_fs). Its figures measure that filesystem "
                 "over the disk holding the file, through the loop driver, not a disk of its own.", "warn"))
+        if Flag.SHAPED_LINK in flags:
+            mechanisms = set()
+            for values in self.data.values.values():
+                if values.get("driver.network.netem"):
+                    mechanisms.add("netem (delay, jitter, loss, rate)")
+                elif values.get("driver.network.relay"):
+                    mechanisms.add("perflab's delay relay (delay, jitter) with tbf for the rate")
+                elif "driver.network.netem" in values:
+                    mechanisms.add("no delay; tbf for the rate")
+            notes.append(h.note(
+                "shaped-link: the driver ran in a network namespace of perflab's own and reached the server over a "
+                "veth pair, shaped as driver.network says (a remote client on this machine). Its latency includes "
+                "the link's delay twice per round trip. The link was shaped by: "
+                + ("; ".join(sorted(mechanisms)) or "unknown") + ". netem is used where the kernel has it; else "
+                "perflab's delay relay, a TCP relay inside the namespace that holds each chunk for the delay "
+                "(its CPU is counted in the driver's). Each run's events say how its link was shaped.", "warn"))
         return notes
 
     def failures(self) -> list[SectionHtml]:
@@ -562,7 +578,7 @@ class ReportBuilder:
         d = self.data
         return [RunGroup(combo.index, combo.label(),
                          [{**d.runs_by_id[r], "metrics": d.values.get(r, {})} for r in combo.run_ids],
-                         read_series=self.store.series)
+                         read_series=self.store.series, read_queries=self.store.queries)
                 for combo in d.combinations]
 
     def telemetry(self) -> list[SectionHtml]:

@@ -13,3 +13,23 @@ TARGETS.register(
     "perflab.targets.duckdb:DuckDbTarget",
     "DuckDB, embedded in perflab's process: a database file, no server",
 )
+TARGETS.register(
+    "nginx",
+    "perflab.targets.nginx:NginxTarget",
+    "nginx from PATH, managed: configuration from target.settings, 127.0.0.1 on a free port",
+)
+TARGETS.register(
+    "process",
+    "perflab.targets.process:ProcessTarget",
+    "any web server started from a command line with {port} and {root}, ready when a URL answers",
+)
+TARGETS.register(
+    "http",
+    "perflab.targets.http:HttpTarget",
+    "an external web server at a loopback base URL (read-only: the file set must be there)",
+)
+TARGETS.register(
+    "router",
+    "perflab.targets.router:RouterTarget",
+    "a Linux router between a client and a server namespace, with netfilter rule sets (root)",
+)

@@ -75,10 +75,35 @@ class Target(abc.ABC):
         raise NotImplementedError
 
     @classmethod
+    def remote_client_problem(cls, settings: Any) -> str | None:
+        """Why a driver in a network namespace of its own (driver.network)
+        cannot reach this target, or None when it can: the target then
+        listens on `remote_listen` too and trusts `remote_client`. Default:
+        it cannot."""
+        return "it takes no client from a network namespace; driver.network works with a managed postgres target"
+
+    def allow_remote_client(self, listen: str, client: str) -> None:
+        """Listen on address `listen` too and let address `client` in (set
+        before provision, for the whole experiment)."""
+        raise NotImplementedError
+
+    def remote_endpoint(self, endpoint: Endpoint, host: str, port: int) -> Endpoint:
+        """`endpoint` as reached at host:port (the driver's side of the link)."""
+        raise NotImplementedError
+
+    @classmethod
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
         """Problems (dotted path, text) with running `workload` on this target,
         found before anything starts. Default: none."""
         return []
+
+    @classmethod
+    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+        """For drivers in other processes and on other machines ([driver]
+        kind = "ray"), which reach the target over TCP: (the settings to use,
+        problems, a note saying what was changed). Default: not reachable."""
+        return settings, [("driver.kind", f"got \"ray\"; target kind {settings.kind!r} is reached only from "
+                           "perflab's own process; allowed: \"local\", or a target reachable over TCP")], None
 
     @classmethod
     def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:

@@ -158,13 +158,14 @@ class DuckDbEndpoint(SqlEndpoint):
 
         from perflab import _engine
 
-        if dataset != "tpch":
-            raise ValueError(f"data set {dataset!r} has no generator; allowed: tpch")
+        streams = {"tpch": _engine.tpch_arrow_stream, "ssb": _engine.ssb_arrow_stream}
+        if dataset not in streams:
+            raise ValueError(f"data set {dataset!r} has no generator; allowed: {', '.join(streams)}")
         conn = self.connect()
         rows: dict[str, int] = {}
         try:
             for table in tables:
-                stream = _ArrowStream(_engine.tpch_arrow_stream(table, scale_factor, jobs))
+                stream = _ArrowStream(streams[dataset](table, scale_factor, jobs))
                 conn.register("perflab_tpch_source", pa.RecordBatchReader.from_stream(stream))
                 try:
                     conn.execute(f"insert into {table} select * from perflab_tpch_source")

@@ -21,6 +21,7 @@ every session is read-only, unless `allow_destructive = true`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -167,9 +168,10 @@ class PostgresEndpoint(PgWireEndpoint):
         connections (the engine's own client), no files in between."""
         from perflab import _engine
 
-        if dataset != "tpch":
-            raise ValueError(f"data set {dataset!r} has no generator; allowed: tpch")
-        loads = _engine.tpch_load_postgres(self.wire_conninfo(f"perflab-{dataset}"), scale_factor, tables, jobs)
+        loaders = {"tpch": _engine.tpch_load_postgres, "ssb": _engine.ssb_load_postgres}
+        if dataset not in loaders:
+            raise ValueError(f"data set {dataset!r} has no generator; allowed: {', '.join(loaders)}")
+        loads = loaders[dataset](self.wire_conninfo(f"perflab-{dataset}"), scale_factor, tables, jobs)
         return {t.table: t.rows for t in loads}
 
 
@@ -445,6 +447,9 @@ def process_role(cmdline: str) -> str:
 # ------------------------------------------------------------------ the target
 
 
+HBA_MARK = "# perflab: the driver's network namespace (driver.network); rewritten at every start"
+
+
 class PostgresTarget(Target):
     Settings: ClassVar[type[TargetSettings]] = PostgresSettings
     endpoint_type: ClassVar[type[Endpoint]] = PostgresEndpoint
@@ -465,6 +470,8 @@ class PostgresTarget(Target):
         self.started_settings: dict[str, SettingValue] | None = None
         self.cgroup: ServerCgroup | None = None
         self.mounted: dict[str, ScratchFs] = {}
+        # driver.network: one more address to listen on, and the driver's to trust
+        self.remote: tuple[str, str] | None = None
         # Where this run's part of the server log starts: a run's server.log
         # holds what the server wrote since the previous run ended, including
         # a (re)start for this run's settings, or the words of a failed start.
@@ -480,6 +487,26 @@ class PostgresTarget(Target):
         keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data", "resources"})
         # The identity is stored (dataset table): never with a password in it.
         return mask_secrets(json.dumps(keep, sort_keys=True))
+
+    @classmethod
+    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+        """A managed server listens on TCP (127.0.0.1); an external one must be
+        given with a TCP host: a unix socket is out of the workers' reach."""
+        if settings.dsn is None:
+            if settings.listen == "tcp":
+                return settings, [], None
+            return settings.model_copy(update={"listen": "tcp"}), [], (
+                "target.listen: the managed server listens on TCP (127.0.0.1, a free port), not on a unix "
+                "socket only, because driver.kind = \"ray\": its workers connect over TCP")
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(settings.dsn)
+        hosts = [h for h in str(params.get("hostaddr") or params.get("host") or "").split(",") if h]
+        if not hosts or any(h.startswith(("/", "@")) for h in hosts):
+            return settings, [("target.dsn", "connects through a unix socket (its host is "
+                               f"{', '.join(hosts) or 'not given'}), which the Ray driver's workers cannot "
+                               "reach; allowed: a dsn with a TCP host, e.g. \"host=127.0.0.1 port=5432\"")], None
+        return settings, [], None
 
     @classmethod
     def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
@@ -738,7 +765,7 @@ class PostgresTarget(Target):
         lines = [
             "# written by perflab for each run; do not edit",
             f"port = {self.port}",
-            f"listen_addresses = '{'127.0.0.1' if self.settings.listen == 'tcp' else ''}'",
+            f"listen_addresses = '{self._listen_addresses()}'",
             f"unix_socket_directories = '{self.socket_dir}'",
             "unix_socket_permissions = 0700",
             "logging_collector = off",
@@ -748,6 +775,22 @@ class PostgresTarget(Target):
         conf = self.data_dir / "perflab.conf"
         conf.write_text("\n".join(lines) + "\n")
         _chown(conf, self.run_as)
+        self._write_hba()
+
+    def _listen_addresses(self) -> str:
+        if self.settings.listen != "tcp":
+            return ""
+        return "127.0.0.1" + (f", {self.remote[0]}" if self.remote else "")
+
+    def _write_hba(self) -> None:
+        """pg_hba.conf as initdb wrote it, and, with driver.network, a line
+        trusting the driver's namespace address (and no other)."""
+        assert self.data_dir is not None
+        hba = self.data_dir / "pg_hba.conf"
+        text = hba.read_text().split(HBA_MARK)[0].rstrip("\n") + "\n"
+        if self.remote:
+            text += f"{HBA_MARK}\nhost all all {self.remote[1]}/32 trust\n"
+        hba.write_text(text)
 
     def _clear_stale_lock(self) -> None:
         """A postmaster that was killed leaves postmaster.pid behind, and until
@@ -826,6 +869,26 @@ class PostgresTarget(Target):
     @classmethod
     def sizes_huge_pages(cls, settings: Any) -> bool:
         return settings.dsn is None
+
+    @classmethod
+    def remote_client_problem(cls, settings: Any) -> str | None:
+        if settings.dsn is not None:
+            return ("an external server (dsn) is reached as it is; driver.network needs a managed server, which "
+                    "perflab makes listen on the namespace's link")
+        if settings.listen != "tcp":
+            return "the server listens on a unix socket only; set target.listen = \"tcp\""
+        return None
+
+    def allow_remote_client(self, listen: str, client: str) -> None:
+        self.remote = (listen, client)
+
+    def remote_endpoint(self, endpoint: Endpoint, host: str, port: int) -> Endpoint:
+        from psycopg.conninfo import make_conninfo
+
+        assert isinstance(endpoint, PostgresEndpoint)
+        return dataclasses.replace(
+            endpoint, host=host, port=port,
+            conninfo=make_conninfo(endpoint.conninfo, host=host, port=port))
 
     def shared_memory_huge_pages(self) -> int:
         """`postgres -C shared_memory_size_in_huge_pages` (PostgreSQL 15+), asked

@@ -23,3 +23,23 @@ WORKLOADS.register(
     "perflab.workloads.tpcc:TpccWorkload",
     "TPC-C: the five order-entry transactions from a Rust driver, tpmC and NOPM, the 12 consistency checks",
 )
+WORKLOADS.register(
+    "http",
+    "perflab.workloads.http:HttpWorkload",
+    "HTTP/1.1 GETs of a SPECweb99-like file set from a Rust driver: req/s, Mb/s, latency per class",
+)
+WORKLOADS.register(
+    "ssb",
+    "perflab.workloads.ssb:SsbWorkload",
+    "the Star Schema Benchmark: generated star schema, the 13 queries in power-style rounds",
+)
+WORKLOADS.register(
+    "queries",
+    "perflab.workloads.queries:QueriesWorkload",
+    "a user's own query set (a directory of .sql files or inline), seeded parameters, streams, per-query times",
+)
+WORKLOADS.register(
+    "stream",
+    "perflab.workloads.stream:StreamWorkload",
+    "TCP streams or UDP datagrams across a router, goodput counted by the receiver (Rust)",
+)

@@ -36,6 +36,9 @@ class Workload(abc.ABC, Generic[EndpointT]):
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     # Headline metric names, in the order `show` and the progress line print them.
     headline: ClassVar[tuple[str, ...]] = ()
+    # Its run phase is the engine's load harness, called through
+    # perflab.drivers.engine_run: it can run on a distributed driver ([driver] kind = "ray").
+    distributable: ClassVar[bool] = False
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings

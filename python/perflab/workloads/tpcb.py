@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from perflab import _engine
 from perflab.context import RunContext
+from perflab.drivers import engine_run
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
@@ -106,6 +107,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
     data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p99_ms")
+    distributable: ClassVar[bool] = True
 
     settings: TpcbSettings
 
@@ -224,8 +226,8 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
 
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
         try:
-            out = _engine.tpcb_run(
-                endpoint.wire_conninfo("perflab-tpcb"),
+            out = engine_run(
+                ctx, "tpcb_run", endpoint.wire_conninfo("perflab-tpcb"),
                 script=s.script,
                 scale=scale,
                 clients=s.clients,
@@ -242,7 +244,6 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 seed=seed,
                 io=s.io,
                 progress=progress,
-                cancel=ctx.cancel,
             )
         except _engine.EngineConnectionError as exc:
             raise RunFailure(f"tpcb: {exc}") from None

@@ -124,6 +124,17 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// Whether committed transactions carry a byte count (`bytes`), summed
+    /// per type over the measured window. False (the default) compiles the
+    /// counting away.
+    const COUNTS_BYTES: bool = false;
+
+    /// The bytes a committed transaction moved (HTTP: the body, checked
+    /// against the file's known size). Only called when `COUNTS_BYTES`.
+    fn bytes(&self, _request: &Self::Request) -> u64 {
+        0
+    }
+
     /// Close a client at the end of the run (say goodbye to the server).
     fn close(&self, _client: Self::Client) {}
 }

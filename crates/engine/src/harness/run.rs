@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,38 @@ pub(crate) struct Shared<P: Protocol> {
     pub io: IoMethod,
     /// io_uring_enter calls of all worker threads.
     pub io_enters: AtomicU64,
+    /// A gated run (`Run::start_gated`): connected, it waits for `go_at`.
+    pub gate: Option<Gate>,
+}
+
+/// Where a gated run waits, all clients connected, for the instant to start
+/// at: the shared barrier of drivers on several machines.
+#[derive(Default)]
+pub(crate) struct Gate {
+    /// (all clients connected, the CLOCK_MONOTONIC ns to start at)
+    state: Mutex<(bool, Option<u64>)>,
+    cond: Condvar,
+}
+
+impl Gate {
+    /// Connected: wait for the start instant; None when the run is aborted.
+    fn wait_go(&self, abort: &AtomicBool) -> Option<u64> {
+        let mut state = self.state.lock().unwrap();
+        state.0 = true;
+        loop {
+            if let Some(ns) = state.1 {
+                return Some(ns);
+            }
+            if abort.load(Ordering::SeqCst) {
+                return None;
+            }
+            state = self
+                .cond
+                .wait_timeout(state, Duration::from_millis(20))
+                .unwrap()
+                .0;
+        }
+    }
 }
 
 impl<P: Protocol> Shared<P> {
@@ -50,6 +82,18 @@ impl<P: Protocol> Shared<P> {
             base_ns + (at - base_instant).as_nanos() as u64
         } else {
             base_ns.saturating_sub((base_instant - at).as_nanos() as u64)
+        }
+    }
+
+    /// The Instant of a CLOCK_MONOTONIC reading in ns.
+    pub fn instant_at(&self, ns: u64) -> Instant {
+        let (base_instant, base_ns) = self.clock_base;
+        if ns >= base_ns {
+            base_instant + Duration::from_nanos(ns - base_ns)
+        } else {
+            base_instant
+                .checked_sub(Duration::from_nanos(base_ns - ns))
+                .unwrap_or(base_instant)
         }
     }
 
@@ -86,6 +130,38 @@ pub struct Run<P: Protocol> {
 
 impl<P: Protocol> Run<P> {
     pub fn start(cfg: HarnessConfig, protocol: P) -> Result<Run<P>, EngineError> {
+        Self::start_with(cfg, protocol, None)
+    }
+
+    /// Start a run whose clients connect, then wait for `go_at` (see
+    /// `connected`): several drivers, one per machine, start at one instant.
+    pub fn start_gated(cfg: HarnessConfig, protocol: P) -> Result<Run<P>, EngineError> {
+        Self::start_with(cfg, protocol, Some(Gate::default()))
+    }
+
+    /// A gated run: every client is connected and the run waits for `go_at`.
+    pub fn connected(&self) -> bool {
+        self.shared
+            .gate
+            .as_ref()
+            .is_some_and(|g| g.state.lock().unwrap().0)
+    }
+
+    /// A gated run: start the run (the warm-up, else the measured window) at
+    /// this CLOCK_MONOTONIC instant in ns; the per-second series are cut at
+    /// whole seconds from it.
+    pub fn go_at(&self, monotonic_ns: u64) {
+        if let Some(gate) = &self.shared.gate {
+            gate.state.lock().unwrap().1 = Some(monotonic_ns);
+            gate.cond.notify_all();
+        }
+    }
+
+    fn start_with(
+        cfg: HarnessConfig,
+        protocol: P,
+        gate: Option<Gate>,
+    ) -> Result<Run<P>, EngineError> {
         cfg.validate()?;
         if protocol.transaction_types().is_empty() {
             return Err(EngineError::Config(
@@ -120,6 +196,7 @@ impl<P: Protocol> Run<P> {
             clock_base: (Instant::now(), sys::monotonic_ns()),
             io,
             io_enters: AtomicU64::new(0),
+            gate,
             cfg,
         });
         let (tx, rx) = mpsc::channel();
@@ -213,7 +290,34 @@ fn coordinate<P: Protocol>(
         .stats
         .iter()
         .find_map(|s| s.lock().unwrap().connect_error.clone());
-    let start = Instant::now();
+    let mut start = Instant::now();
+    let mut gate_events = Vec::new();
+    if let (Some(gate), None) = (&shared.gate, &connect_error) {
+        match gate.wait_go(&shared.abort) {
+            Some(ns) => {
+                start = shared.instant_at(ns);
+                let now = Instant::now();
+                if now > start + Duration::from_millis(1) {
+                    gate_events.push((
+                        now,
+                        "late-start".to_string(),
+                        format!(
+                            "the start instant had passed by {:.3} ms when the go came",
+                            (now - start).as_secs_f64() * 1000.0
+                        ),
+                    ));
+                }
+                while Instant::now() < start && !shared.abort.load(Ordering::SeqCst) {
+                    std::thread::sleep(
+                        start
+                            .saturating_duration_since(Instant::now())
+                            .min(Duration::from_millis(20)),
+                    );
+                }
+            }
+            None => shared.abort.store(true, Ordering::SeqCst),
+        }
+    }
     let measure_from = start + Duration::from_secs_f64(cfg.warmup_s);
     let timing = Timing {
         start,
@@ -245,7 +349,7 @@ fn coordinate<P: Protocol>(
     let mut stop_seen: Option<Instant> = None;
     let mut sockets_closed = false;
     let mut series = Vec::new();
-    let mut events: Vec<(Instant, String, String)> = Vec::new();
+    let mut events: Vec<(Instant, String, String)> = gate_events;
     let types = shared.type_count();
     loop {
         let now = Instant::now();
@@ -261,6 +365,7 @@ fn coordinate<P: Protocol>(
                 types,
                 shared.t_s(last_tick),
                 last_tick <= measure_from,
+                shared.gate.is_some(),
             );
             if !report.warmup {
                 series.push(report.clone());

@@ -28,6 +28,11 @@ pub struct IntervalReport {
     pub clients_running: u32,
     /// Committed transactions of each type in this interval.
     pub transactions_by_type: Vec<u64>,
+    /// This second's latency histogram, encoded, in a gated run (several
+    /// drivers: their seconds merge exactly); None otherwise.
+    pub latency_encoded: Option<Vec<u8>>,
+    /// Scheduled transactions (open loop) whose lag this second's mean is of.
+    pub lag_count: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -42,6 +47,8 @@ pub struct EngineEvent {
 pub struct TxTypeSummary {
     pub name: &'static str,
     pub committed: u64,
+    /// Bytes of the committed transactions (protocols with `COUNTS_BYTES`).
+    pub bytes: u64,
     pub failed: u64,
     pub latency: LatencyHistogram,
 }
@@ -51,6 +58,8 @@ pub struct TxTypeSummary {
 pub struct RunSummary {
     /// Committed transactions.
     pub transactions: u64,
+    /// Bytes the committed transactions moved (protocols with `COUNTS_BYTES`).
+    pub bytes: u64,
     /// Transactions that ended in an error (after any retries).
     pub failed: u64,
     pub skipped: u64,
@@ -102,6 +111,7 @@ pub(crate) struct Counters {
     pub latency_sum_us: u64,
     pub lag_sum_us: u64,
     pub lag_count: u64,
+    pub bytes: u64,
 }
 
 impl Counters {
@@ -115,6 +125,7 @@ impl Counters {
         self.latency_sum_us += o.latency_sum_us;
         self.lag_sum_us += o.lag_sum_us;
         self.lag_count += o.lag_count;
+        self.bytes += o.bytes;
     }
 }
 
@@ -122,6 +133,7 @@ impl Counters {
 /// (with one, the totals are that type's figures).
 pub(crate) struct TypeStats {
     pub committed: u64,
+    pub bytes: u64,
     pub failed: u64,
     pub latency: LatencyHistogram,
     pub interval_committed: u64,
@@ -159,6 +171,7 @@ impl ThreadStats {
             by_type: (0..per_type)
                 .map(|_| TypeStats {
                     committed: 0,
+                    bytes: 0,
                     failed: 0,
                     latency: LatencyHistogram::new(),
                     interval_committed: 0,
@@ -198,6 +211,8 @@ pub(crate) struct Finished<'a> {
     pub started: Instant,
     pub done: Instant,
     pub tries: u32,
+    /// Bytes moved (0 unless the protocol counts them).
+    pub bytes: u64,
     /// Scheduled (open loop): the lag counts.
     pub scheduled: bool,
     pub latency_limit: Option<std::time::Duration>,
@@ -220,9 +235,11 @@ impl ThreadStats {
                 }
                 if measured {
                     self.total.ok += 1;
+                    self.total.bytes += f.bytes;
                     self.latency.record_us(latency_us);
                     if let Some(t) = self.by_type.get_mut(f.tx) {
                         t.committed += 1;
+                        t.bytes += f.bytes;
                         t.latency.record_us(latency_us);
                     }
                     if f.latency_limit.is_some_and(|l| f.done - f.intended > l) {
@@ -277,6 +294,7 @@ pub(crate) fn cut_interval<'a>(
     types: usize,
     t_s: f64,
     warmup: bool,
+    keep_histogram: bool,
 ) -> IntervalReport {
     let mut c = Counters::default();
     let mut latency = LatencyHistogram::new();
@@ -317,6 +335,8 @@ pub(crate) fn cut_interval<'a>(
         lag_mean_ms: ms(c.lag_sum_us, c.lag_count),
         clients_running: running,
         transactions_by_type: by_type,
+        latency_encoded: keep_histogram.then(|| latency.encode()),
+        lag_count: c.lag_count,
     }
 }
 
@@ -353,6 +373,7 @@ pub(crate) fn summarise(
         .map(|&name| TxTypeSummary {
             name,
             committed: 0,
+            bytes: 0,
             failed: 0,
             latency: LatencyHistogram::new(),
         })
@@ -371,6 +392,7 @@ pub(crate) fn summarise(
         failed_latency.merge(&s.failed_latency);
         for (summary, t) in by_type.iter_mut().zip(&s.by_type) {
             summary.committed += t.committed;
+            summary.bytes += t.bytes;
             summary.failed += t.failed;
             summary.latency.merge(&t.latency);
         }
@@ -393,6 +415,7 @@ pub(crate) fn summarise(
     if let [only] = by_type.as_mut_slice() {
         // One type: the totals are its figures (not counted twice on the hot path).
         only.committed = total.ok;
+        only.bytes = total.bytes;
         only.failed = total.failed;
         only.latency = latency.clone();
     }
@@ -409,6 +432,7 @@ pub(crate) fn summarise(
     let cpu_given_s = measured_s * (threads as f64).min(cores);
     RunSummary {
         transactions: total.ok,
+        bytes: total.bytes,
         failed: total.failed,
         skipped: total.skipped,
         late: total.late,

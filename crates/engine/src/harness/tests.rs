@@ -420,3 +420,75 @@ fn pauses_before_and_after_slow_the_client_but_stay_out_of_the_latency() {
     assert!(latency.min_us >= 2_000, "min {} us", latency.min_us);
     assert!(latency.max_us < 40_000, "max {} us", latency.max_us);
 }
+
+#[test]
+fn gated_runs_wait_connected_then_start_at_the_given_instant() {
+    // Two drivers (as on two machines) against one server, started at one
+    // instant: their seconds are cut at the same edges, and each second's
+    // encoded histogram holds that second's transactions.
+    let server = EchoServer::start(4, Duration::from_millis(1), 0);
+    let t0 = crate::sys::monotonic_ns();
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let mut cfg = config(2, 1);
+            cfg.t0_ns = t0;
+            cfg.duration_s = Some(2.0);
+            Run::start_gated(cfg, echo(server.addr)).unwrap()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !runs.iter().all(|r| r.connected()) {
+        assert!(std::time::Instant::now() < deadline, "never connected");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        server.lines.load(Ordering::SeqCst),
+        0,
+        "nothing runs before go"
+    );
+    let go = crate::sys::monotonic_ns() + 50_000_000;
+    for r in &runs {
+        r.go_at(go);
+    }
+    let summaries: Vec<RunSummary> = runs
+        .into_iter()
+        .map(|r| {
+            while !matches!(r.next_progress(Duration::from_secs(60)), Progress::Finished) {}
+            r.join().unwrap()
+        })
+        .collect();
+    let expected_start = (go - t0) as f64 / 1e9;
+    for s in &summaries {
+        assert!(
+            (s.measure_start_t_s - expected_start).abs() < 1e-6,
+            "{}",
+            s.measure_start_t_s
+        );
+        assert_eq!(s.series.len(), 2);
+        for (k, interval) in s.series.iter().enumerate() {
+            assert!((interval.t_s - expected_start - (k + 1) as f64).abs() < 1e-6);
+            let h = crate::hist::LatencyHistogram::decode(
+                interval
+                    .latency_encoded
+                    .as_ref()
+                    .expect("a gated run keeps each second's histogram"),
+            )
+            .unwrap();
+            assert_eq!(h.count(), interval.transactions);
+        }
+        assert!(s.transactions > 0);
+    }
+}
+
+#[test]
+fn a_gated_run_aborted_while_waiting_ends_interrupted() {
+    let server = EchoServer::start(1, Duration::ZERO, 0);
+    let run = Run::start_gated(config(1, 1), echo(server.addr)).unwrap();
+    while !run.connected() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    run.abort();
+    assert!(matches!(run.join(), Err(EngineError::Interrupted)));
+    assert_eq!(server.lines.load(Ordering::SeqCst), 0);
+}

@@ -337,6 +337,11 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
             started,
             done,
             tries,
+            bytes: if P::COUNTS_BYTES && matches!(ended, Ended::Committed) {
+                protocol.bytes(&request)
+            } else {
+                0
+            },
             scheduled: cfg.rate_tps.is_some(),
             latency_limit: limit,
             measure_from: timing.measure_from,

@@ -4,17 +4,25 @@
 //!
 //! Tables are split into parts (`tpchgen`'s part/part_count, as `dbgen -C -S`)
 //! so that several parts of one table can be generated and loaded at once.
+//! Loading (parallel COPY, Arrow streams) is `crate::bulk`'s, shared with SSB.
 
-pub mod arrow_stream;
-pub mod pgcopy;
 pub mod refresh;
+
+pub use crate::bulk::{arrow_stream, pgcopy};
 
 use std::io::Write;
 
+use arrow::datatypes::SchemaRef;
 use tpchgen::generators::{
     CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator,
     PartSuppGenerator, RegionGenerator, SupplierGenerator,
 };
+use tpchgen_arrow::{
+    CustomerArrow, LineItemArrow, NationArrow, OrderArrow, PartArrow, PartSuppArrow, RegionArrow,
+    SupplierArrow,
+};
+
+use crate::bulk::{parts_for_rows, BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
 
 /// The eight TPC-H tables (TPC-H spec clause 1.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,10 +36,6 @@ pub enum Table {
     Orders,
     LineItem,
 }
-
-/// Rows a part should hold at most, so that big tables split into enough parts
-/// to keep every loader busy while small tables stay one part.
-const TARGET_ROWS_PER_PART: f64 = 250_000.0;
 
 impl Table {
     pub const ALL: [Table; 8] = [
@@ -82,7 +86,7 @@ impl Table {
     pub fn default_parts(self, sf: f64) -> i32 {
         match self {
             Table::Region | Table::Nation => 1,
-            _ => ((self.approx_rows(sf) / TARGET_ROWS_PER_PART).ceil() as i32).max(1),
+            _ => parts_for_rows(self.approx_rows(sf)),
         }
     }
 }
@@ -99,23 +103,18 @@ pub fn write_copy_rows<E>(
     part: i32,
     parts: i32,
     chunk_bytes: usize,
-    mut emit: impl FnMut(Vec<u8>) -> Result<(), E>,
+    emit: impl FnMut(Vec<u8>) -> Result<(), E>,
 ) -> Result<u64, E> {
-    let mut buf: Vec<u8> = Vec::with_capacity(chunk_bytes + 4096);
+    let mut out = CopyChunks::new(chunk_bytes, emit);
     let mut rows: u64 = 0;
     macro_rules! rows_of {
         ($generator:expr) => {
             for row in $generator.iter() {
-                write!(buf, "{row}").expect("writing to a Vec cannot fail");
-                buf.pop();
-                buf.push(b'\n');
+                write!(out.buf, "{row}").expect("writing to a Vec cannot fail");
+                out.buf.pop();
+                out.buf.push(b'\n');
                 rows += 1;
-                if buf.len() >= chunk_bytes {
-                    emit(std::mem::replace(
-                        &mut buf,
-                        Vec::with_capacity(chunk_bytes + 4096),
-                    ))?;
-                }
+                out.row_done()?;
             }
         };
     }
@@ -129,10 +128,83 @@ pub fn write_copy_rows<E>(
         Table::Orders => rows_of!(OrderGenerator::new(sf, part, parts)),
         Table::LineItem => rows_of!(LineItemGenerator::new(sf, part, parts)),
     }
-    if !buf.is_empty() {
-        emit(buf)?;
-    }
+    out.finish()?;
     Ok(rows)
+}
+
+impl GeneratedTable for Table {
+    fn dataset(self) -> &'static str {
+        "TPC-H"
+    }
+
+    fn name(self) -> &'static str {
+        Table::name(self)
+    }
+
+    fn approx_rows(self, sf: f64) -> f64 {
+        Table::approx_rows(self, sf)
+    }
+
+    fn default_parts(self, sf: f64) -> i32 {
+        Table::default_parts(self, sf)
+    }
+
+    fn write_copy_rows<E>(
+        self,
+        sf: f64,
+        part: i32,
+        parts: i32,
+        chunk_bytes: usize,
+        emit: impl FnMut(Vec<u8>) -> Result<(), E>,
+    ) -> Result<u64, E> {
+        write_copy_rows(self, sf, part, parts, chunk_bytes, emit)
+    }
+
+    fn arrow_schema(self) -> SchemaRef {
+        match self {
+            Table::Region => RegionArrow::schema_ref(),
+            Table::Nation => NationArrow::schema_ref(),
+            Table::Part => PartArrow::schema_ref(),
+            Table::Supplier => SupplierArrow::schema_ref(),
+            Table::PartSupp => PartSuppArrow::schema_ref(),
+            Table::Customer => CustomerArrow::schema_ref(),
+            Table::Orders => OrderArrow::schema_ref(),
+            Table::LineItem => LineItemArrow::schema_ref(),
+        }
+    }
+
+    fn part_batches(self, sf: f64, part: i32, parts: i32) -> BatchIter {
+        match self {
+            Table::Region => Box::new(
+                RegionArrow::new(RegionGenerator::new(sf, part, parts)).with_batch_size(BATCH_ROWS),
+            ),
+            Table::Nation => Box::new(
+                NationArrow::new(NationGenerator::new(sf, part, parts)).with_batch_size(BATCH_ROWS),
+            ),
+            Table::Part => Box::new(
+                PartArrow::new(PartGenerator::new(sf, part, parts)).with_batch_size(BATCH_ROWS),
+            ),
+            Table::Supplier => Box::new(
+                SupplierArrow::new(SupplierGenerator::new(sf, part, parts))
+                    .with_batch_size(BATCH_ROWS),
+            ),
+            Table::PartSupp => Box::new(
+                PartSuppArrow::new(PartSuppGenerator::new(sf, part, parts))
+                    .with_batch_size(BATCH_ROWS),
+            ),
+            Table::Customer => Box::new(
+                CustomerArrow::new(CustomerGenerator::new(sf, part, parts))
+                    .with_batch_size(BATCH_ROWS),
+            ),
+            Table::Orders => Box::new(
+                OrderArrow::new(OrderGenerator::new(sf, part, parts)).with_batch_size(BATCH_ROWS),
+            ),
+            Table::LineItem => Box::new(
+                LineItemArrow::new(LineItemGenerator::new(sf, part, parts))
+                    .with_batch_size(BATCH_ROWS),
+            ),
+        }
+    }
 }
 
 /// The TPC's answer to query `query` (1..22) with the validation parameters
@@ -188,5 +260,13 @@ mod tests {
         assert_eq!(Table::Nation.default_parts(100.0), 1);
         assert_eq!(Table::Orders.default_parts(0.01), 1);
         assert_eq!(Table::LineItem.default_parts(1.0), 24);
+    }
+
+    #[test]
+    fn parallel_reader_yields_every_row() {
+        let rows: usize = arrow_stream::ParallelTableReader::new(Table::LineItem, 0.1, 3)
+            .map(|b| b.unwrap().num_rows())
+            .sum();
+        assert_eq!(rows, LineItemGenerator::new(0.1, 1, 1).iter().count());
     }
 }

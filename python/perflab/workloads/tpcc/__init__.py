@@ -40,6 +40,7 @@ from pydantic import Field, field_validator, model_validator
 
 from perflab import _engine
 from perflab.context import RunContext
+from perflab.drivers import engine_run
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
@@ -269,6 +270,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
     data_fields: ClassVar[tuple[str, ...]] = ("warehouses", "load_seed")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tpmC", "nopm", "new_order.latency_p90_ms")
+    distributable: ClassVar[bool] = True
 
     settings: TpccSettings
 
@@ -424,14 +426,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                 ctx.status(f"tpcc {s.mode}: connecting {clients} clients on {threads} threads")
                 started = time.monotonic()
                 try:
-                    out = _engine.tpcc_run(  # type: ignore[attr-defined]
-                        conninfo, warehouses=warehouses, clients=clients, threads=threads, t0_ns=ctx.t0_ns,
+                    out = engine_run(
+                        ctx, "tpcc_run", conninfo, warehouses=warehouses, clients=clients, threads=threads, t0_ns=ctx.t0_ns,
                         mode=s.mode, duration_s=duration, transactions=s.transactions, warmup_s=s.warmup,
                         rate_tps=s.rate, schedule=s.schedule,
                         latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
                         max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id,
                         ol_i_id=consts.ol_i_id, keying=s.keying, weights=mix.weights_list(s.weights),
-                        io=s.io, progress=progress, cancel=ctx.cancel,
+                        io=s.io, progress=progress,
                     )
                 finally:
                     sampler.stop()

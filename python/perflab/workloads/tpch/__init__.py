@@ -31,11 +31,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import statistics
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -48,7 +45,11 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
 from perflab.settings_model import OsText
 from perflab.units import Duration
+from perflab.workloads import generated
 from perflab.workloads.base import Workload, WorkloadSettings
+from perflab.workloads.timed import per_query_stats as _per_query_stats
+from perflab.workloads.timed import short_error as _short_error
+from perflab.workloads.timed import timed_query as _timed_query
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
 
 TestName = Literal["load", "power", "throughput"]
@@ -152,33 +153,13 @@ class TpchWorkload(Workload[SqlEndpoint]):
         return self.settings.load_jobs or os.cpu_count() or 2
 
     def prepare(self, endpoint: SqlEndpoint, ctx: RunContext) -> LoadResult:
-        if endpoint.read_only:
-            raise UserError(
-                "the tpch workload creates and loads tables, but the target is read-only",
-                "set target.allow_destructive = true for a database perflab may write",
-            )
+        generated.require_writable(endpoint, "tpch")
         sf = self.settings.scale_factor
-        load = LoadResult()
         conn = endpoint.connect()
         try:
-            started = time.perf_counter()
-            for sql in schema.drop_tables():
-                conn.execute(sql)
-            for table in schema.TABLES:
-                conn.execute(schema.create_table(table))
-            load.steps["create tables"] = time.perf_counter() - started
-
-            ctx.status(f"tpch: loading SF {sf:g}")
-            started = time.perf_counter()
-            load.rows = endpoint.bulk_load("tpch", sf, list(schema.TABLES), self._jobs())
-            load.steps["load"] = time.perf_counter() - started
-
-            for step in schema.load_steps(endpoint.dialect):
-                ctx.status(f"tpch: {step.name}")
-                started = time.perf_counter()
-                self._run_step(endpoint, step)
-                load.steps[step.name] = time.perf_counter() - started
-
+            load = generated.load_generated(
+                endpoint, conn, ctx, "tpch", sf, schema.TABLES, schema.drop_tables(),
+                [schema.create_table(t) for t in schema.TABLES], schema.load_steps(endpoint.dialect), self._jobs())
             load_end = dt.datetime.now()
             refresh_seed = self.settings.seed if self.settings.seed is not None else qgen.default_seed(load_end)
             _write_state(conn, _State(sf, load_end.isoformat(timespec="seconds"), 1, 0, refresh_seed))
@@ -188,27 +169,6 @@ class TpchWorkload(Workload[SqlEndpoint]):
             conn.close()
         self._loaded_in_this_run = True
         return load
-
-    def _run_step(self, endpoint: SqlEndpoint, step: schema.Step) -> None:
-        """A step's statements each on its own session, `load_jobs` at a time
-        (DuckDB parallelises each statement itself: one at a time there)."""
-        statements = step.statements
-        if not endpoint.parallel_sessions or len(statements) == 1:
-            conn = endpoint.connect()
-            try:
-                for sql in statements:
-                    conn.execute(sql)
-            finally:
-                conn.close()
-            return
-
-        def one(sql: str) -> None:
-            with endpoint.connect() as conn:
-                conn.execute(sql)
-
-        with ThreadPoolExecutor(max_workers=min(self._jobs(), len(statements))) as pool:
-            for future in [pool.submit(one, sql) for sql in statements]:
-                future.result()
 
     # ------------------------------------------------------------ run
 
@@ -517,54 +477,6 @@ def _measurement_interval(query_times: list[QueryTime], refresh_times: list[Quer
     ends = [t.started_s + t.seconds for t in [*query_times, *refresh_times]
             if t.started_s is not None and t.seconds is not None]
     return max(ends) - min(starts) if starts and ends else 0.0
-
-
-def _timed_query(endpoint: SqlEndpoint, conn: Any, q: qgen.StreamQuery, interrupt_after_s: float | None,
-                 now_s: Callable[[], float]) -> tuple[QueryTime, list[tuple[Any, ...]] | None, list[str]]:
-    """Run one query to its last row; time from submission to the last row.
-    `now_s` is the run's clock, for the start that is stored with the time;
-    `interrupt_after_s`, a timeout the server does not enforce itself."""
-    timer: threading.Timer | None = None
-    if interrupt_after_s:
-        timer = threading.Timer(interrupt_after_s, endpoint.interrupt, (conn,))
-        timer.daemon = True
-    started_s = now_s()
-    started = time.perf_counter()
-    try:
-        if timer is not None:
-            timer.start()
-        cur = conn.execute(q.text)
-        rows = cur.fetchall()
-        seconds = time.perf_counter() - started
-        columns = [d[0] for d in (cur.description or [])]
-        return QueryTime(q.stream, q.seq, q.name, seconds, "ok", text=q.text, started_s=started_s), rows, columns
-    except Exception as exc:
-        seconds = time.perf_counter() - started
-        status = "timeout" if endpoint.is_timeout(exc) else "error"
-        return (QueryTime(q.stream, q.seq, q.name, seconds, status, text=q.text, error=_short_error(exc),
-                          started_s=started_s), None, [])
-    finally:
-        if timer is not None:
-            timer.cancel()
-
-
-def _short_error(exc: BaseException) -> str:
-    from perflab.secrets import mask_secrets
-
-    text = str(exc).strip().splitlines()
-    return mask_secrets(text[0] if text else type(exc).__name__)
-
-
-def _per_query_stats(result: RunResult) -> None:
-    """min/max/mean of each query's time across the streams it ran in."""
-    by_query: dict[str, list[float]] = {}
-    for t in result.queries:
-        if t.status == "ok" and t.seconds is not None:
-            by_query.setdefault(t.query, []).append(t.seconds)
-    for name, times in by_query.items():
-        result.add_metric(f"query.{name}.min_s", min(times), "s", f"{name}: fastest of {len(times)}", False)
-        result.add_metric(f"query.{name}.max_s", max(times), "s", f"{name}: slowest of {len(times)}", False)
-        result.add_metric(f"query.{name}.mean_s", statistics.fmean(times), "s", f"{name}: mean of {len(times)}", False)
 
 
 def _read_state(conn: Any) -> _State | None:

@@ -53,14 +53,14 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
                         "seconds: mean (min-max, n) over every stream the query ran in; columns by factor "
                         "values (repetition after #)"))
     if power_times:
-        blocks.append(_bars_figure({labels[r]: power_times[r] for r in sorted(power_times)}, "tpch-power-stream",
+        blocks.append(bars_figure({labels[r]: power_times[r] for r in sorted(power_times)}, "tpch-power-stream",
                                    "power test (stream 0): each query's and refresh function's time"))
     else:
         blocks.append(Text("no power test in these runs"))
     if stream_times:
         last = max(stream_times)
         streams = stream_times[last]
-        blocks.append(_bars_figure(
+        blocks.append(bars_figure(
             {f"stream {n}" + (" (refresh)" if set(streams[n]) <= {"RF1", "RF2"} else ""): streams[n]
              for n in sorted(streams)}, "tpch-throughput-streams",
             f"throughput test of run {last} (the last run that had one): each query's time per stream; the "
@@ -82,9 +82,10 @@ def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
     return out
 
 
-def _bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str) -> Any:
-    """Grouped bars: for each query and refresh function, one bar per group
-    (a run, or a stream), on a log scale."""
+def bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str,
+                 names: list[str] | None = None) -> Any:
+    """Grouped bars: for each query (`names`, default TPC-H's queries and
+    refresh functions), one bar per group (a run, or a stream), on a log scale."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -92,12 +93,13 @@ def _bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str) -
 
     from perflab.section import Figure
 
+    names = names or QUERY_NAMES
     fig, ax = plt.subplots(figsize=(10, 3.5))
     width = 0.8 / len(groups)
     for i, (label, times) in enumerate(groups.items()):
-        xs = [j + i * width for j in range(len(QUERY_NAMES))]
-        ax.bar(xs, [times.get(q, 0.0) for q in QUERY_NAMES], width=width, label=label)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(QUERY_NAMES))], QUERY_NAMES, fontsize=7)
+        xs = [j + i * width for j in range(len(names))]
+        ax.bar(xs, [times.get(q, 0.0) for q in names], width=width, label=label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names, fontsize=7)
     ax.set_ylabel("seconds (log)")
     ax.set_yscale("log")
     if len(groups) <= 12:

@@ -1,4 +1,4 @@
-//! Parallel COPY of generated TPC-H tables into PostgreSQL.
+//! Parallel COPY of generated tables (TPC-H, SSB) into PostgreSQL.
 //!
 //! Each loader is one OS thread with its own connection and a single-threaded
 //! tokio runtime: it generates a chunk of rows, hands it to COPY, and goes on
@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::{write_copy_rows, Table};
+use super::GeneratedTable;
 use crate::error::EngineError;
 use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 
@@ -28,23 +28,23 @@ pub struct TableLoad {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Job {
-    table: Table,
+struct Job<T> {
+    table: T,
     part: i32,
     parts: i32,
 }
 
 /// Generate `tables` at `sf` and COPY them in through `connections` parallel
 /// connections to `conninfo` (a libpq key=value string).
-pub fn load_postgres(
+pub fn load_postgres<T: GeneratedTable>(
     conninfo: &str,
     sf: f64,
-    tables: &[Table],
+    tables: &[T],
     connections: usize,
 ) -> Result<Vec<TableLoad>, EngineError> {
     let info = ConnInfo::parse(conninfo)
         .map_err(|e| EngineError::Config(format!("bad connection string: {e}")))?;
-    let mut jobs: Vec<Job> = tables
+    let mut jobs: Vec<Job<T>> = tables
         .iter()
         .flat_map(|&table| {
             let parts = table.default_parts(sf);
@@ -52,9 +52,10 @@ pub fn load_postgres(
         })
         .collect();
     jobs.sort_by(|a, b| {
-        let size = |j: &Job| j.table.approx_rows(sf) / j.parts as f64;
+        let size = |j: &Job<T>| j.table.approx_rows(sf) / j.parts as f64;
         size(b).total_cmp(&size(a))
     });
+    let dataset = tables.first().map_or("", |t| t.dataset());
     let queue = Mutex::new(VecDeque::from(jobs));
     let done: Mutex<BTreeMap<&'static str, TableLoad>> = Mutex::new(BTreeMap::new());
     let first_error: Mutex<Option<EngineError>> = Mutex::new(None);
@@ -62,7 +63,7 @@ pub fn load_postgres(
     std::thread::scope(|scope| {
         for _ in 0..connections.max(1) {
             scope.spawn(|| {
-                if let Err(e) = loader(&info, sf, &queue, &done) {
+                if let Err(e) = loader(dataset, &info, sf, &queue, &done) {
                     first_error.lock().unwrap().get_or_insert(e);
                     queue.lock().unwrap().clear(); // the others stop after their part
                 }
@@ -79,10 +80,11 @@ pub fn load_postgres(
         .collect())
 }
 
-fn loader(
+fn loader<T: GeneratedTable>(
+    dataset: &str,
     info: &ConnInfo,
     sf: f64,
-    queue: &Mutex<VecDeque<Job>>,
+    queue: &Mutex<VecDeque<Job<T>>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
 ) -> Result<(), EngineError> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -91,7 +93,7 @@ fn loader(
         .map_err(|e| EngineError::Internal(format!("cannot start a loader runtime: {e}")))?;
     let mut conn = rt
         .block_on(PgConn::connect(info))
-        .map_err(|e| EngineError::Target(format!("cannot connect to load TPC-H data: {e}")))?;
+        .map_err(|e| EngineError::Target(format!("cannot connect to load {dataset} data: {e}")))?;
     loop {
         let Some(job) = queue.lock().unwrap().pop_front() else {
             break;
@@ -103,8 +105,9 @@ fn loader(
         rt.block_on(conn.copy_start(&statement))
             .map_err(|e| EngineError::Target(format!("COPY {name}: {e}")))?;
         let mut bytes: u64 = 0;
-        let generated =
-            write_copy_rows(job.table, sf, part, job.parts, COPY_CHUNK_BYTES, |chunk| {
+        let generated = job
+            .table
+            .write_copy_rows(sf, part, job.parts, COPY_CHUNK_BYTES, |chunk| {
                 bytes += chunk.len() as u64;
                 rt.block_on(conn.copy_send(&chunk))
             });

@@ -1,0 +1,55 @@
+//! Star Schema Benchmark glue: data generation + COPY into PostgreSQL, Arrow
+//! streams for DuckDB, through the loaders TPC-H uses. Every long call
+//! releases the GIL.
+
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+use crate::errors::config_error;
+use crate::results::TableLoad;
+use crate::tpch::{load_tables, scale_factor, stream_capsule};
+
+use perflab_engine::bulk::arrow_stream;
+use perflab_engine::ssb::Table;
+
+fn table(name: &str) -> PyResult<Table> {
+    Table::from_name(name).ok_or_else(|| {
+        config_error(format!(
+            "{name:?} is not an SSB table; allowed: date, customer, supplier, part, lineorder"
+        ))
+    })
+}
+
+/// Generate SSB `tables` at `scale_factor` and COPY them into PostgreSQL over
+/// `connections` parallel connections; returns one TableLoad per table.
+#[pyfunction]
+pub fn ssb_load_postgres(
+    py: Python<'_>,
+    conninfo: &str,
+    scale_factor: f64,
+    tables: Vec<String>,
+    connections: usize,
+) -> PyResult<Vec<TableLoad>> {
+    load_tables(py, conninfo, scale_factor, &tables, table, connections)
+}
+
+/// One SSB table as an Arrow C stream PyCapsule ("arrow_array_stream").
+#[pyfunction]
+pub fn ssb_arrow_stream<'py>(
+    py: Python<'py>,
+    table_name: &str,
+    scale_factor: f64,
+    threads: usize,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let sf = self::scale_factor(scale_factor)?;
+    stream_capsule(
+        py,
+        arrow_stream::table_stream(table(table_name)?, sf, threads),
+    )
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(ssb_load_postgres, m)?)?;
+    m.add_function(wrap_pyfunction!(ssb_arrow_stream, m)?)?;
+    Ok(())
+}

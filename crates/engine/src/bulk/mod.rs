@@ -1,0 +1,95 @@
+//! Bulk loading of generated data sets, whatever generates them: a table
+//! that can write a part of itself as COPY text rows and as Arrow record
+//! batches (`GeneratedTable`) is loaded into PostgreSQL by parallel COPY
+//! (`pgcopy`) and handed to DuckDB as an Arrow C stream (`arrow_stream`).
+//! TPC-H (`crate::tpch`) and the Star Schema Benchmark (`crate::ssb`) are the
+//! two data sets that implement it.
+
+pub mod arrow_stream;
+pub mod pgcopy;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+
+/// A part's record batches, generated lazily.
+pub type BatchIter = Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send>;
+
+/// Rows a part should hold at most, so that big tables split into enough parts
+/// to keep every loader busy while small tables stay one part.
+pub const TARGET_ROWS_PER_PART: f64 = 250_000.0;
+
+/// Rows per record batch: large enough that per-batch overhead is small,
+/// small enough that batches in flight stay a few MB.
+pub const BATCH_ROWS: usize = 64 * 1024;
+
+/// One table of a generated data set. Parts are numbered 1..=parts; the parts
+/// of a table together are the whole table, whatever `parts` is.
+pub trait GeneratedTable: Copy + Send + Sync + 'static {
+    /// The data set's name, for messages ("TPC-H", "SSB").
+    fn dataset(self) -> &'static str;
+    /// The table's SQL name.
+    fn name(self) -> &'static str;
+    /// Rows at scale factor `sf` (expected, where the count is random).
+    fn approx_rows(self, sf: f64) -> f64;
+    /// How many parts to split the table into at `sf` (at least 1).
+    fn default_parts(self, sf: f64) -> i32;
+    /// Write part `part` of `parts` as COPY text rows ('|'-delimited, one row
+    /// per line), calling `emit` with chunks of about `chunk_bytes`; the rows
+    /// written.
+    fn write_copy_rows<E>(
+        self,
+        sf: f64,
+        part: i32,
+        parts: i32,
+        chunk_bytes: usize,
+        emit: impl FnMut(Vec<u8>) -> Result<(), E>,
+    ) -> Result<u64, E>;
+    /// The Arrow schema of the table's batches.
+    fn arrow_schema(self) -> SchemaRef;
+    /// Part `part` of `parts` as record batches of at most `BATCH_ROWS` rows.
+    fn part_batches(self, sf: f64, part: i32, parts: i32) -> BatchIter;
+}
+
+/// Parts for a table of about `rows` rows: `TARGET_ROWS_PER_PART` each, at least 1.
+pub fn parts_for_rows(rows: f64) -> i32 {
+    ((rows / TARGET_ROWS_PER_PART).ceil() as i32).max(1)
+}
+
+/// COPY text gathered in chunks of about `chunk_bytes`: rows are written into
+/// `buf`, and after each row a full chunk goes to `emit`.
+pub struct CopyChunks<E, F: FnMut(Vec<u8>) -> Result<(), E>> {
+    pub buf: Vec<u8>,
+    chunk_bytes: usize,
+    emit: F,
+}
+
+impl<E, F: FnMut(Vec<u8>) -> Result<(), E>> CopyChunks<E, F> {
+    pub fn new(chunk_bytes: usize, emit: F) -> Self {
+        CopyChunks {
+            buf: Vec::with_capacity(chunk_bytes + 4096),
+            chunk_bytes,
+            emit,
+        }
+    }
+
+    /// Call after each row: hands a full chunk over.
+    #[inline]
+    pub fn row_done(&mut self) -> Result<(), E> {
+        if self.buf.len() >= self.chunk_bytes {
+            let full =
+                std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk_bytes + 4096));
+            (self.emit)(full)?;
+        }
+        Ok(())
+    }
+
+    /// Hands the last, partial chunk over.
+    pub fn finish(mut self) -> Result<(), E> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let last = std::mem::take(&mut self.buf);
+        (self.emit)(last)
+    }
+}

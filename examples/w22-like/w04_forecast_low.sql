@@ -1,0 +1,5 @@
+-- TPC-H Q6 shape: revenue of discounts between 0.05 and 0.07, quantity under 5, in year ${year}
+select sum(l_extendedprice * l_discount) as revenue
+from lineitem
+where l_shipdate >= date '${year}-01-01' and l_shipdate < date '${year}-01-01' + interval '1' year
+  and l_discount between 0.05 and 0.07 and l_quantity < 5

@@ -1,0 +1,8 @@
+-- TPC-H Q3 shape: the unshipped orders of one segment placed before 1998-08-01
+select l_orderkey, sum(l_extendedprice * (1 - l_discount)) as revenue, o_orderdate, o_shippriority
+from customer, orders, lineitem
+where c_mktsegment = '${segment}' and c_custkey = o_custkey and l_orderkey = o_orderkey
+  and o_orderdate < date '1998-08-01' and l_shipdate > date '1998-08-01' - interval '30' day
+group by l_orderkey, o_orderdate, o_shippriority
+order by revenue desc, o_orderdate, l_orderkey
+limit 10

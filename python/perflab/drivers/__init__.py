@@ -1,0 +1,99 @@
+"""Where the engine's load harness runs: here (`kind = "local"`, the
+default) or as Ray actors over a Ray cluster (`kind = "ray"`,
+perflab.drivers.ray), each driving its share of the clients and of the rate.
+
+A workload calls its harness binding through `engine_run(ctx, "tpcb_run",
+conninfo, **kwargs)` rather than `_engine.tpcb_run(...)`: the local driver
+makes exactly that call; a distributed one splits `clients`, `threads` and
+`rate_tps` over its workers, gives each its own `seed`, starts them on one
+barrier and returns the merged result (perflab.drivers.merge), which has the
+fields of `_engine.DriverResult`. The runner holds one driver per experiment
+(`Drivers`), so a Ray cluster is started once, and adds each run's driver
+figures (clock offsets, per-worker CPU) to the run's result.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.util
+from collections.abc import Callable
+from typing import Any
+
+from perflab import _engine
+from perflab.context import RunContext
+from perflab.model import RunResult
+
+# The harness arguments a distributed driver splits over its workers (every
+# harness binding names them so: tpcb_run, tpcc_run).
+SPLIT_ARGS = ("clients", "threads", "rate_tps", "seed")
+RAY_EXTRA_HINT = 'install the extra: pip install "perflab[ray]" (./dev setup installs it)'
+
+
+class EngineDriver(abc.ABC):
+    """Runs one harness binding of `_engine` for one run."""
+
+    @abc.abstractmethod
+    def run(self, function: str, conninfo: str, ctx: RunContext, progress: Callable[[Any], object] | None,
+            kwargs: dict[str, Any]) -> Any:
+        """`_engine.<function>(conninfo, **kwargs, progress=..., cancel=ctx.cancel)`
+        or its equivalent; returns a `_engine.DriverResult` or a result with its fields."""
+
+    def figures(self) -> RunResult:
+        """What the driver itself measured in the last run (stored with the run),
+        handed over once."""
+        return RunResult()
+
+    def close(self) -> None:  # noqa: B027 - nothing to release by default
+        """Release what the driver started (a Ray cluster, its actors)."""
+
+
+class LocalDriver(EngineDriver):
+    """The engine in this process: the call as it always was."""
+
+    def run(self, function: str, conninfo: str, ctx: RunContext, progress: Callable[[Any], object] | None,
+            kwargs: dict[str, Any]) -> Any:
+        return getattr(_engine, function)(conninfo, **kwargs, progress=progress, cancel=ctx.cancel)
+
+
+LOCAL = LocalDriver()
+
+
+def engine_run(ctx: RunContext, function: str, conninfo: str, *, progress: Callable[[Any], object] | None = None,
+               **kwargs: Any) -> Any:
+    """Run a harness binding on the run's driver (`ctx.driver`, else here)."""
+    driver = ctx.driver if isinstance(ctx.driver, EngineDriver) else LOCAL
+    return driver.run(function, conninfo, ctx, progress, kwargs)
+
+
+def ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """`total` as `parts` integers that differ by at most one, largest first."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class Drivers:
+    """The runner's driver for each run: one open at a time, reopened only
+    when [driver]'s kind, address or workers change; closed at the end."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.key: tuple[Any, ...] | None = None
+        self.driver: EngineDriver = LOCAL
+
+    def get(self, settings: Any) -> EngineDriver:
+        key = (settings.kind, settings.address, settings.workers)
+        if key != self.key:
+            self.close()
+            if settings.kind == "ray":
+                from perflab.drivers.ray import RayDriver
+
+                self.driver = RayDriver(settings.address, settings.workers, self.say)
+            self.key = key
+        return self.driver
+
+    def close(self) -> None:
+        driver, self.driver, self.key = self.driver, LOCAL, None
+        driver.close()

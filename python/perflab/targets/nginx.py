@@ -1,0 +1,171 @@
+"""The `nginx` target: nginx from PATH, managed by perflab.
+
+perflab writes the whole configuration from `target.settings` (directive ->
+value): main-context directives (worker_processes, ...) go at the top,
+events-context ones (worker_connections, ...) in `events`, every other one
+in `http`. The defaults are a static file server's: one worker, sendfile,
+tcp_nopush, an open file cache, many keep-alive requests, no access log.
+perflab itself sets where it listens (127.0.0.1 on a free port), the
+document root, the pid file, the logs and the temporary paths; those names
+are refused in `settings`. The server runs in the foreground (`daemon off`)
+as perflab's child, in its own session; see targets/webserver.py for the
+start, the stop and the journal.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from perflab.errors import UserError
+from perflab.targets.base import TargetSettings
+from perflab.targets.webserver import ManagedServerSettings, ManagedWebServer
+
+DirectiveValue = str | int | bool
+DEFAULTS: dict[str, DirectiveValue] = {
+    "worker_processes": 1,
+    "sendfile": True,
+    "tcp_nopush": True,
+    "open_file_cache": "max=10000 inactive=60s",
+    "keepalive_requests": 100000,
+    "access_log": "off",
+}
+MAIN_CONTEXT = {"worker_processes", "worker_rlimit_nofile", "worker_cpu_affinity", "worker_priority",
+                "timer_resolution", "pcre_jit", "thread_pool", "worker_shutdown_timeout"}
+EVENTS_CONTEXT = {"worker_connections", "multi_accept", "use", "accept_mutex", "accept_mutex_delay"}
+RESERVED = {"listen", "root", "alias", "pid", "error_log", "daemon", "master_process", "user", "include",
+            "server", "location", "events", "http", "client_body_temp_path", "proxy_temp_path",
+            "fastcgi_temp_path", "uwsgi_temp_path", "scgi_temp_path", "load_module"}
+NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def _text(value: DirectiveValue) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+class NginxSettings(ManagedServerSettings):
+    kind: Literal["nginx"]
+    # The nginx binary; default: `nginx` on PATH (or /usr/sbin/nginx).
+    binary: str | None = None
+    settings: dict[str, DirectiveValue] = Field(default_factory=dict)
+
+    @field_validator("settings")
+    @classmethod
+    def _directives(cls, value: dict[str, DirectiveValue]) -> dict[str, DirectiveValue]:
+        for name, v in value.items():
+            if not NAME.match(name):
+                raise ValueError(f"got directive name {name!r}; allowed: nginx directive names (e.g. sendfile)")
+            if name in RESERVED:
+                raise ValueError(f"got {name!r}; perflab sets it (listen, root, logs, pid, paths); "
+                                 "allowed: any other directive")
+            if any(c in _text(v) for c in ";{}\n\r#"):
+                raise ValueError(f"got {name} = {v!r}; allowed: one directive's arguments, without ; {{ }} # "
+                                 "or line breaks")
+        return value
+
+    def directives(self) -> dict[str, DirectiveValue]:
+        return DEFAULTS | self.settings
+
+
+def find_nginx(explicit: str | None) -> str:
+    found = shutil.which(explicit or "nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+    if explicit and not found and Path(explicit).is_file() and os.access(explicit, os.X_OK):
+        found = explicit
+    if not found:
+        raise UserError(
+            f"nginx: {explicit or 'nginx'} is not on PATH",
+            "install it (./dev setup does: apt-get install nginx), or set target.binary",
+        )
+    return found
+
+
+def render_config(settings: NginxSettings, workdir: Path, port: int, root: Path) -> str:
+    main: list[str] = []
+    events: list[str] = []
+    http: list[str] = []
+    for name, value in settings.directives().items():
+        line = f"{name} {_text(value)};"
+        (main if name in MAIN_CONTEXT else events if name in EVENTS_CONTEXT else http).append(line)
+    user = ""
+    if os.geteuid() == 0:
+        # Workers would run as nobody, who may not reach the file set's cache.
+        name = pwd.getpwuid(0).pw_name
+        user = f"user {name};\n"
+    tmp = workdir / "tmp"
+    temps = "\n".join(f"    {k}_temp_path {tmp / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    indent = "\n    "
+    return (
+        "# Written by perflab from target.settings; do not edit.\n"
+        "daemon off;\nmaster_process on;\n"
+        f"{user}pid {workdir / 'nginx.pid'};\n"
+        f"error_log {workdir / 'server.log'} warn;\n"
+        + "".join(f"{line}\n" for line in main)
+        + "events {" + "".join(indent + line for line in events) + "\n}\n"
+        + "http {\n"
+        f"{temps}\n"
+        "    default_type application/octet-stream;"
+        + "".join(indent + line for line in http)
+        + "\n    server {\n"
+        f"        listen 127.0.0.1:{port};\n"
+        f"        root {root};\n"
+        "    }\n}\n"
+    )
+
+
+class NginxTarget(ManagedWebServer):
+    Settings: ClassVar[type[TargetSettings]] = NginxSettings
+    server_name: ClassVar[str] = "nginx"
+    settings: NginxSettings
+
+    @property
+    def conf_path(self) -> Path:
+        return self.workdir / "nginx.conf"
+
+    @classmethod
+    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+        problems = super().preflight(settings, base_dir)
+        try:
+            binary = find_nginx(settings.binary)
+        except UserError as exc:
+            return [*problems, exc.as_problem("target.binary")]
+        # nginx -t on the configuration these settings make, in a scratch directory.
+        with tempfile.TemporaryDirectory(prefix="perflab-nginx-check-") as scratch:
+            work = Path(scratch)
+            (work / "tmp").mkdir()
+            conf = work / "nginx.conf"
+            conf.write_text(render_config(settings, work, 1, work))
+            proc = subprocess.run([binary, "-t", "-q", "-p", str(work), "-c", str(conf), "-e", str(work / "e.log")],
+                                  capture_output=True, text=True, timeout=30, check=False)
+            if proc.returncode != 0:
+                words = (proc.stderr or proc.stdout).strip().replace(str(conf), "nginx.conf")
+                problems.append(("target.settings", f"nginx refuses the configuration: {words[-400:]}"))
+        return problems
+
+    def write_config(self, port: int, root: Path) -> None:
+        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
+        self.conf_path.write_text(render_config(self.settings, self.workdir, port, root))
+
+    def command(self, port: int, root: Path) -> list[str]:
+        binary = find_nginx(self.settings.binary)
+        return [binary, "-p", str(self.workdir), "-c", str(self.conf_path), "-e", str(self.log_path)]
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["settings"] = {k: _text(v) for k, v in self.settings.directives().items()}
+        try:
+            binary = find_nginx(self.settings.binary)
+            out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=10, check=False)
+            info["version"] = (out.stderr or out.stdout).strip()
+        except (UserError, OSError, subprocess.SubprocessError):
+            pass
+        return info
