@@ -101,6 +101,23 @@ def test_model_gives_a_busy_query_more_energy_than_an_idle_sleep(pg_target: Any,
     assert "Cloud Carbon Footprint" in method and "assumed" in method and "target's processes" in method
 
 
+def test_a_run_shorter_than_a_clock_tick_still_gets_its_energy() -> None:
+    """The model reads CPU time from /proc/stat, which moves once per clock
+    tick. A run of a few fast queries can start and stop between two ticks;
+    the stop sample then waits for the next tick instead of leaving the run
+    and its queries with no energy at all."""
+    collector = EnergyCollector("energy", EnergySettings(source="model", interval=10.0, idle_baseline=0.0))
+    ctx = _start(collector)
+    start = ctx.now_s()
+    runs = [QueryTime(0, 1, "q", ctx.now_s() - start, started_s=start, text="nothing")]
+    result = collector.stop()
+    result.queries = runs
+    collector.annotate(result)
+    assert collector.spans, "no span: the stop sample did not wait for a tick"
+    assert runs[0].energy_source == "model" and runs[0].energy_j is not None
+    assert result.metrics["energy.joules"].value > 0
+
+
 ENERGY = '\n[collect]\nenergy = { interval = "100ms", idle_baseline = "300ms", source = "model" }\n'
 
 

@@ -580,6 +580,18 @@ class EnergyCollector(SamplingCollector):
         if self._last_t_ns:
             dt_s = (t_ns - self._last_t_ns) / 1e9
             watts = self.meter.watts(self._last, now, dt_s)
+            # A run shorter than the kernel's clock tick (a few fast queries)
+            # has no tick between its first and its stop sample, so the
+            # model sees no CPU time at all. Rather than give such a run no
+            # energy, wait for the next tick (at most 0.1 s): its span then
+            # ends a moment after the run and its mean power is diluted by
+            # that moment of idle, which is the estimate's stated limit.
+            deadline_ns = t_ns + 100_000_000
+            while watts is None and self.stopping and not self.spans and time.monotonic_ns() < deadline_ns:
+                time.sleep(0.005)
+                t_ns, now = time.monotonic_ns(), self.meter.read()
+                dt_s = (t_ns - self._last_t_ns) / 1e9
+                watts = self.meter.watts(self._last, now, dt_s)
             if watts is None:
                 return values
             for label, w in watts.items():
