@@ -120,6 +120,7 @@ def start_run_until(experiment: Path, out: Path, ready: Callable[[], object],
             raise AssertionError(f"perflab exited {run.returncode} first:\n{log.read_text()}")
         if time.monotonic() > deadline:
             run.kill()
+            run.wait()  # reaped here, not warned about in whichever test runs next
             raise AssertionError(f"not ready after {timeout_s} s:\n{log.read_text()}")
         time.sleep(0.05)
     return run
