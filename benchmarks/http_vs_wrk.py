@@ -22,7 +22,11 @@ table gives their mean and range. Both drivers share the machine's cores
 with nginx, so a cheaper driver leaves the server more CPU.
 
     .venv/bin/python benchmarks/http_vs_wrk.py [--size 1.5GB] [--seconds 5] [--pairs 3]
-        [--connections 16 64 256] [--threads 1] [--workers 1] [--hyper] [--json out.json]
+        [--connections 16 64 256] [--threads 1] [--workers 1] [--io auto epoll] [--hyper] [--json out.json]
+
+--io runs perflab once per pair for each socket I/O given (default: auto,
+which is io_uring where the kernel has it, and epoll), each against the same
+wrk run; a table per I/O.
 
 --hyper also runs hyper 1.x's HTTP/1.1 client on the same harness after each
 perflab run (same draws, checks and error kinds; crates/engine/src/http/
@@ -136,18 +140,19 @@ def run_oha(oha: str, base: str, connections: int, seconds: int, paths: Path | N
 
 
 def run_perflab(ep: HttpEndpoint, dirs: int, connections: int, threads: int, seconds: int,
-                only: tuple[int, int, int] | None, client: str = "own") -> dict[str, Any]:
+                only: tuple[int, int, int] | None, client: str = "own", io: str = "auto") -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_SELF)
     out = _engine.http_run(ep.address, host=ep.host_header, dirs=dirs, clients=connections, threads=threads,
                            t0_ns=time.monotonic_ns(), duration_s=float(seconds), seed=int(time.time()),
-                           only=only, client=client)
+                           only=only, client=client, io=io)
     after = resource.getrusage(resource.RUSAGE_SELF)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     n = max(1, out.transactions)
     return {"req_per_s": out.tps, "requests": out.transactions, "errors": out.failed,
             "cpu_s": out.driver_cpu_s, "cpu_per_req_us": out.driver_cpu_s / n * 1e6,
             "process_cpu_per_req_us": whole / n * 1e6, "client_bound": out.client_bound,
-            "mbps": out.payload_bytes * 8 / out.measured_s / 1e6}
+            "mbps": out.payload_bytes * 8 / out.measured_s / 1e6, "io": out.io,
+            "io_enters_per_req": out.io_enters_per_tx}
 
 
 def hyper_table(title: str, rows: list[dict[str, Any]]) -> None:
@@ -156,7 +161,7 @@ def hyper_table(title: str, rows: list[dict[str, Any]]) -> None:
           "| hyper/own CPU |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        own, hyp = [p for _, p in row["pairs"]], row["hyper"]
+        own, hyp = [p[0] for _, p in row["pairs"]], row["hyper"]
         rr = [h["req_per_s"] / o["req_per_s"] for o, h in zip(own, hyp, strict=True)]
         cr = [h["cpu_per_req_us"] / o["cpu_per_req_us"] for o, h in zip(own, hyp, strict=True)]
         print(f"| {row['connections']} | {statistics.mean(o['req_per_s'] for o in own):,.0f} "
@@ -165,19 +170,20 @@ def hyper_table(title: str, rows: list[dict[str, Any]]) -> None:
               f"| {statistics.mean(h['cpu_per_req_us'] for h in hyp):.1f} | {statistics.mean(cr):.2f} ({spread(cr)}) |")
 
 
-def table(title: str, rows: list[dict[str, Any]]) -> None:
+def table(title: str, rows: list[dict[str, Any]], which: int) -> None:
     print(f"\n{title}")
     print("| connections | wrk req/s | perflab req/s | req/s ratio | wrk CPU us/req | perflab CPU us/req "
           "(process) | CPU ratio |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        rr = [p["req_per_s"] / w["req_per_s"] for w, p in row["pairs"]]
-        cr = [p["cpu_per_req_us"] / w["cpu_per_req_us"] for w, p in row["pairs"]]
-        w_rps = statistics.mean(w["req_per_s"] for w, _ in row["pairs"])
-        p_rps = statistics.mean(p["req_per_s"] for _, p in row["pairs"])
-        w_cpu = statistics.mean(w["cpu_per_req_us"] for w, _ in row["pairs"])
-        p_cpu = statistics.mean(p["cpu_per_req_us"] for _, p in row["pairs"])
-        p_proc = statistics.mean(p["process_cpu_per_req_us"] for _, p in row["pairs"])
+        pairs = [(w, p[which]) for w, p in row["pairs"]]
+        rr = [p["req_per_s"] / w["req_per_s"] for w, p in pairs]
+        cr = [p["cpu_per_req_us"] / w["cpu_per_req_us"] for w, p in pairs]
+        w_rps = statistics.mean(w["req_per_s"] for w, _ in pairs)
+        p_rps = statistics.mean(p["req_per_s"] for _, p in pairs)
+        w_cpu = statistics.mean(w["cpu_per_req_us"] for w, _ in pairs)
+        p_cpu = statistics.mean(p["cpu_per_req_us"] for _, p in pairs)
+        p_proc = statistics.mean(p["process_cpu_per_req_us"] for _, p in pairs)
         print(f"| {row['connections']} | {w_rps:,.0f} | {p_rps:,.0f} | {statistics.mean(rr):.2f} ({spread(rr)}) "
               f"| {w_cpu:.1f} | {p_cpu:.1f} ({p_proc:.1f}) | {statistics.mean(cr):.2f} ({spread(cr)}) |")
 
@@ -192,6 +198,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=1, help="nginx worker_processes")
     ap.add_argument("--paths", type=int, default=200_000, help="request paths wrk replays")
     ap.add_argument("--cache-dir", default=str(default_cache_dir()))
+    ap.add_argument("--io", nargs="+", default=["auto", "epoll"], choices=["auto", "uring", "epoll"],
+                    help="perflab's socket I/O, one run per pair for each")
     ap.add_argument("--hyper", action="store_true",
                     help="also run hyper 1.x's client (an engine built with --features hyper-client)")
     ap.add_argument("--oha", default=shutil.which("oha"), help="the oha binary (default: on PATH)")
@@ -231,12 +239,12 @@ def main() -> int:
                     else:
                         w = run_wrk(base + "dir00000/class1_0", connections, threads, args.seconds, None, None)
                     url = base if only is None else base + "dir00000/class1_0"
-                    p = run_perflab(ep, dirs, connections, threads, args.seconds, only)
+                    ps = [run_perflab(ep, dirs, connections, threads, args.seconds, only, io=io) for io in args.io]
                     print(f"{kind} c={connections} pair {i + 1}: wrk {w['req_per_s']:,.0f} req/s "
-                          f"{w['cpu_per_req_us']:.1f} us/req (non-2xx {w['non_2xx']}); perflab "
-                          f"{p['req_per_s']:,.0f} req/s {p['cpu_per_req_us']:.1f} us/req (errors {p['errors']})",
-                          flush=True)
-                    pairs.append((w, p))
+                          f"{w['cpu_per_req_us']:.1f} us/req (non-2xx {w['non_2xx']}); " + "; ".join(
+                              f"perflab {p['io']} {p['req_per_s']:,.0f} req/s {p['cpu_per_req_us']:.1f} us/req "
+                              f"(errors {p['errors']})" for p in ps), flush=True)
+                    pairs.append((w, ps))
                     if args.hyper:
                         h = run_perflab(ep, dirs, connections, threads, args.seconds, only, client="hyper")
                         print(f"  hyper: {h['req_per_s']:,.0f} req/s {h['cpu_per_req_us']:.1f} us/req "
@@ -250,16 +258,19 @@ def main() -> int:
                             oha_runs.append(o)
                 results[kind].append({"connections": connections, "threads": threads, "pairs": pairs,
                                       "hyper": hyper, "oha": oha_runs})
-        table(f"file set ({report.size_bytes / 1e9:.2f} GB, wrk replaying perflab's paths), "
-              f"{args.threads} thread(s), {args.seconds} s runs", results["fileset"])
-        table(f"one 1 KiB file (raw request rate), {args.threads} thread(s), {args.seconds} s runs", results["raw"])
+        for which, io in enumerate(args.io):
+            ran = results["fileset"][0]["pairs"][0][1][which]["io"] if results["fileset"] else io
+            table(f"perflab io = {io} ({ran}): file set ({report.size_bytes / 1e9:.2f} GB, wrk replaying "
+                  f"perflab's paths), {args.threads} thread(s), {args.seconds} s runs", results["fileset"], which)
+            table(f"perflab io = {io} ({ran}): one 1 KiB file (raw request rate), {args.threads} thread(s), "
+                  f"{args.seconds} s runs", results["raw"], which)
         for kind in ("fileset", "raw"):
             rows = [r for r in results[kind] if r["oha"]]
             if rows:
                 print(f"\noha, {kind}: connections, oha req/s, oha CPU us/req, perflab/oha CPU")
                 for r in rows:
                     o_cpu = statistics.mean(o["cpu_per_req_us"] for o in r["oha"])
-                    p_cpu = statistics.mean(p["cpu_per_req_us"] for _, p in r["pairs"])
+                    p_cpu = statistics.mean(p[0]["cpu_per_req_us"] for _, p in r["pairs"])
                     print(f"| {r['connections']} | {statistics.mean(o['req_per_s'] for o in r['oha']):,.0f} "
                           f"| {o_cpu:.1f} | {p_cpu / o_cpu:.2f} |")
         if args.hyper:

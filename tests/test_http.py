@@ -88,11 +88,12 @@ def _workload(cache: Path, **settings: Any) -> HttpWorkload:
         {"kind": "http", "fileset": {"connections": 1, "cache_dir": str(cache)}, "seed": 3} | settings))
 
 
-def test_a_run_on_nginx_has_no_errors_and_the_class_mix_within_1_percent(nginx, cache, tmp_path) -> None:
+@pytest.mark.parametrize("io", ["epoll", "uring"])  # as tests/test_tpcb.py, io_uring is assumed here
+def test_a_run_on_nginx_has_no_errors_and_the_class_mix_within_1_percent(nginx, cache, tmp_path, io) -> None:
     target, endpoint, _ = nginx
     # fileset.connections = 1 is SPECweb99's 25 directories; use the fixture's 3.
-    workload = _workload(cache, clients=8, requests=5000, fileset={"size": DIRS * 5_000_000,
-                                                                   "cache_dir": str(cache)})
+    workload = _workload(cache, clients=8, requests=5000, io=io, fileset={"size": DIRS * 5_000_000,
+                                                                          "cache_dir": str(cache)})
     load = workload.prepare(endpoint, _ctx(tmp_path))
     assert load.rows["directories"] == DIRS and load.rows["bytes"] == DIRS * _engine.fileset_dir_bytes()
     assert "fileset_verify_cached" in load.steps  # the fixture generated it: reused, checked
@@ -105,6 +106,11 @@ def test_a_run_on_nginx_has_no_errors_and_the_class_mix_within_1_percent(nginx, 
     # Every good response had the file's exact size: the body bytes are the sizes' sum.
     assert m["body_bytes"] > 0 and m["throughput_mbps"] > 0
     assert m["driver_cpu_per_req_us"] > 0
+    [event] = [e.message for e in result.events if e.kind == "io"]
+    assert event.startswith("io: io_uring" if io == "uring" else "io: epoll"), event
+    # On the ring, clients' requests are batched: fewer enters than requests.
+    assert ("io_enters_per_req" in m) == (io == "uring")
+    assert m.get("io_enters_per_req", 0) < 1
     assert target.check_alive() is None
 
 
@@ -236,13 +242,15 @@ def _time_wait_to(port: int) -> int:
     return n
 
 
-def test_requests_per_connection_opens_a_new_connection_every_n_requests(nginx) -> None:
+@pytest.mark.parametrize("io", ["epoll", "auto"])
+def test_requests_per_connection_opens_a_new_connection_every_n_requests(nginx, io) -> None:
     _, endpoint, _ = nginx
     port = int(endpoint.address.rsplit(":", 1)[1])
     before = _time_wait_to(port)
     out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=1, threads=1,
-                           t0_ns=time.monotonic_ns(), transactions=100, requests_per_connection=5)
+                           t0_ns=time.monotonic_ns(), transactions=100, requests_per_connection=5, io=io)
     assert out.transactions == 100 and out.failed == 0
+    assert out.io.startswith("epoll" if io == "epoll" else "io_uring"), out.io
     # 100 requests, 5 a connection: 20 connections closed by the client.
     assert _time_wait_to(port) - before >= 19
 

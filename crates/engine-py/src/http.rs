@@ -130,7 +130,7 @@ fn fileset_prepare<'py>(
     address, *, host, dirs, clients, threads, t0_ns, prefix="/", duration_s=None,
     transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson", latency_limit_ms=None,
     seed=0, requests_per_connection=None, connect_timeout_s=5.0, request_timeout_s=30.0,
-    think_time_s=None, only=None, client="own", progress=None, cancel=None
+    think_time_s=None, only=None, client="own", io="auto", progress=None, cancel=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn http_run<'py>(
@@ -155,6 +155,7 @@ fn http_run<'py>(
     think_time_s: Option<f64>,
     only: Option<(u32, usize, usize)>,
     client: &str,
+    io: &str,
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<DriverResult> {
@@ -192,7 +193,7 @@ fn http_run<'py>(
         latency_limit_ms,
         1,
         seed,
-        "epoll",
+        io,
     )?;
     let protocol = HttpProtocol::new(HttpConfig {
         addr,

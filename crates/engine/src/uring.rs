@@ -292,8 +292,21 @@ impl Ring {
         self: &Rc<Self>,
         fd: RawFd,
         send_buf: Vec<u8>,
+        recv_buf: Vec<u8>,
+        recv_at: usize,
+    ) -> RoundTrip {
+        self.round_trip_upto(fd, send_buf, recv_buf, recv_at, usize::MAX)
+    }
+
+    /// `round_trip`, receiving at most `recv_max` bytes (an HTTP body's
+    /// rest: what follows it is not this response's).
+    pub fn round_trip_upto(
+        self: &Rc<Self>,
+        fd: RawFd,
+        send_buf: Vec<u8>,
         mut recv_buf: Vec<u8>,
         recv_at: usize,
+        recv_max: usize,
     ) -> RoundTrip {
         let send_buf_is_empty = send_buf.is_empty();
         let index = {
@@ -319,7 +332,9 @@ impl Ring {
             }
         };
         let recv_ptr = recv_buf[recv_at..].as_mut_ptr();
-        let recv_len = (recv_buf.len() - recv_at).min(u32::MAX as usize) as u32;
+        let recv_len = (recv_buf.len() - recv_at)
+            .min(recv_max)
+            .min(u32::MAX as usize) as u32;
         let user = (index as u64) << 1;
         let after_send = !send_buf_is_empty;
         // After a send the reply cannot be there yet: arm the poll at once

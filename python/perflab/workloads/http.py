@@ -91,6 +91,11 @@ class HttpSettings(WorkloadSettings):
     # Ask for one file every time ("dir00000/class1_0", 1 KiB): the raw request rate.
     only: str | None = Field(default=None, pattern=r"^dir\d{5}/class[0-3]_[0-8]$")
     seed: int | None = Field(default=None, ge=0)
+    # Socket I/O, as for tpcb: "auto" (io_uring where the kernel and process
+    # allow it, else epoll with the reason), "uring" (fails without it) or
+    # "epoll". On the ring every ready connection's send and receive go to
+    # the kernel in one io_uring_enter. Recorded as the run's "io" event.
+    io: Literal["auto", "uring", "epoll"] = "auto"
 
     @model_validator(mode="after")
     def _consistent(self) -> HttpSettings:
@@ -231,7 +236,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 transactions=s.requests, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
                 seed=seed, requests_per_connection=s.requests_per_connection,
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
-                think_time_s=s.think_time, only=s.only_file(), progress=progress, cancel=ctx.cancel,
+                think_time_s=s.think_time, only=s.only_file(), io=s.io, progress=progress, cancel=ctx.cancel,
             )
         except _engine.ConfigError as exc:
             raise UserError(f"workload http: {exc}") from None
@@ -240,6 +245,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         ctx.measure_start_s = out.measure_start_t_s
         ctx.measure_end_s = out.measure_start_t_s + out.measured_s
         result.events.append(Event(out.measure_start_t_s, "seed", f"random seed {seed}"))
+        result.events.append(Event(out.measure_start_t_s, "io", f"io: {out.io}"))
         for e in out.events:
             result.events.append(Event(e.t_s, e.kind, e.message))
         if out.lost_clients:
@@ -294,6 +300,9 @@ class HttpWorkload(Workload[HttpEndpoint]):
         if out.transactions:
             add("driver_cpu_per_req_us", out.driver_cpu_s / out.transactions * 1e6, "us",
                 "driver CPU time per good response", higher_is_better=False)
+            if out.io.startswith("io_uring"):
+                add("io_enters_per_req", out.io_enters_per_tx, "calls",
+                    f"io_uring_enter calls per good response ({out.io})", higher_is_better=False)
         if out.cpu_given_s > 0:
             add("driver_cpu_share", out.driver_cpu_s / out.cpu_given_s, "ratio",
                 f"driver CPU over what its {threads} threads could use; above 0.8 the run is client-bound",

@@ -16,14 +16,23 @@
 //! costing a read that fails with EAGAIN (one syscall a request). Clearing is
 //! safe: tokio ignores a clear older than the last event it saw, and bytes
 //! that arrive later raise a new edge.
+//!
+//! With io_uring (`io = "auto"` where the kernel has it, or `"uring"`), a
+//! connection leaves epoll after set-up and each request goes to the kernel
+//! as a linked send and receive on the worker thread's ring, submitted with
+//! every other ready client's in one io_uring_enter: the same batching that
+//! the TPC-B driver uses (`crate::uring`). A reconnection is made through
+//! tokio, then moved onto the ring again.
 
 use super::fileset::{file_size, Chooser, CLASS_NAMES};
 use crate::harness::{ErrorClass, Protocol, TxType};
 use crate::random::Prng;
+use crate::uring::{Ring, RingUser};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -102,16 +111,97 @@ pub struct HttpRequest {
     pub file: u8,
 }
 
+/// A connection: watched by tokio's epoll, or driven through the thread's ring.
+enum Conn {
+    Epoll(Stream),
+    Ring(std::net::TcpStream, RingUser),
+}
+
+impl Conn {
+    #[cfg(test)]
+    fn raw_fd(&self) -> RawFd {
+        match self {
+            Conn::Epoll(s) => s.as_raw_fd(),
+            Conn::Ring(s, _) => s.as_raw_fd(),
+        }
+    }
+
+    fn into_inner(self) -> std::net::TcpStream {
+        match self {
+            Conn::Epoll(s) => s.into_inner(),
+            // Dropping the RingUser detaches the connection from the ring.
+            Conn::Ring(s, _) => s,
+        }
+    }
+}
+
 pub struct HttpClient {
-    stream: Option<Stream>,
+    conn: Option<Conn>,
     /// The last connection, shut down, its fd number kept for the next
     /// (`sys::dup_onto`): the fd the harness shuts down on abort stays this
     /// client's through every reconnection.
     stale: Option<std::net::TcpStream>,
     fd: RawFd,
     served_on_connection: u32,
-    buf: Box<[u8]>,
+    /// BUF bytes; lent to the ring while a receive is in flight (empty if
+    /// a timeout dropped it there, and then made again).
+    buf: Vec<u8>,
     request: Vec<u8>,
+    /// Set by `use_ring`: every connection of this client goes onto it.
+    ring: Option<Rc<Ring>>,
+}
+
+impl HttpClient {
+    /// Send the request when `send`, then read what is there, at most `max`
+    /// bytes, into `buf[at..]` (waiting for it): Ok(0) is the server's close.
+    async fn exchange(&mut self, send: bool, at: usize, max: usize) -> io::Result<usize> {
+        if self.buf.len() != BUF {
+            self.buf = vec![0u8; BUF];
+        }
+        let end = (at + max).min(BUF);
+        match self.conn.as_ref().expect("connected") {
+            Conn::Epoll(stream) => {
+                if send {
+                    write_all(stream, &self.request).await?;
+                }
+                read(stream, &mut self.buf[at..end]).await
+            }
+            Conn::Ring(sock, user) => {
+                let (fd, ring) = (sock.as_raw_fd(), user.ring().clone());
+                let mut send = send;
+                loop {
+                    let out = if send {
+                        std::mem::take(&mut self.request)
+                    } else {
+                        Vec::new()
+                    };
+                    let sent_len = out.len();
+                    let recv = std::mem::take(&mut self.buf);
+                    let done = ring.round_trip_upto(fd, out, recv, at, end - at).await;
+                    self.buf = done.recv_buf;
+                    if send {
+                        self.request = done.send_buf;
+                    }
+                    if let Some(res) = done.send_failed {
+                        return Err(if res < 0 {
+                            io::Error::from_raw_os_error(-res)
+                        } else {
+                            io::Error::new(
+                                io::ErrorKind::WriteZero,
+                                format!("short send ({res} of {sent_len} bytes)"),
+                            )
+                        });
+                    }
+                    send = false;
+                    match done.recv_result {
+                        n if n >= 0 => return Ok(n as usize),
+                        e if e == -libc::EINTR || e == -libc::EAGAIN => continue,
+                        e => return Err(io::Error::from_raw_os_error(-e)),
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -321,8 +411,8 @@ impl HttpProtocol {
     /// End the client's connection (the server sees it closed); its fd
     /// number stays open, shut down, for the next connection.
     fn hang_up(c: &mut HttpClient) {
-        if let Some(stream) = c.stream.take() {
-            let stream = stream.into_inner();
+        if let Some(conn) = c.conn.take() {
+            let stream = conn.into_inner();
             let _ = stream.shutdown(std::net::Shutdown::Both);
             c.stale = Some(stream);
         }
@@ -332,20 +422,24 @@ impl HttpProtocol {
     async fn reconnect(&self, c: &mut HttpClient) -> Result<(), HttpError> {
         let fresh = self.open().await?;
         c.served_on_connection = 0;
-        let Some(stale) = c.stale.take() else {
-            c.stream = Some(fresh);
-            return Ok(());
+        let stream = match c.stale.take() {
+            None => fresh.into_inner(),
+            Some(stale) => {
+                let fresh = fresh.into_inner();
+                if let Err(e) = crate::sys::dup_onto(&fresh, &stale) {
+                    c.stale = Some(stale);
+                    return Err(HttpError::Connect(e));
+                }
+                stale
+            }
         };
-        let fresh = fresh.into_inner();
-        if let Err(e) = crate::sys::dup_onto(&fresh, &stale) {
-            c.stale = Some(stale);
-            return Err(HttpError::Connect(e));
-        }
-        drop(fresh);
-        c.stream = Some(
-            crate::sys::watch(stale, Interest::READABLE | Interest::WRITABLE)
-                .map_err(HttpError::Connect)?,
-        );
+        c.conn = Some(match &c.ring {
+            Some(ring) => Conn::Ring(stream, ring.attach()),
+            None => Conn::Epoll(
+                crate::sys::watch(stream, Interest::READABLE | Interest::WRITABLE)
+                    .map_err(HttpError::Connect)?,
+            ),
+        });
         Ok(())
     }
 
@@ -353,27 +447,18 @@ impl HttpProtocol {
     /// response ended the connection).
     async fn round_trip(&self, c: &mut HttpClient, want: u64) -> Result<bool, HttpError> {
         let reused = c.served_on_connection > 0;
-        let stream = c.stream.as_mut().expect("connected");
         let mut filled = 0;
         // A server may close an idle kept-alive connection just as a request
         // goes out; that request is sent again once, on a new connection.
-        let sent = write_all(stream, &c.request).await;
-        let first = match sent {
-            Ok(()) => read(stream, &mut c.buf).await,
-            Err(e) => Err(e),
-        };
-        let n = match first {
+        let n = match c.exchange(true, 0, BUF).await {
             Ok(0) | Err(_) if reused => {
                 Self::hang_up(c);
                 self.reconnect(c).await?;
-                let fresh = c.stream.as_ref().expect("connected");
-                write_all(fresh, &c.request).await.map_err(HttpError::Io)?;
-                read(fresh, &mut c.buf).await.map_err(HttpError::Io)?
+                c.exchange(true, 0, BUF).await.map_err(HttpError::Io)?
             }
             Ok(n) => n,
             Err(e) => return Err(HttpError::Io(e)),
         };
-        let stream = c.stream.as_mut().expect("connected");
         if n == 0 {
             return Err(HttpError::Io(io::ErrorKind::UnexpectedEof.into()));
         }
@@ -385,7 +470,8 @@ impl HttpProtocol {
             if filled >= MAX_HEAD {
                 return Err(HttpError::BadResponse("header block over 16 KiB".into()));
             }
-            let n = read(stream, &mut c.buf[filled..])
+            let n = c
+                .exchange(false, filled, BUF - filled)
                 .await
                 .map_err(HttpError::Io)?;
             if n == 0 {
@@ -404,10 +490,8 @@ impl HttpProtocol {
             ));
         }
         while got < length {
-            let room = ((length - got) as usize).min(c.buf.len());
-            let n = read(stream, &mut c.buf[..room])
-                .await
-                .map_err(HttpError::Io)?;
+            let room = ((length - got) as usize).min(BUF);
+            let n = c.exchange(false, 0, room).await.map_err(HttpError::Io)?;
             if n == 0 {
                 return Err(HttpError::ShortBody { got, want: length });
             }
@@ -424,6 +508,7 @@ impl Protocol for HttpProtocol {
     type Error = HttpError;
     const HAS_PAUSES: bool = true;
     const COUNTS_BYTES: bool = true;
+    const SUPPORTS_RING: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {
         &CLASS_NAMES
@@ -433,12 +518,24 @@ impl Protocol for HttpProtocol {
         let stream = self.open().await?;
         Ok(HttpClient {
             fd: stream.as_raw_fd(),
-            stream: Some(stream),
+            conn: Some(Conn::Epoll(stream)),
             stale: None,
             served_on_connection: 0,
-            buf: vec![0u8; BUF].into_boxed_slice(),
+            buf: vec![0u8; BUF],
             request: Vec::with_capacity(256),
+            ring: None,
         })
+    }
+
+    fn use_ring(&self, c: &mut HttpClient, ring: &Rc<Ring>) -> Result<(), String> {
+        if c.ring.is_some() {
+            return Err("the client already uses a ring".into());
+        }
+        c.ring = Some(ring.clone());
+        if let Some(conn) = c.conn.take() {
+            c.conn = Some(Conn::Ring(conn.into_inner(), ring.attach()));
+        }
+        Ok(())
     }
 
     fn socket(&self, client: &HttpClient) -> Option<RawFd> {
@@ -458,7 +555,7 @@ impl Protocol for HttpProtocol {
         let want = file_size(r.class as usize, r.file as usize);
         self.write_request(&mut c.request, r);
         let result = tokio::time::timeout(self.cfg.request_timeout, async {
-            if c.stream.is_none() {
+            if c.conn.is_none() {
                 self.reconnect(c).await?;
             }
             self.round_trip(c, want).await
@@ -651,12 +748,66 @@ mod tests {
             };
             for _ in 0..10 {
                 p.execute(&mut c, 0, &r).await.unwrap();
-                let now = c.stream.as_ref().map(|s| s.as_raw_fd());
+                let now = c.conn.as_ref().map(|s| s.raw_fd());
                 let kept = c.stale.as_ref().map(|s| s.as_raw_fd());
                 assert_eq!(now.or(kept), Some(fd), "the client's fd number is kept");
             }
         });
         // 10 requests, 2 a connection: 5 connections.
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 5);
+    }
+
+    #[test]
+    fn on_the_ring_a_client_reads_whole_responses_and_reconnects_onto_the_ring() {
+        if let Err(why) = crate::uring::probe() {
+            eprintln!("skipped: no io_uring here ({why})");
+            return;
+        }
+        let (addr, accepted) = tiny_server();
+        let mut cfg = protocol("/", 1).cfg;
+        cfg.addr = addr;
+        cfg.requests_per_connection = Some(3);
+        cfg.only = Some((0, 0, 0));
+        let p = HttpProtocol::new(cfg);
+        // As a harness worker runs: what the clients queue is submitted
+        // when the runtime parks, and a reaper task collects completions.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(crate::uring::submit_thread_ring)
+            .build()
+            .unwrap();
+        let local = tokio::task::LocalSet::new();
+        let enters = local.block_on(&runtime, async {
+            let ring = Ring::new(1).unwrap();
+            crate::uring::set_thread_ring(Some(ring.clone()));
+            let reaper = tokio::task::spawn_local(ring.clone().reap_forever());
+            let mut c = p.connect(0).await.unwrap();
+            let fd = p.socket(&c).unwrap();
+            p.use_ring(&mut c, &ring).unwrap();
+            assert!(p.use_ring(&mut c, &ring).is_err(), "a client switches once");
+            let r = HttpRequest {
+                dir: 0,
+                class: 0,
+                file: 0,
+            };
+            for i in 0..9 {
+                p.execute(&mut c, 0, &r).await.unwrap();
+                match &c.conn {
+                    Some(Conn::Ring(s, _)) => assert_eq!(s.as_raw_fd(), fd),
+                    None => assert_eq!(i % 3, 2, "hung up only after every third request"),
+                    Some(Conn::Epoll(_)) => panic!("request {i} went through epoll"),
+                }
+            }
+            let enters = ring.enters();
+            drop(c);
+            reaper.abort();
+            crate::uring::set_thread_ring(None);
+            enters
+        });
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert!(
+            enters >= 9,
+            "every request went through io_uring_enter ({enters})"
+        );
     }
 }
