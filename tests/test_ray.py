@@ -279,6 +279,45 @@ def test_tpcc_runs_on_the_ray_driver_and_counts_what_the_database_counts(driver,
             conn.execute('DROP DATABASE IF EXISTS "tpcc_ray" WITH (FORCE)')
 
 
+def test_http_runs_on_the_ray_driver_and_merges_bodies_and_the_class_mix(driver, tmp_path) -> None:
+    """The HTTP driver on two workers against a managed nginx: every good
+    response's body counted once (the per-class bytes add up to the total,
+    and each class's bytes are its files' sizes), the mix of both workers
+    together within 1% of 35/50/14/1, and the workers' requests summed."""
+    import shutil as _shutil
+
+    if _shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin") is None:
+        pytest.skip("nginx is not installed (./dev setup installs it)")
+    from perflab.endpoints import HttpEndpoint
+    from perflab.targets.nginx import NginxSettings, NginxTarget
+    from perflab.workloads.http import HttpSettings, HttpWorkload
+
+    d = _tempdir("perflab-ray-nginx-")
+    target = NginxTarget(NginxSettings.model_validate({"kind": "nginx"}), d / "target")
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, HttpEndpoint) and endpoint.publish is not None
+        w = HttpWorkload(HttpSettings.model_validate({
+            "kind": "http", "clients": 4, "threads": 2, "requests": 2500, "seed": 9,
+            "fileset": {"size": "15MB", "cache_dir": str(d / "cache")}}))
+        w.prepare(endpoint, RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns()))
+        ctx = context(tmp_path, driver)
+        result = w.run(endpoint, ctx)
+        m = {k: v.value for k, v in result.metrics.items()}
+        assert m["requests"] == 4 * 2500 and m["errors"] == 0
+        for name, share in (("class0", 0.35), ("class1", 0.50), ("class2", 0.14), ("class3", 0.01)):
+            assert abs(m[f"mix.{name}"] - share) < 0.01, (name, m[f"mix.{name}"])
+        per_class = [m[f"throughput_mbps.class{c}"] for c in range(4)]
+        assert sum(per_class) == pytest.approx(m["throughput_mbps"], rel=1e-9)
+        assert m["body_bytes"] > 4 * 2500 * 102
+        figures = driver.figures().metrics
+        assert figures["driver.worker.0.transactions"].value + figures["driver.worker.1.transactions"].value \
+            == m["requests"]
+    finally:
+        target.teardown()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # ------------------------------------------------------------ failure
 
 

@@ -358,6 +358,7 @@ def http_run(
     io: str = "auto",
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
+    on_connected: Callable[[], int] | None = None,
 ) -> DriverResult:
     """`client`: "own" (perflab's client) or "hyper" (hyper 1.x, only in an
     engine built with the hyper-client feature; ConfigError otherwise).

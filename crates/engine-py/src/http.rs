@@ -4,7 +4,7 @@
 
 use crate::errors::{config_error, engine_error, EngineError};
 use crate::results::DriverResult;
-use crate::tpcb::{check_cancel, drive, harness_config, POLL_INTERVAL};
+use crate::tpcb::{check_cancel, drive_gated, harness_config, POLL_INTERVAL};
 use perflab_engine::http::fileset::{self, Prepared};
 use perflab_engine::http::{HttpConfig, HttpProtocol};
 use pyo3::prelude::*;
@@ -130,7 +130,8 @@ fn fileset_prepare<'py>(
     address, *, host, dirs, clients, threads, t0_ns, prefix="/", duration_s=None,
     transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson", latency_limit_ms=None,
     seed=0, requests_per_connection=None, connect_timeout_s=5.0, request_timeout_s=30.0,
-    think_time_s=None, only=None, client="own", io="auto", progress=None, cancel=None
+    think_time_s=None, only=None, client="own", io="auto", progress=None, cancel=None,
+    on_connected=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn http_run<'py>(
@@ -158,6 +159,7 @@ fn http_run<'py>(
     io: &str,
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
+    on_connected: Option<Bound<'py, PyAny>>,
 ) -> PyResult<DriverResult> {
     let addr = address.parse().map_err(|_| {
         config_error(format!(
@@ -207,11 +209,11 @@ fn http_run<'py>(
         only,
     });
     match client {
-        "own" => drive(py, cfg, protocol, progress, cancel),
+        "own" => drive_gated(py, cfg, protocol, progress, cancel, on_connected),
         #[cfg(feature = "hyper-client")]
         "hyper" => {
             let protocol = perflab_engine::http::hyper_client::HyperProtocol::new(protocol);
-            drive(py, cfg, protocol, progress, cancel)
+            drive_gated(py, cfg, protocol, progress, cancel, on_connected)
         }
         #[cfg(not(feature = "hyper-client"))]
         "hyper" => Err(config_error(

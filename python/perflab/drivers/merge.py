@@ -10,7 +10,7 @@ code is the same for one driver or many:
   the same bucket layout everywhere, so bucket counts add and the merged
   histogram is the histogram of the union of the samples); every latency
   figure is read from the merged histogram;
-- counts and errors are summed;
+- counts, errors and payload bytes (HTTP bodies) are summed, in total and per type;
 - per-second series are summed per second: every worker started its run at
   one instant and cut its seconds from it, so second k of each worker is the
   same second of the run's clock; each second's latency histogram is merged
@@ -32,7 +32,7 @@ from perflab import _engine
 SAME_SECOND_S = 1e-3
 # Figures of the workers that add up, and those of which the run's is the largest.
 SUMMED = ("failed", "skipped", "late", "retries", "retried", "clients", "threads", "lost_clients",
-          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s")
+          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "payload_bytes")
 LARGEST = ("connect_max_s", "connect_phase_s")
 
 
@@ -81,6 +81,7 @@ class Figures:
     client_bound: bool
     io: str
     io_enters_per_tx: float
+    payload_bytes: int
 
 
 def _plain(value: Any) -> Any:
@@ -98,7 +99,7 @@ class WorkerResult(Figures):
 
     index: int
     node: str  # "ip (host, node id, pid)"
-    by_type: tuple[tuple[str, int, int, bytes], ...]  # name, committed, failed, histogram
+    by_type: tuple[tuple[str, int, int, bytes, int], ...]  # name, committed, failed, histogram, payload bytes
     series: tuple[WorkerInterval, ...]
     events: tuple[tuple[float, str, str], ...]
 
@@ -108,7 +109,8 @@ class WorkerResult(Figures):
         return cls(
             **{f.name: _plain(getattr(out, f.name)) for f in fields(Figures)},
             index=index, node=node,
-            by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram)) for t in out.by_type),
+            by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.payload_bytes)
+                          for t in out.by_type),
             series=tuple(
                 WorkerInterval(
                     t_s=i.t_s, interval_s=i.interval_s, transactions=i.transactions, failed=i.failed,
@@ -159,6 +161,7 @@ class MergedType:
     failed: int
     latency: _engine.LatencySummary
     histogram: bytes
+    payload_bytes: int
 
 
 @dataclass(frozen=True)
@@ -253,7 +256,8 @@ def merge(workers: list[WorkerResult]) -> MergedResult:
     for k, (name, *_rest) in enumerate(workers[0].by_type):
         hist = _merged([w.by_type[k][3] for w in workers])
         by_type.append(MergedType(name, sum(w.by_type[k][1] for w in workers),
-                                  sum(w.by_type[k][2] for w in workers), _summary(hist), hist))
+                                  sum(w.by_type[k][2] for w in workers), _summary(hist), hist,
+                                  sum(w.by_type[k][4] for w in workers)))
     ios = sorted({w.io for w in workers})
     enters = sum(w.io_enters_per_tx * w.transactions for w in workers)
     events = sorted((Event(t, kind, f"driver worker {w.index} ({w.node}): {message}")

@@ -58,6 +58,11 @@ class HttpTarget(Target):
     settings: HttpTargetSettings
 
     @classmethod
+    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+        """A URL is TCP: Ray workers on this machine reach it (loopback only)."""
+        return settings, [], None
+
+    @classmethod
     def preflight(cls, settings: Any, base_dir: Any) -> list[tuple[str, str]]:
         parts = urlsplit(settings.url)
         try:

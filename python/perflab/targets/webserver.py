@@ -121,6 +121,11 @@ class ManagedWebServer(Target):
     # A short name for cgroups and messages ("nginx").
     server_name: ClassVar[str] = "server"
 
+    @classmethod
+    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+        """The server listens on TCP (127.0.0.1): Ray workers on this machine reach it."""
+        return settings, [], None
+
     def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
         self.proc: subprocess.Popen[bytes] | None = None

@@ -31,6 +31,7 @@ from pydantic import Field, model_validator
 
 from perflab import _engine
 from perflab.context import RunContext
+from perflab.drivers import engine_run
 from perflab.endpoints import Capability, HttpEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
@@ -131,6 +132,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
     data_fields: ClassVar[tuple[str, ...]] = ("fileset",)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.HTTP})
     headline: ClassVar[tuple[str, ...]] = ("req_per_s", "throughput_mbps", "latency_p95_ms")
+    distributable: ClassVar[bool] = True
 
     settings: HttpSettings
 
@@ -230,13 +232,13 @@ class HttpWorkload(Workload[HttpEndpoint]):
 
         ctx.status(f"http: connecting {s.clients} clients on {threads} threads to {endpoint.display()}")
         try:
-            out = _engine.http_run(
-                endpoint.address, host=endpoint.host_header, prefix=endpoint.prefix, dirs=s.dirs(),
+            out = engine_run(
+                ctx, "http_run", endpoint.address, host=endpoint.host_header, prefix=endpoint.prefix, dirs=s.dirs(),
                 clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
                 transactions=s.requests, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
                 seed=seed, requests_per_connection=s.requests_per_connection,
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
-                think_time_s=s.think_time, only=s.only_file(), io=s.io, progress=progress, cancel=ctx.cancel,
+                think_time_s=s.think_time, only=s.only_file(), io=s.io, progress=progress,
             )
         except _engine.ConfigError as exc:
             raise UserError(f"workload http: {exc}") from None
