@@ -99,6 +99,14 @@ def test_load_counts_and_validation_answers(endpoint: Any, workdir: Path) -> Non
         # statistics before the keys are validated (a plan over unanalysed tables took twice as long)
         order = list(load.steps)
         assert order.index("analyze") < order.index("foreign keys")
+        # The steps overlapped (generated.run_overlapped), and everything is there, valid.
+        assert count(endpoint, "select count(*) from pg_constraint c join pg_class t on t.oid = c.conrelid "
+                               "where t.relnamespace = 'public'::regnamespace and c.contype = 'p'") == 8
+        assert count(endpoint, "select count(*) from pg_constraint c join pg_class t on t.oid = c.conrelid "
+                               "where t.relnamespace = 'public'::regnamespace and c.contype = 'f' "
+                               "and c.convalidated") == 8
+        assert count(endpoint, "select count(*) from pg_indexes where schemaname = 'public' "
+                               "and indexname like '%_idx'") == 8
     result = w.run(endpoint, ctx)
     checks = w.check(endpoint, ctx).checks
     assert len(checks) == 22
