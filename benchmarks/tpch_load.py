@@ -16,7 +16,9 @@ Every step also has its CPU seconds: this process and its children
 (getrusage: perflab's generator threads, or tpchgen-cli and psql) plus the
 server's whole process tree (the postmaster's own and reaped children's
 utime+stime from /proc, and its live children's). CPU / (wall x CPUs) says
-how close a step gets to the machine's limit.
+how close a step gets to the machine's limit. With --repeat, the sides take
+turns going first, and each starts after a CHECKPOINT, so neither inherits
+the other's dirty buffers.
 
 Then, on PostgreSQL and DuckDB: the 22 queries with the spec's validation
 parameters, checked against the TPC's SF 1 answers (at SF 1 only), and a
@@ -173,7 +175,20 @@ def main() -> int:
         assert target.data_dir is not None
         data_dir = target.data_dir
         ratios = []
+
+        def checkpoint() -> None:
+            # Each side starts with no dirty buffers of the other's (or its
+            # own earlier) load to write out.
+            with endpoint.connect() as conn:
+                conn.execute("checkpoint")
+
         for i in range(args.repeat):
+            classic = CpuClock(data_dir)
+            if i % 2 == 1:  # every other round the classic side goes first
+                checkpoint()
+                classic = CpuClock(data_dir)
+                classic_load(target.bin_dir, classic_conninfo, sf, scratch, classic)
+            checkpoint()
             mine = CpuClock(data_dir)
 
             def status(text: str, mine: CpuClock = mine) -> None:
@@ -187,9 +202,11 @@ def main() -> int:
             ctx = RunContext(run_number=1, run_dir=scratch, t0_ns=time.monotonic_ns(), status=status)
             load = TpchWorkload(TpchSettings(kind="tpch", scale_factor=sf, tests=["power"])).prepare(endpoint, ctx)
             assert list(mine.steps()) == list(load.steps), (list(mine.steps()), list(load.steps))
-            classic = CpuClock(data_dir)
-            classic_load(target.bin_dir, classic_conninfo, sf, scratch, classic)
-            print(f"\nround {i + 1} of {args.repeat}", end="")
+            if i % 2 == 0:
+                checkpoint()
+                classic = CpuClock(data_dir)
+                classic_load(target.bin_dir, classic_conninfo, sf, scratch, classic)
+            print(f"\nround {i + 1} of {args.repeat} ({'perflab' if i % 2 == 0 else 'classic'} first)", end="")
             ratios.append(load_table(mine.steps(), classic.steps()))
         if args.repeat > 1:
             print(f"\nperflab / classic over {args.repeat} rounds: median {statistics.median(ratios):.2f}x, "
