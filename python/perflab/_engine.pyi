@@ -355,14 +355,14 @@ def http_run(
     think_time_s: float | None = None,
     only: tuple[int, int, int] | None = None,
     client: str = "own",
-    io: str = "auto",
+    io: str = "epoll",
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,
 ) -> DriverResult:
     """`client`: "own" (perflab's client) or "hyper" (hyper 1.x, only in an
     engine built with the hyper-client feature; ConfigError otherwise).
-    `io`: "auto", "uring" or "epoll", as for tpcb_run (hyper: epoll only).
+    `io`: "epoll", "uring" or "auto", as for tpcb_run (hyper: epoll only).
     HTTP/1.1 GETs of the file set at `address` ("127.0.0.1:8080") through
     the load harness; by_type: class0..class3, each with its body bytes.
     `only` = (dir, class, file) asks for one file every time. Errors are

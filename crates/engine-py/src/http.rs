@@ -130,7 +130,7 @@ fn fileset_prepare<'py>(
     address, *, host, dirs, clients, threads, t0_ns, prefix="/", duration_s=None,
     transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson", latency_limit_ms=None,
     seed=0, requests_per_connection=None, connect_timeout_s=5.0, request_timeout_s=30.0,
-    think_time_s=None, only=None, client="own", io="auto", progress=None, cancel=None,
+    think_time_s=None, only=None, client="own", io="epoll", progress=None, cancel=None,
     on_connected=None
 ))]
 #[allow(clippy::too_many_arguments)]
