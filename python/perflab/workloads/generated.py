@@ -7,13 +7,14 @@ After the data is in, on a server that takes parallel sessions, the steps
 overlap (`run_overlapped`): a statement starts as soon as every earlier
 statement on the same tables is done, unless both only build an index
 (CREATE INDEX takes a SHARE lock, which does not conflict with itself). So
-the other session builds orders' keys and indexes while lineitem's foreign
-keys are validated (one core each: a foreign key's check is one serial
-query, and lineitem's two must take turns on its lock). What each step is
-waiting for is exactly what it waited for in order: a foreign key comes
-after its tables' keys, indexes and ANALYZE. Each step's seconds are then
-the wall time from the previous step's completion to its own, so the steps
-still add up to the load's wall time."""
+while lineitem's foreign keys are checked (one core: a key's check is one
+serial query, and lineitem's two must take turns on its lock), the other
+session builds the indexes of the tables that the running check does not
+lock. Each statement still waits for what it waited for in step order: a
+foreign key comes after its tables' primary keys and ANALYZE (TPC-H's step
+order is in tpch.schema.load_steps). Each step's seconds are then the wall
+time from the previous step's completion to its own, so the steps still
+add up to the load's wall time."""
 
 from __future__ import annotations
 
