@@ -195,9 +195,10 @@ def run_overlapped(endpoint: SqlEndpoint, steps: Sequence[Any], sessions: int, r
 
 
 def run_step(endpoint: SqlEndpoint, statements: Sequence[str], jobs: int) -> None:
-    """A step's statements each on its own session, `jobs` at a time
-    (DuckDB parallelises each statement itself: one at a time there)."""
-    if not endpoint.parallel_sessions or len(statements) == 1:
+    """A step's statements each on its own session, `jobs` at a time; with
+    one job, or on a server without parallel sessions (DuckDB parallelises
+    each statement itself), in order on one session."""
+    if not endpoint.parallel_sessions or jobs <= 1 or len(statements) <= 1:
         conn = endpoint.connect()
         try:
             for sql in statements:

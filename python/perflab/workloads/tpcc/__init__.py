@@ -32,7 +32,6 @@ import os
 import secrets
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -46,6 +45,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
+from perflab.workloads.generated import run_step
 from perflab.workloads.tpcc import checks, constants, mix, procedures, schema
 
 APPLICATION = "perflab-tpcc"
@@ -299,7 +299,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         def timed(name: str, statements: list[str], parallel: bool = False) -> None:
             ctx.status(f"{say}: {name.replace('_', ' ')}")
             started = time.perf_counter()
-            self._execute(endpoint, statements, jobs if parallel else 1)
+            run_step(endpoint, statements, jobs if parallel else 1)
             steps[name] = time.perf_counter() - started
 
         try:
@@ -333,23 +333,6 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         except Exception as exc:
             raise RunFailure(f"tpcc load failed on {endpoint.display()}: {str(exc).strip()}") from None
         return LoadResult(steps=steps, rows=rows)
-
-    @staticmethod
-    def _execute(endpoint: PgWireEndpoint, statements: list[str], jobs: int) -> None:
-        """Run `statements` in order on one connection, or `jobs` at a time on their own."""
-        if jobs <= 1 or len(statements) <= 1:
-            with endpoint.connect() as conn:
-                for sql in statements:
-                    conn.execute(sql)
-            return
-
-        def one(sql: str) -> None:
-            with endpoint.connect() as conn:
-                conn.execute(sql)
-
-        with ThreadPoolExecutor(max_workers=min(jobs, len(statements))) as pool:
-            for future in [pool.submit(one, sql) for sql in statements]:
-                future.result()
 
     # ------------------------------------------------------------ run
 
