@@ -1,10 +1,14 @@
-"""What every benchmark script shares: the cores it may use, a range of
-ratios, and a main that always tears down what it started."""
+"""What every benchmark script shares: the cores it may use, a peer tool
+run as a child with its CPU, a range of ratios, and a main that always tears
+down what it started."""
 
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NoReturn
@@ -25,6 +29,18 @@ def processes_cpu_s(pids: Iterable[int]) -> dict[int, float]:
             continue
         out[pid] = (int(fields[11]) + int(fields[12])) / tick
     return out
+
+
+def run_child(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, resource.struct_rusage]:
+    """Run a peer tool (pgbench, wrk, ...) to its end: (exit code, stdout,
+    stderr, its rusage from os.wait4). No other child may run meanwhile."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(args, stdout=out, stderr=err, text=True, cwd=cwd)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return child.returncode, out.read(), err.read(), usage
 
 
 def spread(values: list[float], digits: int = 2) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import shutil
@@ -52,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import run_main, spread
+from _common import run_child, run_main, spread
 from perflab import _engine
 from perflab.endpoints import HttpEndpoint
 from perflab.targets.nginx import NginxSettings, NginxTarget
@@ -89,13 +88,9 @@ def run_wrk(url: str, connections: int, threads: int, seconds: int, script: Path
     args.append(url)
     if paths is not None:
         args += ["--", str(paths)]
-    with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        out.seek(0)
-        text = out.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"wrk failed: {text[-2000:]}")
+    code, text, error, usage = run_child(args)
+    if code != 0:
+        raise RuntimeError(f"wrk failed: {(text + error)[-2000:]}")
     m = re.search(r"(\d+) requests in ([0-9.]+)(m?s)", text)
     assert m, text
     requests = int(m.group(1))
@@ -123,13 +118,9 @@ def run_oha(oha: str, base: str, connections: int, seconds: int, paths: Path | N
         args += ["--urls-from-file", str(urls)]
     else:
         args.append(base)
-    with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        out.seek(0)
-        text = out.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"oha failed: {text[-2000:]}")
+    code, text, error, usage = run_child(args)
+    if code != 0:
+        raise RuntimeError(f"oha failed: {(text + error)[-2000:]}")
     summary = json.loads(text[text.index("{"):])
     codes = summary.get("statusCodeDistribution", {})
     requests = sum(int(n) for n in codes.values())

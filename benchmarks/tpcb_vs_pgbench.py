@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_main, spread
+from _common import cores, run_child, run_main, spread
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
@@ -64,14 +64,8 @@ def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, 
     """pgbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
     args = [str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-n", "-M", "prepared",
             "-b", script, "-c", str(clients), "-j", str(threads), "-T", str(seconds), ep.dbname]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(args, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(child.pid, 0)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        text, error = out.read(), err.read()
-    if child.returncode != 0:
+    code, text, error, usage = run_child(args)
+    if code != 0:
         raise RuntimeError(f"pgbench failed: {error.strip()}")
     tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))  # type: ignore[union-attr]
     done = int(re.search(r"actually processed: (\d+)", text).group(1))  # type: ignore[union-attr]

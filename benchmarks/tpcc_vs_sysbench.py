@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_main, spread
+from _common import cores, run_child, run_main, spread
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.tpcc import TpccSettings, TpccWorkload
@@ -74,13 +74,7 @@ def run_sysbench(lua: Path, ep: PostgresEndpoint, warehouses: int, clients: int,
     """sysbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
     before = next_order_sum(ep, "district1")
     args = [*sysbench_args(lua, ep, warehouses, clients), f"--time={seconds}", "--report-interval=0", "run"]
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(args, stdout=out, stderr=err, text=True, cwd=lua.parent)
-        _, status, usage = os.wait4(child.pid, 0)
-        code = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        text, error = out.read(), err.read()
+    code, text, error, usage = run_child(args, cwd=lua.parent)
     if code != 0:
         raise RuntimeError(f"sysbench run failed ({code}): {error.strip() or text[-2000:]}")
     orders = next_order_sum(ep, "district1") - before
