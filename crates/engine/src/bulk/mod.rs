@@ -32,8 +32,11 @@ pub trait GeneratedTable: Copy + Send + Sync + 'static {
     fn name(self) -> &'static str;
     /// Rows at scale factor `sf` (expected, where the count is random).
     fn approx_rows(self, sf: f64) -> f64;
-    /// How many parts to split the table into at `sf` (at least 1).
-    fn default_parts(self, sf: f64) -> i32;
+    /// How many parts to split the table into at `sf` (at least 1):
+    /// `TARGET_ROWS_PER_PART` rows each.
+    fn default_parts(self, sf: f64) -> i32 {
+        parts_for_rows(self.approx_rows(sf))
+    }
     /// Write part `part` of `parts` as COPY text rows ('|'-delimited, one row
     /// per line), calling `emit` with chunks of about `chunk_bytes`; the rows
     /// written.

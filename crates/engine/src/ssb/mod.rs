@@ -46,7 +46,7 @@ use arrow::array::{ArrayRef, Int32Builder, Int64Builder, RecordBatch, StringBuil
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
-use crate::bulk::{parts_for_rows, BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
+use crate::bulk::{BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
 use crate::random::Prng;
 
 /// The five SSB tables (SSB specification section 2).
@@ -810,10 +810,6 @@ impl GeneratedTable for Table {
         } else {
             units
         }
-    }
-
-    fn default_parts(self, sf: f64) -> i32 {
-        parts_for_rows(GeneratedTable::approx_rows(self, sf))
     }
 
     fn write_copy_rows<E>(

@@ -22,7 +22,7 @@ use tpchgen_arrow::{
     SupplierArrow,
 };
 
-use crate::bulk::{parts_for_rows, BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
+use crate::bulk::{BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
 
 /// The eight TPC-H tables (TPC-H spec clause 1.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -81,14 +81,6 @@ impl Table {
             Table::LineItem => 6_000_000.0 * sf,
         }
     }
-
-    /// How many parts to split the table into at `sf` (at least 1).
-    pub fn default_parts(self, sf: f64) -> i32 {
-        match self {
-            Table::Region | Table::Nation => 1,
-            _ => parts_for_rows(self.approx_rows(sf)),
-        }
-    }
 }
 
 /// Write part `part` (1-based) of `parts` of `table` as COPY text rows
@@ -143,10 +135,6 @@ impl GeneratedTable for Table {
 
     fn approx_rows(self, sf: f64) -> f64 {
         Table::approx_rows(self, sf)
-    }
-
-    fn default_parts(self, sf: f64) -> i32 {
-        Table::default_parts(self, sf)
     }
 
     fn write_copy_rows<E>(
