@@ -116,6 +116,34 @@ def test_load_counts_and_validation_answers(endpoint: Any, workdir: Path) -> Non
     assert "date '1994-01-01'" in (q6.text or "") and "0.06 - 0.01" in (q6.text or "")
 
 
+@pytest.mark.parametrize("dataset", ["tpch", "ssb"])
+def test_binary_copy_stores_the_rows_text_copy_stores(scratch_db: Any, dataset: str) -> None:
+    # The loader's default is COPY's binary format; the server must end up
+    # with the very rows the text format gives, column by column.
+    from perflab.workloads.ssb import schema as ssb_schema
+    from perflab.workloads.tpch import schema as tpch_schema
+
+    schema = tpch_schema if dataset == "tpch" else ssb_schema
+    loader = _engine.tpch_load_postgres if dataset == "tpch" else _engine.ssb_load_postgres
+    digests = {}
+    for fmt in ("text", "binary"):
+        with scratch_db.connect() as conn:
+            for table in schema.TABLES:
+                conn.execute(f'drop table if exists "{table}"')
+                conn.execute(schema.create_table(table))
+            conn.commit()
+        loads = loader(scratch_db.conninfo, SF, list(schema.TABLES), 2, fmt)
+        with scratch_db.connect() as conn:
+            digests[fmt] = {
+                t: conn.execute(f'select count(*), md5(string_agg(r::text, E\'\\n\' order by r::text)) from "{t}" r')
+                .fetchone() for t in schema.TABLES}
+        assert {t.table: t.rows for t in loads} == {t: n for t, (n, _) in digests[fmt].items()}
+    assert digests["binary"] == digests["text"]
+    assert all(n > 0 for n, _ in digests["text"].values())
+    with pytest.raises(_engine.ConfigError, match='"binary", "text"'):
+        loader(scratch_db.conninfo, SF, ["region" if dataset == "tpch" else "date"], 1, "csv")
+
+
 def test_a_wrong_answer_is_reported_per_query(duckdb_endpoint: Any, workdir: Path) -> None:
     answers = workdir / "answers"
     answers.mkdir()

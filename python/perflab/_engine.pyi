@@ -131,10 +131,11 @@ def parse_duration_s(text: str) -> float:
 # ---- TPC-H (crates/engine-py/src/tpch.rs); every call releases the GIL.
 
 def tpch_load_postgres(
-    conninfo: str, scale_factor: float, tables: list[str], connections: int
+    conninfo: str, scale_factor: float, tables: list[str], connections: int, copy_format: str = "binary"
 ) -> list[TableLoad]:
     """Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
-    `connections` parallel connections (libpq key=value conninfo).
+    `connections` parallel connections (libpq key=value conninfo), in COPY's
+    "binary" format (the default: cheaper for the server to parse) or "text".
     EngineConnectionError names the table that failed; ConfigError: a bad
     conninfo."""
 
@@ -158,7 +159,7 @@ def tpch_official_answer_sf1(query: int) -> str | None:
 # ---- SSB (crates/engine-py/src/ssb.rs): the loaders TPC-H uses; release the GIL.
 
 def ssb_load_postgres(
-    conninfo: str, scale_factor: float, tables: list[str], connections: int
+    conninfo: str, scale_factor: float, tables: list[str], connections: int, copy_format: str = "binary"
 ) -> list[TableLoad]:
     """Generate SSB `tables` (date, customer, supplier, part, lineorder) at
     `scale_factor` and COPY them into PostgreSQL over `connections` parallel

@@ -23,14 +23,24 @@ fn table(name: &str) -> PyResult<Table> {
 /// Generate SSB `tables` at `scale_factor` and COPY them into PostgreSQL over
 /// `connections` parallel connections; returns one TableLoad per table.
 #[pyfunction]
+#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary"))]
 pub fn ssb_load_postgres(
     py: Python<'_>,
     conninfo: &str,
     scale_factor: f64,
     tables: Vec<String>,
     connections: usize,
+    copy_format: &str,
 ) -> PyResult<Vec<TableLoad>> {
-    load_tables(py, conninfo, scale_factor, &tables, table, connections)
+    load_tables(
+        py,
+        conninfo,
+        scale_factor,
+        &tables,
+        table,
+        connections,
+        copy_format,
+    )
 }
 
 /// One SSB table as an Arrow C stream PyCapsule ("arrow_array_stream").

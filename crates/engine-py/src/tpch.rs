@@ -9,7 +9,7 @@ use pyo3::types::{PyBytes, PyCapsule};
 use crate::errors::{config_error, engine_error};
 use crate::results::TableLoad;
 
-use perflab_engine::bulk::{pgcopy, GeneratedTable};
+use perflab_engine::bulk::{pgcopy, CopyFormat, GeneratedTable};
 use perflab_engine::tpch::{self, refresh, Table};
 
 fn table(name: &str) -> PyResult<Table> {
@@ -31,16 +31,27 @@ pub(crate) fn scale_factor(sf: f64) -> PyResult<f64> {
 }
 
 /// Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
-/// `connections` parallel connections; returns one TableLoad per table.
+/// `connections` parallel connections, in COPY format `copy_format`
+/// ("binary" or "text"); returns one TableLoad per table.
 #[pyfunction]
+#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary"))]
 pub fn tpch_load_postgres(
     py: Python<'_>,
     conninfo: &str,
     scale_factor: f64,
     tables: Vec<String>,
     connections: usize,
+    copy_format: &str,
 ) -> PyResult<Vec<TableLoad>> {
-    load_tables(py, conninfo, scale_factor, &tables, table, connections)
+    load_tables(
+        py,
+        conninfo,
+        scale_factor,
+        &tables,
+        table,
+        connections,
+        copy_format,
+    )
 }
 
 /// Generate the named tables (`parse` finds each) and COPY them into
@@ -52,14 +63,16 @@ pub(crate) fn load_tables<T: GeneratedTable>(
     names: &[String],
     parse: fn(&str) -> PyResult<T>,
     connections: usize,
+    copy_format: &str,
 ) -> PyResult<Vec<TableLoad>> {
     let sf = self::scale_factor(scale_factor)?;
+    let format: CopyFormat = copy_format.parse().map_err(config_error)?;
     let tables = names
         .iter()
         .map(|t| parse(t))
         .collect::<PyResult<Vec<_>>>()?;
     let loads = py
-        .detach(|| pgcopy::load_postgres(conninfo, sf, &tables, connections))
+        .detach(|| pgcopy::load_postgres(conninfo, sf, &tables, connections, format))
         .map_err(engine_error)?;
     Ok(table_loads(loads))
 }

@@ -1,11 +1,13 @@
 //! Bulk loading of generated data sets, whatever generates them: a table
-//! that can write a part of itself as COPY text rows and as Arrow record
-//! batches (`GeneratedTable`) is loaded into PostgreSQL by parallel COPY
-//! (`pgcopy`) and handed to DuckDB as an Arrow C stream (`arrow_stream`).
+//! that can write a part of itself as COPY rows (text, or PostgreSQL's binary
+//! format: `pgbinary`) and as Arrow record batches (`GeneratedTable`) is
+//! loaded into PostgreSQL by parallel COPY (`pgcopy`) and handed to DuckDB as
+//! an Arrow C stream (`arrow_stream`).
 //! TPC-H (`crate::tpch`) and the Star Schema Benchmark (`crate::ssb`) are the
 //! two data sets that implement it.
 
 pub mod arrow_stream;
+pub mod pgbinary;
 pub mod pgcopy;
 
 use arrow::array::RecordBatch;
@@ -48,10 +50,44 @@ pub trait GeneratedTable: Copy + Send + Sync + 'static {
         chunk_bytes: usize,
         emit: impl FnMut(Vec<u8>) -> Result<(), E>,
     ) -> Result<u64, E>;
+    /// The same rows as a binary COPY stream (`pgbinary`, header to
+    /// trailer), each field in the binary form of its column's type in the
+    /// data set's DDL; the rows written.
+    fn write_copy_binary<E>(
+        self,
+        sf: f64,
+        part: i32,
+        parts: i32,
+        chunk_bytes: usize,
+        emit: impl FnMut(Vec<u8>) -> Result<(), E>,
+    ) -> Result<u64, E>;
     /// The Arrow schema of the table's batches.
     fn arrow_schema(self) -> SchemaRef;
     /// Part `part` of `parts` as record batches of at most `BATCH_ROWS` rows.
     fn part_batches(self, sf: f64, part: i32, parts: i32) -> BatchIter;
+}
+
+/// How generated rows travel to PostgreSQL: COPY's text format, or its
+/// binary one, which costs the server less to parse (benchmarks/README.md,
+/// tpch_load.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CopyFormat {
+    Text,
+    #[default]
+    Binary,
+}
+
+impl std::str::FromStr for CopyFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(CopyFormat::Text),
+            "binary" => Ok(CopyFormat::Binary),
+            other => Err(format!(
+                "COPY format {other:?} is not one of \"binary\", \"text\""
+            )),
+        }
+    }
 }
 
 /// Parts for a table of about `rows` rows: `TARGET_ROWS_PER_PART` each, at least 1.
@@ -76,6 +112,13 @@ impl<E, F: FnMut(Vec<u8>) -> Result<(), E>> CopyChunks<E, F> {
         }
     }
 
+    /// Chunks of a binary COPY stream: the first starts with its header.
+    pub fn new_binary(chunk_bytes: usize, emit: F) -> Self {
+        let mut chunks = Self::new(chunk_bytes, emit);
+        chunks.buf.extend_from_slice(pgbinary::HEADER);
+        chunks
+    }
+
     /// Call after each row: hands a full chunk over.
     #[inline]
     pub fn row_done(&mut self) -> Result<(), E> {
@@ -85,6 +128,12 @@ impl<E, F: FnMut(Vec<u8>) -> Result<(), E>> CopyChunks<E, F> {
             (self.emit)(full)?;
         }
         Ok(())
+    }
+
+    /// Ends a binary COPY stream with its trailer and hands the rest over.
+    pub fn finish_binary(mut self) -> Result<(), E> {
+        self.buf.extend_from_slice(pgbinary::TRAILER);
+        self.finish()
     }
 
     /// Hands the last, partial chunk over.

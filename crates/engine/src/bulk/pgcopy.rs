@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::GeneratedTable;
+use super::{CopyFormat, GeneratedTable};
 use crate::error::EngineError;
 use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 
@@ -34,13 +34,15 @@ struct Job<T> {
     parts: i32,
 }
 
-/// Generate `tables` at `sf` and COPY them in through `connections` parallel
-/// connections to `conninfo` (a libpq key=value string).
+/// Generate `tables` at `sf` and COPY them in, in `format`, through
+/// `connections` parallel connections to `conninfo` (a libpq key=value
+/// string).
 pub fn load_postgres<T: GeneratedTable>(
     conninfo: &str,
     sf: f64,
     tables: &[T],
     connections: usize,
+    format: CopyFormat,
 ) -> Result<Vec<TableLoad>, EngineError> {
     let info = ConnInfo::parse(conninfo)
         .map_err(|e| EngineError::Config(format!("bad connection string: {e}")))?;
@@ -63,7 +65,7 @@ pub fn load_postgres<T: GeneratedTable>(
     std::thread::scope(|scope| {
         for _ in 0..connections.max(1) {
             scope.spawn(|| {
-                if let Err(e) = loader(dataset, &info, sf, &queue, &done) {
+                if let Err(e) = loader(dataset, &info, sf, format, &queue, &done) {
                     first_error.lock().unwrap().get_or_insert(e);
                     queue.lock().unwrap().clear(); // the others stop after their part
                 }
@@ -84,6 +86,7 @@ fn loader<T: GeneratedTable>(
     dataset: &str,
     info: &ConnInfo,
     sf: f64,
+    format: CopyFormat,
     queue: &Mutex<VecDeque<Job<T>>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
 ) -> Result<(), EngineError> {
@@ -101,16 +104,27 @@ fn loader<T: GeneratedTable>(
         let started = Instant::now();
         let name = job.table.name();
         let part = job.part;
-        let statement = format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')");
+        let statement = match format {
+            CopyFormat::Text => format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')"),
+            CopyFormat::Binary => format!("COPY {name} FROM STDIN (FORMAT binary)"),
+        };
         rt.block_on(conn.copy_start(&statement))
             .map_err(|e| EngineError::Target(format!("COPY {name}: {e}")))?;
         let mut bytes: u64 = 0;
-        let generated = job
-            .table
-            .write_copy_rows(sf, part, job.parts, COPY_CHUNK_BYTES, |chunk| {
-                bytes += chunk.len() as u64;
-                rt.block_on(conn.copy_send(&chunk))
-            });
+        let send = |chunk: Vec<u8>| {
+            bytes += chunk.len() as u64;
+            rt.block_on(conn.copy_send(&chunk))
+        };
+        let generated = match format {
+            CopyFormat::Text => {
+                job.table
+                    .write_copy_rows(sf, part, job.parts, COPY_CHUNK_BYTES, send)
+            }
+            CopyFormat::Binary => {
+                job.table
+                    .write_copy_binary(sf, part, job.parts, COPY_CHUNK_BYTES, send)
+            }
+        };
         let rows =
             generated.map_err(|e| EngineError::Target(format!("COPY {name} part {part}: {e}")))?;
         let copied = rt
