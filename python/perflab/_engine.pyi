@@ -121,7 +121,7 @@ class LoadReport:
 class TableLoad:
     table: str
     rows: int
-    bytes: int
+    bytes: int  # COPY data sent, in the format used
     parts: int
     busy_s: float
 

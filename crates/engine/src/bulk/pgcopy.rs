@@ -21,6 +21,7 @@ use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 pub struct TableLoad {
     pub table: &'static str,
     pub rows: u64,
+    /// COPY data sent, in the format used.
     pub bytes: u64,
     pub parts: i32,
     /// Sum of the loaders' busy time on this table's parts.

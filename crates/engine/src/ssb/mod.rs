@@ -1,7 +1,7 @@
 //! The Star Schema Benchmark's data: LINEORDER and its four dimensions
 //! (CUSTOMER, SUPPLIER, PART, DATE), generated here from the published rules
-//! and written as PostgreSQL COPY text or Arrow record batches through
-//! `crate::bulk`, as TPC-H's tables are.
+//! and written as PostgreSQL COPY rows (binary or text) or Arrow record
+//! batches through `crate::bulk`, as TPC-H's tables are.
 //!
 //! Rules, from P. O'Neil, E. O'Neil, X. Chen, S. Revilak, "The Star Schema
 //! Benchmark and Augmented Fact Table Indexing" (TPCTC 2009) and the SSB
