@@ -68,8 +68,8 @@ pub trait GeneratedTable: Copy + Send + Sync + 'static {
 }
 
 /// How generated rows travel to PostgreSQL: COPY's text format, or its
-/// binary one, which costs the server less to parse (benchmarks/README.md,
-/// tpch_load.py).
+/// binary one, which costs both sides less for numbers and dates
+/// (benchmarks/copy_format.py; its figures are in benchmarks/README.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CopyFormat {
     Text,
