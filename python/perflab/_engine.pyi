@@ -163,7 +163,7 @@ def ssb_load_postgres(
 ) -> list[TableLoad]:
     """Generate SSB `tables` (date, customer, supplier, part, lineorder) at
     `scale_factor` and COPY them into PostgreSQL over `connections` parallel
-    connections. ConfigError names an unknown table or a bad conninfo."""
+    connections, in `copy_format` as tpch_load_postgres. ConfigError names an unknown table or a bad conninfo."""
 
 def ssb_arrow_stream(table_name: str, scale_factor: float, threads: int) -> object:
     """One SSB table as an Arrow C stream PyCapsule ("arrow_array_stream"),

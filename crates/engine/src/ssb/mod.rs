@@ -831,6 +831,25 @@ impl Iterator for PartBatches {
     }
 }
 
+/// Every row of part `part` of `parts` into `sink`, calling `unit_done`
+/// after each unit (where a COPY sink hands a full chunk over); the rows.
+fn fill<S: RowSink, E>(
+    table: Table,
+    sf: f64,
+    part: i32,
+    parts: i32,
+    sink: &mut S,
+    mut unit_done: impl FnMut(&mut S) -> Result<(), E>,
+) -> Result<u64, E> {
+    let mut scratch = String::new();
+    let mut rows = 0;
+    for unit in part_units(table, sf, part, parts) {
+        rows += unit_rows(table, sf, unit, sink, &mut scratch);
+        unit_done(sink)?;
+    }
+    Ok(rows)
+}
+
 impl GeneratedTable for Table {
     fn dataset(self) -> &'static str {
         "SSB"
@@ -861,12 +880,7 @@ impl GeneratedTable for Table {
             out: CopyChunks::new(chunk_bytes, emit),
             first: true,
         };
-        let mut scratch = String::new();
-        let mut rows = 0;
-        for unit in part_units(self, sf, part, parts) {
-            rows += unit_rows(self, sf, unit, &mut sink, &mut scratch);
-            sink.out.row_done()?;
-        }
+        let rows = fill(self, sf, part, parts, &mut sink, |s| s.out.row_done())?;
         sink.out.finish()?;
         Ok(rows)
     }
@@ -884,12 +898,7 @@ impl GeneratedTable for Table {
             kinds: self.columns(),
             at: 0,
         };
-        let mut scratch = String::new();
-        let mut rows = 0;
-        for unit in part_units(self, sf, part, parts) {
-            rows += unit_rows(self, sf, unit, &mut sink, &mut scratch);
-            sink.out.row_done()?;
-        }
+        let rows = fill(self, sf, part, parts, &mut sink, |s| s.out.row_done())?;
         sink.out.finish_binary()?;
         Ok(rows)
     }
