@@ -366,3 +366,73 @@ def test_schema_is_what_the_engine_copies_into() -> None:
     assert stock[13:] == ["s_ytd", "s_order_cnt", "s_remote_cnt", "s_data"]
     orders = [c.split()[0] for c in schema.COLUMNS["orders"].strip().split(",\n")]
     assert orders == ["o_id", "o_d_id", "o_w_id", "o_c_id", "o_entry_d", "o_carrier_id", "o_ol_cnt", "o_all_local"]
+
+
+def _tpcc_digests(db: PostgresEndpoint) -> dict[str, tuple[int, str, int]]:
+    """Per table: rows, an md5 over every row's columns but the timestamps
+    (each load stamps its own time), and how many timestamps are NULL."""
+    out = {}
+    with db.connect() as conn:
+        for table in schema.TABLES:
+            cols = conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s"
+                " ORDER BY ordinal_position", (table,)).fetchall()
+            plain = ", ".join(c for c, t in cols if not t.startswith("timestamp"))
+            stamps = [c for c, t in cols if t.startswith("timestamp")]
+            nulls = " + ".join(f"count(*) FILTER (WHERE {c} IS NULL)" for c in stamps) or "0"
+            out[table] = conn.execute(
+                f"SELECT count(*), md5(string_agg(row({plain})::text, E'\\n' ORDER BY row({plain})::text)),"
+                f" {nulls} FROM {table}").fetchone()
+    return out
+
+
+def _create_tpcc_tables(db: PostgresEndpoint) -> None:
+    with db.connect() as conn:
+        for sql in (*schema.drop_sql(), *schema.create_sql()):
+            conn.execute(sql)
+
+
+def test_binary_copy_stores_the_rows_text_copy_stores(scratch_db) -> None:
+    # TPC-C loads through the engine's one parallel loader, binary COPY by
+    # default: the server must end up with the rows the text format gives.
+    from perflab import _engine
+
+    digests = {}
+    for fmt in ("text", "binary"):
+        _create_tpcc_tables(scratch_db)
+        report = _engine.tpcc_load(scratch_db.conninfo, warehouses=1, jobs=2, seed=5, c_last=100,
+                                   copy_format=fmt)
+        digests[fmt] = _tpcc_digests(scratch_db)
+        assert dict(report.rows) == {t: n for t, (n, _, _) in digests[fmt].items()}
+    assert digests["binary"] == digests["text"]
+    # every order has its entry date; the undelivered ones' lines have no delivery date
+    assert digests["text"]["orders"][2] == 0 and digests["text"]["order_line"][2] > 0
+    with pytest.raises(_engine.ConfigError, match='"binary", "text"'):
+        _engine.tpcc_load(scratch_db.conninfo, warehouses=1, jobs=1, seed=5, c_last=100, copy_format="csv")
+
+
+def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
+    from perflab import _engine
+
+    _create_tpcc_tables(scratch_db)
+    cancel = threading.Event()
+    timer = threading.Timer(0.5, cancel.set)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(_engine.Interrupted):
+            _engine.tpcc_load(scratch_db.conninfo, warehouses=4, jobs=2, seed=5, c_last=100, cancel=cancel)
+    finally:
+        timer.cancel()
+    # 4 warehouses take far longer than this to load
+    assert time.monotonic() - started < 3.0
+    deadline = time.monotonic() + 5
+    with scratch_db.connect() as conn:
+        while True:
+            copying = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND query LIKE 'COPY%%' AND state <> 'idle'").fetchone()[0]
+            if copying == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert copying == 0

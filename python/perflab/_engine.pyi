@@ -250,17 +250,22 @@ def tpcc_load(
     jobs: int,
     seed: int,
     c_last: int,
+    copy_format: str = "binary",
     on_step: Callable[[str], object] | None = None,
     cancel: _Cancel | None = None,
 ) -> LoadReport:
     """COPY the TPC-C initial database (clause 4.3.3.1) for `warehouses` into
     the nine EXISTING empty tables (warehouse, district, customer, history,
     new_order, orders, order_line, item, stock) over `jobs` parallel
-    connections; keys and indexes are the caller's, after the load. The data
-    depends on `seed` only (not on `jobs`); `c_last` is the load's C of
+    connections, through the engine's one parallel loader (as
+    tpch_load_postgres), in `copy_format` "binary" (the default) or "text";
+    keys and indexes are the caller's, after the load. The data depends on
+    `seed` only (not on `jobs`); `c_last` is the load's C of
     NURand(255, 0, 999) for last names (0..255). Step: "generate_and_copy";
-    rows: per table, as the server counted them. ConfigError: bad settings;
-    EngineConnectionError: the server refused or a COPY failed."""
+    rows: per table, as the server counted them. A set `cancel` stops the
+    load between chunks (Interrupted); the COPYs in flight are rolled back.
+    ConfigError: bad settings; EngineConnectionError: the server refused or a
+    COPY failed."""
 
 def tpcc_run(
     conninfo: str,

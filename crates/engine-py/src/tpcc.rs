@@ -19,7 +19,9 @@ enum LoadMessage {
 
 /// Load the TPC-C initial database into existing empty tables.
 #[pyfunction]
-#[pyo3(signature = (conninfo, *, warehouses, jobs, seed, c_last, on_step=None, cancel=None))]
+#[pyo3(signature = (
+    conninfo, *, warehouses, jobs, seed, c_last, copy_format="binary", on_step=None, cancel=None
+))]
 #[allow(clippy::too_many_arguments)]
 fn tpcc_load<'py>(
     py: Python<'py>,
@@ -28,6 +30,7 @@ fn tpcc_load<'py>(
     jobs: u32,
     seed: u64,
     c_last: i64,
+    copy_format: &str,
     on_step: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<LoadReport> {
@@ -37,6 +40,7 @@ fn tpcc_load<'py>(
         jobs,
         seed,
         c_last_load: c_last,
+        format: copy_format.parse().map_err(config_error)?,
     };
     let abort = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();

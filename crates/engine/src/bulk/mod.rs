@@ -1,10 +1,11 @@
-//! Bulk loading of generated data sets, whatever generates them: a table
-//! that can write a part of itself as COPY rows (text, or PostgreSQL's binary
-//! format: `pgbinary`) and as Arrow record batches (`GeneratedTable`) is
-//! loaded into PostgreSQL by parallel COPY (`pgcopy`) and handed to DuckDB as
-//! an Arrow C stream (`arrow_stream`).
-//! TPC-H (`crate::tpch`) and the Star Schema Benchmark (`crate::ssb`) are the
-//! two data sets that implement it.
+//! Bulk loading of generated data sets, whatever generates them. A table
+//! that can write a part of itself as COPY rows, in text or in PostgreSQL's
+//! binary format (`pgbinary`), is a `CopyTable`, and the one parallel loader
+//! (`pgcopy`) streams any set of them into PostgreSQL. A `GeneratedTable` can
+//! also give its parts as Arrow record batches, which `arrow_stream` hands
+//! to DuckDB.
+//! TPC-H (`crate::tpch`) and the Star Schema Benchmark (`crate::ssb`) are
+//! both; TPC-C's initial database (`crate::tpcc::load`) is a `CopyTable`.
 
 pub mod arrow_stream;
 pub mod pgbinary;
@@ -25,26 +26,41 @@ pub const TARGET_ROWS_PER_PART: f64 = 250_000.0;
 /// small enough that batches in flight stay a few MB.
 pub const BATCH_ROWS: usize = 64 * 1024;
 
-/// One table of a generated data set. Parts are numbered 1..=parts; the parts
-/// of a table together are the whole table, whatever `parts` is.
-pub trait GeneratedTable: Copy + Send + Sync + 'static {
-    /// The data set's name, for messages ("TPC-H", "SSB").
+/// One table of a generated data set, as the parallel loader (`pgcopy`)
+/// sees it. `scale` is the data set's size: the scale factor of TPC-H and
+/// SSB, the number of warehouses of TPC-C. Parts are numbered 1..=parts; the
+/// parts of a table together are the whole table, whatever `parts` is.
+pub trait CopyTable: Copy + Send + Sync + 'static {
+    /// The data set's name, for messages ("TPC-H", "SSB", "TPC-C").
     fn dataset(self) -> &'static str;
     /// The table's SQL name.
     fn name(self) -> &'static str;
-    /// Rows at scale factor `sf` (expected, where the count is random).
-    fn approx_rows(self, sf: f64) -> f64;
-    /// How many parts to split the table into at `sf` (at least 1):
+    /// Rows at `scale` (expected, where the count is random).
+    fn approx_rows(self, scale: f64) -> f64;
+    /// How many parts to split the table into at `scale` (at least 1):
     /// `TARGET_ROWS_PER_PART` rows each.
-    fn default_parts(self, sf: f64) -> i32 {
-        parts_for_rows(self.approx_rows(sf))
+    fn default_parts(self, scale: f64) -> i32 {
+        parts_for_rows(self.approx_rows(scale))
     }
-    /// Write part `part` of `parts` as COPY text rows ('|'-delimited, one row
-    /// per line), calling `emit` with chunks of about `chunk_bytes`; the rows
-    /// written.
+    /// The work of one part relative to other tables' parts, to start the
+    /// biggest first: its rows, unless a table's rows differ much in width.
+    fn part_work(self, scale: f64, parts: i32) -> f64 {
+        self.approx_rows(scale) / parts as f64
+    }
+    /// The COPY statement its rows are written for.
+    fn copy_statement(self, format: CopyFormat) -> String {
+        let name = self.name();
+        match format {
+            CopyFormat::Text => format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')"),
+            CopyFormat::Binary => format!("COPY {name} FROM STDIN (FORMAT binary)"),
+        }
+    }
+    /// Write part `part` of `parts` as COPY text rows (one row per line, the
+    /// fields split by the delimiter `copy_statement` names), calling `emit`
+    /// with chunks of about `chunk_bytes`; the rows written.
     fn write_copy_rows<E>(
         self,
-        sf: f64,
+        scale: f64,
         part: i32,
         parts: i32,
         chunk_bytes: usize,
@@ -55,12 +71,16 @@ pub trait GeneratedTable: Copy + Send + Sync + 'static {
     /// data set's DDL; the rows written.
     fn write_copy_binary<E>(
         self,
-        sf: f64,
+        scale: f64,
         part: i32,
         parts: i32,
         chunk_bytes: usize,
         emit: impl FnMut(Vec<u8>) -> Result<(), E>,
     ) -> Result<u64, E>;
+}
+
+/// A `CopyTable` that can also give its parts as Arrow record batches.
+pub trait GeneratedTable: CopyTable {
     /// The Arrow schema of the table's batches.
     fn arrow_schema(self) -> SchemaRef;
     /// Part `part` of `parts` as record batches of at most `BATCH_ROWS` rows.

@@ -72,13 +72,25 @@ pub fn date_unix(buf: &mut Vec<u8>, days: i32) {
     int4(buf, days - PG_EPOCH_DAYS);
 }
 
-/// A numeric of scale 2 given in hundredths (1234 is 12.34): base-10000
-/// digits, most significant first, the last one the fraction's.
+/// A numeric of scale 2 given in hundredths (1234 is 12.34).
 #[inline]
 pub fn numeric_cents(buf: &mut Vec<u8>, hundredths: i64) {
-    let negative = hundredths < 0;
-    let magnitude = hundredths.unsigned_abs();
-    let mut whole = magnitude / 100;
+    numeric_fixed(buf, hundredths, 2);
+}
+
+/// A numeric of scale `scale` (1 to 4) given in units of 10^-scale (with
+/// scale 4, 1234 is 0.1234): base-10000 digits, most significant first, the
+/// last one the fraction's.
+#[inline]
+pub fn numeric_fixed(buf: &mut Vec<u8>, units: i64, scale: u32) {
+    debug_assert!(
+        (1..=4).contains(&scale),
+        "numeric scale {scale} is not 1 to 4"
+    );
+    let unit = 10u64.pow(scale);
+    let negative = units < 0;
+    let magnitude = units.unsigned_abs();
+    let mut whole = magnitude / unit;
     // 10^19 > u64::MAX > 10^16: at most 5 base-10000 digits of whole part
     let mut digits = [0u16; 6];
     let mut n = 0;
@@ -88,7 +100,7 @@ pub fn numeric_cents(buf: &mut Vec<u8>, hundredths: i64) {
         n += 1;
     }
     digits[..n].reverse();
-    digits[n] = (magnitude % 100) as u16 * 100;
+    digits[n] = ((magnitude % unit) * 10u64.pow(4 - scale)) as u16;
     let ndigits = n + 1;
     let weight = n as i16 - 1;
     buf.extend_from_slice(&(8 + 2 * ndigits as i32).to_be_bytes());
@@ -96,10 +108,26 @@ pub fn numeric_cents(buf: &mut Vec<u8>, hundredths: i64) {
     buf.extend_from_slice(&weight.to_be_bytes());
     let sign: u16 = if negative { 0x4000 } else { 0 };
     buf.extend_from_slice(&sign.to_be_bytes());
-    buf.extend_from_slice(&2i16.to_be_bytes()); // display scale
+    buf.extend_from_slice(&(scale as i16).to_be_bytes()); // display scale
     for d in &digits[..ndigits] {
         buf.extend_from_slice(&d.to_be_bytes());
     }
+}
+
+/// Seconds from 1970-01-01 to 2000-01-01, PostgreSQL's timestamp epoch.
+const PG_EPOCH_SECONDS: i64 = PG_EPOCH_DAYS as i64 * 86_400;
+
+/// A `timestamp` (without time zone) given as seconds since 1970-01-01:
+/// microseconds since 2000-01-01.
+#[inline]
+pub fn timestamp_unix(buf: &mut Vec<u8>, seconds: i64) {
+    int8(buf, (seconds - PG_EPOCH_SECONDS) * 1_000_000);
+}
+
+/// A NULL field.
+#[inline]
+pub fn null(buf: &mut Vec<u8>) {
+    buf.extend_from_slice(&(-1i32).to_be_bytes());
 }
 
 /// Decoding, for tests: a binary COPY stream back to rows of text fields in
@@ -112,6 +140,7 @@ pub mod decode {
         Int8,
         Numeric,
         Date,
+        Timestamp,
         Text,
     }
 
@@ -172,8 +201,13 @@ pub mod decode {
             assert_eq!(fields as usize, kinds.len());
             let mut row = Vec::new();
             for kind in kinds {
-                let len = be32(&stream[at..]) as usize;
+                let len = be32(&stream[at..]);
                 at += 4;
+                if len == -1 {
+                    row.push("\\N".to_string()); // as COPY text writes NULL
+                    continue;
+                }
+                let len = len as usize;
                 let f = &stream[at..at + len];
                 at += len;
                 row.push(match kind {
@@ -189,6 +223,15 @@ pub mod decode {
                     Kind::Date => {
                         assert_eq!(len, 4);
                         date(be32(f))
+                    }
+                    Kind::Timestamp => {
+                        assert_eq!(len, 8);
+                        let micros = i64::from_be_bytes(f.try_into().unwrap());
+                        assert_eq!(micros % 1_000_000, 0, "whole seconds only");
+                        let s = micros / 1_000_000;
+                        let day = date(s.div_euclid(86_400) as i32);
+                        let t = s.rem_euclid(86_400);
+                        format!("{day} {:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
                     }
                     Kind::Text => String::from_utf8(f.to_vec()).unwrap(),
                 });
@@ -227,6 +270,38 @@ mod tests {
         }
         let max = one(Kind::Numeric, |b| numeric_cents(b, i64::MIN + 1));
         assert_eq!(max, "-92233720368547758.07");
+    }
+
+    #[test]
+    fn numerics_of_other_scales_round_trip() {
+        for (units, scale, text) in [
+            (0, 4, "0.0000"),
+            (5, 4, "0.0005"),
+            (2000, 4, "0.2000"),
+            (12_345, 4, "1.2345"),
+            (-1000, 4, "-0.1000"),
+            (7, 1, "0.7"),
+            (123_456, 3, "123.456"),
+            (30_000_000, 2, "300000.00"),
+        ] {
+            assert_eq!(one(Kind::Numeric, |b| numeric_fixed(b, units, scale)), text);
+        }
+    }
+
+    #[test]
+    fn timestamps_count_microseconds_from_2000_and_null_has_no_bytes() {
+        assert_eq!(
+            one(Kind::Timestamp, |b| timestamp_unix(b, 1_700_000_000)),
+            "2023-11-14 22:13:20"
+        );
+        assert_eq!(
+            one(Kind::Timestamp, |b| timestamp_unix(b, 0)),
+            "1970-01-01 00:00:00"
+        );
+        let mut buf = Vec::new();
+        timestamp_unix(&mut buf, 946_684_801);
+        assert_eq!(buf, [0, 0, 0, 8, 0, 0, 0, 0, 0, 0x0f, 0x42, 0x40]);
+        assert_eq!(one(Kind::Int4, null), "\\N");
     }
 
     #[test]

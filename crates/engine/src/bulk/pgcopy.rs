@@ -1,4 +1,5 @@
-//! Parallel COPY of generated tables (TPC-H, SSB) into PostgreSQL.
+//! The one parallel COPY loader of generated tables (TPC-H, SSB, TPC-C) into
+//! PostgreSQL.
 //!
 //! Each loader is one OS thread with its own connection and a single-threaded
 //! tokio runtime: it generates a chunk of rows, hands it to COPY, and goes on
@@ -10,12 +11,13 @@
 //! loader and driver do.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::{CopyFormat, GeneratedTable};
+use super::{CopyFormat, CopyTable};
 use crate::error::EngineError;
-use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
+use crate::pg::{ConnInfo, PgConn, PgError, COPY_CHUNK_BYTES};
 
 #[derive(Debug, Clone)]
 pub struct TableLoad {
@@ -35,46 +37,89 @@ struct Job<T> {
     parts: i32,
 }
 
-/// Generate `tables` at `sf` and COPY them in, in `format`, through
+/// Generate `tables` at `scale` and COPY them in, in `format`, through
 /// `connections` parallel connections to `conninfo` (a libpq key=value
 /// string).
-pub fn load_postgres<T: GeneratedTable>(
+pub fn load_postgres<T: CopyTable>(
     conninfo: &str,
-    sf: f64,
+    scale: f64,
     tables: &[T],
     connections: usize,
     format: CopyFormat,
+) -> Result<Vec<TableLoad>, EngineError> {
+    load_postgres_until(
+        conninfo,
+        scale,
+        tables,
+        connections,
+        format,
+        &AtomicBool::new(false),
+    )
+}
+
+/// `load_postgres`, stopped between chunks once `abort` is set: then the
+/// COPY in flight is abandoned (the server rolls it back) and the result is
+/// `EngineError::Interrupted`. Parts already copied stay in their tables.
+pub fn load_postgres_until<T: CopyTable>(
+    conninfo: &str,
+    scale: f64,
+    tables: &[T],
+    connections: usize,
+    format: CopyFormat,
+    abort: &AtomicBool,
 ) -> Result<Vec<TableLoad>, EngineError> {
     let info = ConnInfo::parse(conninfo)
         .map_err(|e| EngineError::Config(format!("bad connection string: {e}")))?;
     let mut jobs: Vec<Job<T>> = tables
         .iter()
         .flat_map(|&table| {
-            let parts = table.default_parts(sf);
+            let parts = table.default_parts(scale);
             (1..=parts).map(move |part| Job { table, part, parts })
         })
         .collect();
     jobs.sort_by(|a, b| {
-        let size = |j: &Job<T>| j.table.approx_rows(sf) / j.parts as f64;
-        size(b).total_cmp(&size(a))
+        let work = |j: &Job<T>| j.table.part_work(scale, j.parts);
+        work(b).total_cmp(&work(a))
     });
     let dataset = tables.first().map_or("", |t| t.dataset());
+    let loaders = connections.clamp(1, jobs.len().max(1));
     let queue = Mutex::new(VecDeque::from(jobs));
     let done: Mutex<BTreeMap<&'static str, TableLoad>> = Mutex::new(BTreeMap::new());
     let first_error: Mutex<Option<EngineError>> = Mutex::new(None);
+    // Set by the first loader that fails, so the others stop mid-part too.
+    let failed = AtomicBool::new(false);
+    let stop = || abort.load(Ordering::Relaxed) || failed.load(Ordering::Relaxed);
 
     std::thread::scope(|scope| {
-        for _ in 0..connections.max(1) {
-            scope.spawn(|| {
-                if let Err(e) = loader(dataset, &info, sf, format, &queue, &done) {
-                    first_error.lock().unwrap().get_or_insert(e);
-                    queue.lock().unwrap().clear(); // the others stop after their part
-                }
-            });
+        for n in 0..loaders {
+            let (info, queue, done, first_error, failed, stop) =
+                (&info, &queue, &done, &first_error, &failed, &stop);
+            let spawned = std::thread::Builder::new()
+                .name(format!("perflab-load-{n}"))
+                .spawn_scoped(scope, move || {
+                    if let Err(e) = loader(dataset, info, scale, format, queue, done, stop) {
+                        failed.store(true, Ordering::SeqCst);
+                        queue.lock().unwrap().clear();
+                        let mut first = first_error.lock().unwrap();
+                        // A loader stopped by another's failure says only "interrupted".
+                        if first.is_none() || *first == Some(EngineError::Interrupted) {
+                            *first = Some(e);
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                failed.store(true, Ordering::SeqCst);
+                *first_error.lock().unwrap() = Some(EngineError::Internal(format!(
+                    "cannot start a loader thread: {e}"
+                )));
+            }
         }
     });
     if let Some(e) = first_error.into_inner().unwrap() {
         return Err(e);
+    }
+    if abort.load(Ordering::SeqCst) {
+        return Err(EngineError::Interrupted);
     }
     let done = done.into_inner().unwrap();
     Ok(tables
@@ -83,13 +128,14 @@ pub fn load_postgres<T: GeneratedTable>(
         .collect())
 }
 
-fn loader<T: GeneratedTable>(
+fn loader<T: CopyTable>(
     dataset: &str,
     info: &ConnInfo,
-    sf: f64,
+    scale: f64,
     format: CopyFormat,
     queue: &Mutex<VecDeque<Job<T>>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
+    stop: &dyn Fn() -> bool,
 ) -> Result<(), EngineError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -99,38 +145,46 @@ fn loader<T: GeneratedTable>(
         .block_on(PgConn::connect(info))
         .map_err(|e| EngineError::Target(format!("cannot connect to load {dataset} data: {e}")))?;
     loop {
+        if stop() {
+            // Dropping the connection abandons nothing: no COPY is open.
+            return Err(EngineError::Interrupted);
+        }
         let Some(job) = queue.lock().unwrap().pop_front() else {
             break;
         };
         let started = Instant::now();
         let name = job.table.name();
         let part = job.part;
-        let statement = match format {
-            CopyFormat::Text => format!("COPY {name} FROM STDIN (FORMAT text, DELIMITER '|')"),
-            CopyFormat::Binary => format!("COPY {name} FROM STDIN (FORMAT binary)"),
+        let failed = |e: PgError| match e {
+            PgError::Server(err) => EngineError::Target(format!("COPY {name} part {part}: {err}")),
+            other => EngineError::Target(format!("COPY {name} part {part}: {other}")),
         };
-        rt.block_on(conn.copy_start(&statement))
-            .map_err(|e| EngineError::Target(format!("COPY {name}: {e}")))?;
+        rt.block_on(conn.copy_start(&job.table.copy_statement(format)))
+            .map_err(failed)?;
         let mut bytes: u64 = 0;
         let send = |chunk: Vec<u8>| {
+            if stop() {
+                // Returning drops the connection mid-COPY: the server rolls
+                // the part back rather than keep half of it.
+                return Err(EngineError::Interrupted);
+            }
             bytes += chunk.len() as u64;
-            rt.block_on(conn.copy_send(&chunk))
+            rt.block_on(conn.copy_send(&chunk)).map_err(failed)
         };
-        let generated = match format {
+        let rows = match format {
             CopyFormat::Text => {
                 job.table
-                    .write_copy_rows(sf, part, job.parts, COPY_CHUNK_BYTES, send)
+                    .write_copy_rows(scale, part, job.parts, COPY_CHUNK_BYTES, send)
             }
             CopyFormat::Binary => {
                 job.table
-                    .write_copy_binary(sf, part, job.parts, COPY_CHUNK_BYTES, send)
+                    .write_copy_binary(scale, part, job.parts, COPY_CHUNK_BYTES, send)
             }
-        };
-        let rows =
-            generated.map_err(|e| EngineError::Target(format!("COPY {name} part {part}: {e}")))?;
-        let copied = rt
-            .block_on(conn.copy_finish())
-            .map_err(|e| EngineError::Target(format!("COPY {name} part {part}: {e}")))?;
+        }?;
+        if stop() {
+            return Err(EngineError::Interrupted);
+        }
+        let copied = rt.block_on(conn.copy_finish()).map_err(failed)?;
         if copied != rows {
             return Err(EngineError::Target(format!(
                 "COPY {name}: generated {rows} rows, server took {copied}"

@@ -46,7 +46,7 @@ use arrow::array::{ArrayRef, Int32Builder, Int64Builder, RecordBatch, StringBuil
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 
-use crate::bulk::{pgbinary, BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
+use crate::bulk::{pgbinary, BatchIter, CopyChunks, CopyTable, GeneratedTable, BATCH_ROWS};
 use crate::random::Prng;
 
 /// The five SSB tables (SSB specification section 2).
@@ -850,7 +850,7 @@ fn fill<S: RowSink, E>(
     Ok(rows)
 }
 
-impl GeneratedTable for Table {
+impl CopyTable for Table {
     fn dataset(self) -> &'static str {
         "SSB"
     }
@@ -902,7 +902,9 @@ impl GeneratedTable for Table {
         sink.out.finish_binary()?;
         Ok(rows)
     }
+}
 
+impl GeneratedTable for Table {
     fn arrow_schema(self) -> SchemaRef {
         let fields: Vec<Field> = self
             .columns()

@@ -1,5 +1,5 @@
 //! TPC-C's data rules (clause 4.3.2, 4.3.3 and 2.1.6): random strings,
-//! NURand, last names, prices, written straight into COPY text buffers.
+//! NURand, last names, prices, written straight into COPY buffers.
 
 use crate::random::Prng;
 
@@ -41,8 +41,9 @@ pub fn write_astring(out: &mut Vec<u8>, rng: &mut Prng, min: i64, max: i64) {
     write_alnum(out, rng, len);
 }
 
+/// Append a random alphanumeric string of exactly `len`.
 #[inline]
-fn write_alnum(out: &mut Vec<u8>, rng: &mut Prng, len: usize) {
+pub fn write_alnum(out: &mut Vec<u8>, rng: &mut Prng, len: usize) {
     let mut left = len;
     while left > 0 {
         let mut bits = rng.next_u64();
@@ -91,21 +92,6 @@ pub fn write_data_original(out: &mut Vec<u8>, rng: &mut Prng) {
 }
 
 pub use crate::pg::write_fixed;
-
-/// Append the street, city, state and zip columns (each followed by a tab).
-#[inline]
-pub fn write_address(out: &mut Vec<u8>, rng: &mut Prng) {
-    write_astring(out, rng, 10, 20); // street_1
-    out.push(b'\t');
-    write_astring(out, rng, 10, 20); // street_2
-    out.push(b'\t');
-    write_astring(out, rng, 10, 20); // city
-    out.push(b'\t');
-    write_alnum(out, rng, 2); // state
-    out.push(b'\t');
-    write_zip(out, rng);
-    out.push(b'\t');
-}
 
 /// Text of a UTC timestamp "YYYY-MM-DD HH:MM:SS" for `unix_s`.
 pub fn timestamp_text(unix_s: i64) -> String {

@@ -26,7 +26,7 @@ use tpchgen_arrow::{
 use crate::bulk::pgbinary::{
     self as bin, date_unix, display, int4, int4_of, int8, numeric_cents, text,
 };
-use crate::bulk::{BatchIter, CopyChunks, GeneratedTable, BATCH_ROWS};
+use crate::bulk::{BatchIter, CopyChunks, CopyTable, GeneratedTable, BATCH_ROWS};
 
 /// The eight TPC-H tables (TPC-H spec clause 1.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -244,7 +244,7 @@ pub fn write_copy_binary<E>(
     Ok(rows)
 }
 
-impl GeneratedTable for Table {
+impl CopyTable for Table {
     fn dataset(self) -> &'static str {
         "TPC-H"
     }
@@ -278,7 +278,9 @@ impl GeneratedTable for Table {
     ) -> Result<u64, E> {
         write_copy_binary(self, sf, part, parts, chunk_bytes, emit)
     }
+}
 
+impl GeneratedTable for Table {
     fn arrow_schema(self) -> SchemaRef {
         match self {
             Table::Region => RegionArrow::schema_ref(),
