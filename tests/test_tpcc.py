@@ -414,6 +414,7 @@ def test_binary_copy_stores_the_rows_text_copy_stores(scratch_db) -> None:
 def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
     from perflab import _engine
 
+    warehouses = 20  # several seconds of loading on any machine
     _create_tpcc_tables(scratch_db)
     cancel = threading.Event()
     timer = threading.Timer(0.5, cancel.set)
@@ -421,10 +422,10 @@ def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
     started = time.monotonic()
     try:
         with pytest.raises(_engine.Interrupted):
-            _engine.tpcc_load(scratch_db.conninfo, warehouses=4, jobs=2, seed=5, c_last=100, cancel=cancel)
+            _engine.tpcc_load(scratch_db.conninfo, warehouses=warehouses, jobs=2, seed=5, c_last=100,
+                              cancel=cancel)
     finally:
         timer.cancel()
-    # 4 warehouses take far longer than this to load
     assert time.monotonic() - started < 3.0
     deadline = time.monotonic() + 5
     with scratch_db.connect() as conn:
@@ -435,4 +436,10 @@ def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
             if copying == 0 or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-    assert copying == 0
+        assert copying == 0
+        # The COPYs in flight were rolled back: only whole warehouses remain,
+        # and not all of them.
+        stock = conn.execute("SELECT count(*) FROM stock").fetchone()[0]
+        customer = conn.execute("SELECT count(*) FROM customer").fetchone()[0]
+    assert stock % 100_000 == 0 and customer % 30_000 == 0
+    assert stock < warehouses * 100_000 and customer < warehouses * 30_000
