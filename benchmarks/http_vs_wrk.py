@@ -103,11 +103,16 @@ def run_wrk(url: str, connections: int, threads: int, seconds: int, script: Path
             "socket_errors": socket_errors.group(1) if socket_errors else ""}
 
 
-def run_oha(oha: str, base: str, connections: int, seconds: int, paths: Path | None) -> dict[str, Any] | None:
-    """oha (Rust, tokio) with the same connections; the file set through its
-    --urls-from-file where this version has it. Its CPU: the child's rusage."""
+def run_oha(oha: str, base: str, connections: int, seconds: int, paths: Path | None,
+            threads: int) -> dict[str, Any] | None:
+    """oha (Rust, tokio) with the same connections and, where this version
+    has --worker-threads, the same threads (its default is one per core);
+    the file set through its --urls-from-file where this version has it. Its
+    CPU: the child's rusage."""
     help_text = subprocess.run([oha, "--help"], capture_output=True, text=True, check=False).stdout
     args = [oha, "-z", f"{seconds}s", "-c", str(connections), "--no-tui"]
+    if "--worker-threads" in help_text:
+        args += ["--worker-threads", str(threads)]
     args += ["--output-format", "json"] if "--output-format" in help_text else ["--json"]
     if paths is not None:
         if "--urls-from-file" not in help_text:
@@ -242,7 +247,8 @@ def main() -> int:
                               f"(errors {h['errors']})", flush=True)
                         hyper.append(h)
                     if args.oha:
-                        o = run_oha(args.oha, url, connections, args.seconds, paths if only is None else None)
+                        o = run_oha(args.oha, url, connections, args.seconds, paths if only is None else None,
+                                    args.threads)
                         if o is not None:
                             print(f"  oha: {o['req_per_s']:,.0f} req/s {o['cpu_per_req_us']:.1f} us/req "
                                   f"(non-200 {o['non_200']})", flush=True)
