@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -135,6 +136,7 @@ def main() -> int:
             print(f"pair {pair + 1} of {args.pairs} done" if pair >= 0 else "warm-up pair done", flush=True)
     finally:
         target.teardown()
+        shutil.rmtree(scratch, ignore_errors=True)  # the cluster: GBs per run
 
     def med(dataset: str, name: str, fmt: str, i: int) -> float:
         return statistics.median(f[i] for f in figures[(dataset, name, fmt)])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -110,6 +111,7 @@ def main() -> int:
             print(f"{rows[-1][0]}: iperf3 {theirs} perflab {ours}", file=sys.stderr)
     finally:
         target.teardown()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"{args.pairs} pairs of {args.seconds:g} s, alternating; UDP offered {args.udp_mbit:g} Mbit/s of "
           f"{UDP_PAYLOAD}-byte payloads")
     print("| case | unit | iperf3 (median) | perflab (median) | perflab / iperf3 (median) | range over pairs |")

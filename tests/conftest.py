@@ -29,6 +29,24 @@ from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, Postgre
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _stray_cluster_homes() -> set[Path]:
+    """Where managed clusters go when the server's user cannot reach the
+    output directory (a pytest tmp_path, 0700 as root): /tmp/perflab-<12 hex>
+    (PostgresTarget._home). perflab keeps them for reuse, as it keeps a
+    cluster in an output directory; a test's output directory is gone after
+    it, so its cluster there must go too."""
+    return {d for d in Path(tempfile.gettempdir()).glob("perflab-" + "[0-9a-f]" * 12) if d.is_dir()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_stray_clusters() -> Iterator[None]:
+    before = _stray_cluster_homes()
+    yield
+    for home in _stray_cluster_homes() - before:
+        if not (home / "pgdata" / "postmaster.pid").exists():  # never one still running
+            shutil.rmtree(home, ignore_errors=True)
+
+
 def _tempdir(prefix: str) -> Path:
     d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     d.chmod(0o755)
