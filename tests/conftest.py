@@ -43,7 +43,9 @@ def _no_stray_clusters() -> Iterator[None]:
     before = _stray_cluster_homes()
     yield
     for home in _stray_cluster_homes() - before:
-        if not (home / "pgdata" / "postmaster.pid").exists():  # never one still running
+        running = any((home / d / "postmaster.pid").exists() for d in ("pgdata", "perflab-data-fs/pgdata"))
+        mounted = any(os.path.ismount(home / d) for d in ("perflab-data-fs", "perflab-wal-fs"))
+        if not running and not mounted:  # never a live server's, never through a mount
             shutil.rmtree(home, ignore_errors=True)
 
 
