@@ -59,9 +59,18 @@ pub fn text(buf: &mut Vec<u8>, v: &str) {
 /// length filled in afterwards.
 #[inline]
 pub fn display(buf: &mut Vec<u8>, v: impl Display) {
+    text_with(buf, |buf| {
+        write!(buf, "{v}").expect("writing to a Vec cannot fail");
+    });
+}
+
+/// A text column whose bytes `write` appends: written in place, its length
+/// filled in afterwards.
+#[inline]
+pub fn text_with(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
     let at = buf.len();
     buf.extend_from_slice(&[0; 4]);
-    write!(buf, "{v}").expect("writing to a Vec cannot fail");
+    write(buf);
     let len = (buf.len() - at - 4) as i32;
     buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }

@@ -18,7 +18,7 @@ use super::gen::{
 use super::{
     CUSTOMERS_PER_DISTRICT, DISTRICTS_PER_WAREHOUSE, ITEMS, NEW_ORDERS_FROM, ORDERS_PER_DISTRICT,
 };
-use crate::bulk::pgbinary::{self, int4_of, numeric_fixed, timestamp_unix};
+use crate::bulk::pgbinary::{self, int4_of, numeric_fixed, text_with, timestamp_unix};
 use crate::bulk::{pgcopy, CopyChunks, CopyFormat, CopyTable};
 use crate::error::EngineError;
 use crate::pg::{write_fixed, write_i64};
@@ -347,12 +347,7 @@ impl<E, F: FnMut(Vec<u8>) -> Result<(), E>> Fields for BinaryFields<E, F> {
     }
     #[inline]
     fn string(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
-        let buf = &mut self.out.buf;
-        let at = buf.len();
-        buf.extend_from_slice(&[0; 4]);
-        write(buf);
-        let len = (buf.len() - at - 4) as i32;
-        buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+        text_with(&mut self.out.buf, write);
     }
     #[inline]
     fn now(&mut self) {
