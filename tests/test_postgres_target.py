@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import subprocess
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -20,6 +23,7 @@ from perflab.targets.postgres import (
     find_bin_dir,
     process_role,
     pypi_bin_dir,
+    sweep_orphan_homes,
 )
 
 
@@ -225,3 +229,75 @@ def test_check_takes_what_the_server_takes(run_cli, tmp_path: Path) -> None:
                 'checkpoint_timeout = "5min"\n"auto_explain.log_min_duration" = "1s"')
     f.write_text(CHECKED.format(settings=settings, factors=""))
     assert "ok: typo" in run_cli("check", f).stdout
+
+
+def _home_with(tmp: Path, name: str, owner: Path | None) -> Path:
+    home = tmp / f"perflab-{name}"
+    (home / "pgdata").mkdir(parents=True)
+    (home / "pgdata" / "PG_VERSION").write_text("15\n")
+    if owner is not None:
+        (home / "perflab-owner").write_text(f"{owner}\n")
+    return home
+
+
+def test_only_an_orphaned_unused_cluster_home_is_swept(tmp_path: Path) -> None:
+    gone, kept_dir = tmp_path / "deleted-output", tmp_path / "output"
+    kept_dir.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = _home_with(tmp_path, "a" * 12, gone)
+    stale_pid = _home_with(tmp_path, "b" * 12, gone)
+    (stale_pid / "pgdata" / "postmaster.pid").write_text(f"{dead.pid}\n")
+    owned = _home_with(tmp_path, "c" * 12, kept_dir)
+    unmarked = _home_with(tmp_path, "d" * 12, None)
+    live = _home_with(tmp_path, "e" * 12, gone)
+    (live / "pgdata" / "postmaster.pid").write_text(f"{os.getpid()}\n")
+    not_a_home = _home_with(tmp_path, "pg-" + "f" * 9, gone)
+
+    removed = sweep_orphan_homes(tmp_path)
+
+    assert sorted(removed) == [(orphan, str(gone)), (stale_pid, str(gone))]
+    assert not orphan.exists() and not stale_pid.exists()
+    for home in (owned, unmarked, live, not_a_home):
+        assert (home / "pgdata" / "PG_VERSION").exists(), home
+
+
+def test_a_cluster_kept_under_tmp_goes_once_its_output_directory_is_gone(workdir: Path) -> None:
+    """As root, an output directory the server's user cannot reach (0700)
+    puts the cluster under /tmp/perflab-<digest>; the next managed start
+    after that directory is deleted removes it, and says so."""
+    if os.geteuid() != 0:
+        pytest.skip("the server runs as the caller: every output directory is reachable")
+    private = workdir / "private"
+    private.mkdir(mode=0o700)
+    first = PostgresTarget(settings(), private / "t")
+    try:
+        first.provision()
+        home = first._home()
+        assert home != first.workdir and home.parent == Path(tempfile.gettempdir())
+        assert (home / "perflab-owner").read_text().strip() == str((private / "t").resolve())
+        assert (home / "pgdata" / "PG_VERSION").exists()
+        assert any("removed once the output directory is gone" in n for n in first.notes), first.notes
+    finally:
+        first.teardown()
+    assert home.exists()  # kept for the next run in the same output directory
+    shutil.rmtree(private)
+    second = PostgresTarget(settings(), workdir / "t")
+    try:
+        second.provision()
+        assert not home.exists()
+        assert any(str(home) in n and "which is gone" in n for n in second.notes)
+    finally:
+        second.teardown()
+    # When the experiment removes its data, the home under /tmp goes with it.
+    private.mkdir(mode=0o700)
+    third = PostgresTarget(settings(), private / "t")
+    try:
+        third.provision()
+    finally:
+        third.teardown()
+    assert home.exists()
+    assert third.discard_data() > 0
+    assert not home.exists(), sorted(p.name for p in home.iterdir())
+    assert "database system is ready" in (private / "t" / "server.log").read_text()
+    assert postmasters_under(workdir) == []

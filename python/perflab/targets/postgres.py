@@ -287,6 +287,67 @@ def _as_user(user: str | None) -> dict[str, Any]:
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [], "cwd": "/"}
 
 
+HOME_OWNER = "perflab-owner"
+
+
+def _mounts_under(path: Path) -> bool:
+    """Is anything mounted at or below `path`?"""
+    prefix = str(path)
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return True  # cannot tell: assume so, and touch nothing
+    for line in lines:
+        mountpoint = line.split()[4].replace("\\040", " ")
+        if mountpoint == prefix or mountpoint.startswith(prefix + "/"):
+            return True
+    return False
+
+
+def _server_alive(data_dir: Path) -> bool:
+    """A postmaster.pid whose process lives (an unreadable one counts as alive)."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, IndexError):
+        return True  # cannot tell: assume a server, and touch nothing
+    return _pid_alive(pid)
+
+
+def _surely_gone(path: Path) -> bool:
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        return False  # not ours to see: assume it is there
+    return False
+
+
+def sweep_orphan_homes(tmp: Path | None = None) -> list[tuple[Path, str]]:
+    """Remove the cluster homes under /tmp (`PostgresTarget._home`: made when
+    the server's user cannot reach the output directory) whose output
+    directory is gone: they were kept for the next run in that directory,
+    which can no longer come. Only a home with perflab's owner mark is
+    touched, and never one with a live server or anything mounted in it.
+    Returns (home, output directory) of each removed."""
+    removed = []
+    for home in sorted((tmp or Path(tempfile.gettempdir())).glob("perflab-" + "[0-9a-f]" * 12)):
+        try:
+            owner = (home / HOME_OWNER).read_text().strip()
+        except OSError:
+            continue  # not ours to judge (or made by a perflab before the mark)
+        if not owner or not _surely_gone(Path(owner)):
+            continue
+        if any(_server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or _mounts_under(home):
+            continue
+        shutil.rmtree(home, ignore_errors=True)
+        if not home.exists():
+            removed.append((home, owner))
+    return removed
+
+
 def _reachable_by(path: Path, user: str | None) -> bool:
     """Can `user` traverse every directory up to `path`?"""
     if user is None:
@@ -575,6 +636,7 @@ class PostgresTarget(Target):
         self.run_as = _current_run_as(self.settings)
         self.bin_dir = find_bin_dir(self.settings.bin_dir, self.run_as)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._claim_home()
         self._cleanup_leftover()
         self._mount_scratch()
         fresh = self._init_cluster()
@@ -632,15 +694,32 @@ class PostgresTarget(Target):
         """Where the cluster (and scratch mount points) go: the target's
         directory, unless the server's user cannot reach it (root with an
         output directory under /root, say): then a directory under /tmp, and
-        a note says where."""
+        a note says where. That one is kept for the next run in the same
+        output directory, as a cluster in the output directory is, and
+        removed by the first perflab to start a managed server after the
+        output directory is gone (`sweep_orphan_homes`)."""
         if _reachable_by(self.workdir, self.run_as):
             return self.workdir
         digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
         alt = Path(tempfile.gettempdir()) / f"perflab-{digest}"
-        note = f"the output directory is not reachable by user {self.run_as}; the cluster is under {alt}"
+        note = (f"the output directory is not reachable by user {self.run_as}; the cluster is under {alt}, "
+                "kept for the next run here and removed once the output directory is gone")
         if note not in self.notes:
             self.notes.append(note)
         return alt
+
+    def _claim_home(self) -> None:
+        """Remove orphaned homes under /tmp; when this cluster's home is one,
+        mark it with this output directory, so that it goes once that does."""
+        for home, owner in sweep_orphan_homes():
+            self.notes.append(f"removed {home}: the kept cluster of output directory {owner}, which is gone")
+        home = self._home()
+        if home == self.workdir:
+            return
+        home.mkdir(mode=0o755, exist_ok=True)
+        mark = home / HOME_OWNER
+        if not mark.exists():
+            mark.write_text(f"{self.workdir.resolve()}\n")
 
     # -------------------------------------------------------------- scratch filesystems
 
@@ -1091,6 +1170,7 @@ class PostgresTarget(Target):
         scratch = self._scratch()
         freed = sum(fs.discard() for fs in scratch.values())  # a scratch filesystem goes whole
         if "data" in scratch:
+            self._drop_emptied_home()
             return freed
         data_dir = self._data_dir()
         if not (data_dir / CREATED_MARK).exists():
@@ -1111,7 +1191,24 @@ class PostgresTarget(Target):
                 with contextlib.suppress(OSError):
                     wal.rmdir()
         shutil.rmtree(data_dir, ignore_errors=True)
+        self._drop_emptied_home()
         return freed
+
+    def _drop_emptied_home(self) -> None:
+        """A home under /tmp that holds nothing but its owner mark, the
+        server's log and empty mount points once the data is gone goes too;
+        the log moves to the output directory, where it is when the server's
+        user can reach that."""
+        home = self._home()
+        if home == self.workdir or not (home / HOME_OWNER).exists() or _mounts_under(home):
+            return
+        kept = (HOME_OWNER, "server.log")
+        if all(c.name in kept or (c.is_dir() and not any(c.iterdir())) for c in home.iterdir()):
+            log = home / "server.log"
+            if log.exists() and self.workdir.is_dir():
+                with log.open("rb") as src, (self.workdir / "server.log").open("ab") as dst:
+                    shutil.copyfileobj(src, dst)
+            shutil.rmtree(home, ignore_errors=True)
 
     @staticmethod
     def postmaster_pid_of(data_dir: Path) -> int | None:
