@@ -31,6 +31,33 @@ def processes_cpu_s(pids: Iterable[int]) -> dict[int, float]:
     return out
 
 
+def driver_floor() -> str:
+    """Build crates/engine/examples/driver_floor.rs (the cheapest epoll and
+    io_uring drivers: what the kernel's side of a round trip costs) and
+    return its path."""
+    root = Path(__file__).resolve().parent.parent
+    target = Path(os.environ.get("CARGO_TARGET_DIR", root / "target"))
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "perflab-engine", "--example", "driver_floor"],
+                   cwd=root, check=True, env={**os.environ, "CARGO_TARGET_DIR": str(target)})
+    return str(target / "release" / "examples" / "driver_floor")
+
+
+def run_floor(args: list[str]) -> dict[str, float]:
+    """One driver_floor run: its JSON line, plus cpu_per_req_us and the
+    user and system shares of it (its own getrusage over its measured
+    window, connecting excluded)."""
+    import json
+
+    code, text, error, _usage = run_child(args)
+    if code != 0:
+        raise RuntimeError(f"driver_floor failed: {(text + error)[-2000:]}")
+    r: dict[str, float] = json.loads(text.strip().splitlines()[-1])
+    n = max(1.0, r["requests"])
+    return {**r, "req_per_s": r["requests"] / r["seconds"], "cpu_per_req_us": r["cpu_s"] / n * 1e6,
+            "user_per_req_us": r["user_s"] / n * 1e6, "system_per_req_us": r["system_s"] / n * 1e6,
+            "cs_per_req": r["switches"] / n}
+
+
 def run_child(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, resource.struct_rusage]:
     """Run a peer tool (pgbench, wrk, ...) to its end: (exit code, stdout,
     stderr, its rusage from os.wait4). No other child may run meanwhile."""

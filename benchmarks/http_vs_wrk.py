@@ -32,6 +32,14 @@ wrk run; a table per I/O.
 perflab run (same draws, checks and error kinds; crates/engine/src/http/
 hyper_client.rs), in an engine built with `--features hyper-client`.
 
+--floor also runs, after them in each pair, the cheapest closed-loop drivers
+we know how to write, on epoll and on io_uring (crates/engine/examples/
+driver_floor.rs: per request one send, one recv and a share of one
+epoll_wait, or a linked send and receive and a share of one io_uring_enter;
+no clock, no histogram, no check beyond the length; built here with cargo),
+with the same connections, threads and paths: how far each driver sits
+above what the kernel's side of a round trip costs on this machine.
+
 wrk 4.1.0 from Debian (apt-get install wrk); oha joins each pair when it is on
 PATH or given (--oha; `cargo install oha`), the file set through its
 --urls-from-file where that version has it.
@@ -51,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import run_child, run_main, spread
+from _common import driver_floor, run_child, run_floor, run_main, spread
 from perflab import _engine
 from perflab.endpoints import HttpEndpoint
 from perflab.targets.nginx import NginxSettings, NginxTarget
@@ -77,6 +85,7 @@ function request()
 end
 """
 
+FLOORS = ("epoll", "uring")
 UNITS = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 
 
@@ -133,6 +142,14 @@ def run_oha(oha: str, base: str, connections: int, seconds: int, paths: Path | N
     return {"req_per_s": summary["summary"]["requestsPerSec"], "requests": requests, "cpu_s": cpu,
             "cpu_per_req_us": cpu / max(1, requests) * 1e6,
             "non_200": sum(int(n) for c, n in codes.items() if c != "200")}
+
+
+def run_http_floor(floor: str, hostport: str, connections: int, threads: int, seconds: int,
+                   paths: Path | None, io: str) -> dict[str, Any]:
+    """The floor (driver_floor.rs) on epoll or io_uring, same paths."""
+    which = f"@{paths}" if paths is not None else "/dir00000/class1_0"
+    mode = ["--uring"] if io == "uring" else []
+    return run_floor([floor, "http", *mode, hostport, str(seconds), str(connections), str(threads), which])
 
 
 def run_perflab(ep: HttpEndpoint, dirs: int, connections: int, threads: int, seconds: int,
@@ -199,11 +216,14 @@ def main() -> int:
     ap.add_argument("--hyper", action="store_true",
                     help="also run hyper 1.x's client (an engine built with --features hyper-client)")
     ap.add_argument("--oha", default=shutil.which("oha"), help="the oha binary (default: on PATH)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the epoll and io_uring floors (crates/engine/examples/driver_floor.rs) in each pair")
     ap.add_argument("--json")
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         print("wrk is not installed: apt-get install wrk")
         return 2
+    floor = driver_floor() if args.floor else None
     dirs = _engine.fileset_dirs(size_bytes=parse_size_bytes(args.size))
     work = Path(tempfile.mkdtemp(prefix="perflab-http-vs-wrk-"))
     work.chmod(0o755)
@@ -228,7 +248,7 @@ def main() -> int:
         for kind, only in (("fileset", None), ("raw", RAW_FILE)):
             for connections in args.connections:
                 threads = min(args.threads, connections)
-                pairs, hyper, oha_runs = [], [], []
+                pairs, hyper, oha_runs, floor_runs = [], [], [], []
                 for i in range(args.pairs):
                     if only is None:
                         w = run_wrk(base, connections, threads, args.seconds, script, paths)
@@ -253,8 +273,18 @@ def main() -> int:
                             print(f"  oha: {o['req_per_s']:,.0f} req/s {o['cpu_per_req_us']:.1f} us/req "
                                   f"(non-200 {o['non_200']})", flush=True)
                             oha_runs.append(o)
+                    if floor is not None:
+                        run = {"wrk": w, "perflab": ps[0]}
+                        for io in FLOORS:
+                            f = run_http_floor(floor, ep.host_header, connections, threads, args.seconds,
+                                          paths if only is None else None, io)
+                            print(f"  floor {io}: {f['req_per_s']:,.0f} req/s {f['cpu_per_req_us']:.1f} us/req "
+                                  f"(user {f['user_per_req_us']:.2f}, system {f['system_per_req_us']:.2f}; "
+                                  f"errors {f['errors']})", flush=True)
+                            run[io] = f
+                        floor_runs.append(run)
                 results[kind].append({"connections": connections, "threads": threads, "pairs": pairs,
-                                      "hyper": hyper, "oha": oha_runs})
+                                      "hyper": hyper, "oha": oha_runs, "floor": floor_runs})
         for which, io in enumerate(args.io):
             ran = results["fileset"][0]["pairs"][0][1][which]["io"] if results["fileset"] else io
             table(f"perflab io = {io} ({ran}): file set ({report.size_bytes / 1e9:.2f} GB, wrk replaying "
@@ -270,6 +300,26 @@ def main() -> int:
                     p_cpu = statistics.mean(p[0]["cpu_per_req_us"] for _, p in r["pairs"])
                     print(f"| {r['connections']} | {statistics.mean(o['req_per_s'] for o in r['oha']):,.0f} "
                           f"| {o_cpu:.1f} | {p_cpu / o_cpu:.2f} |")
+        for kind in ("fileset", "raw"):
+            for io in FLOORS:
+                rows = [r for r in results[kind] if r["floor"]]
+                if not rows:
+                    continue
+                print(f"\n{io} floor, {kind} (perflab io = {args.io[0]}): | connections | floor req/s "
+                      "| floor us/req (user, system) | floor/wrk CPU | perflab/floor CPU | perflab/wrk CPU |")
+                for r in rows:
+                    fl = r["floor"]
+
+                    def ratio(a: str, b: str, fl: list[dict[str, Any]] = fl) -> str:
+                        values = [x[a]["cpu_per_req_us"] / x[b]["cpu_per_req_us"] for x in fl]
+                        return f"{statistics.mean(values):.2f} ({spread(values)})"
+
+                    def mean(key: str, fl: list[dict[str, Any]] = fl, io: str = io) -> float:
+                        return statistics.mean(x[io][key] for x in fl)
+
+                    print(f"| {r['connections']} | {mean('req_per_s'):,.0f} | {mean('cpu_per_req_us'):.2f} "
+                          f"({mean('user_per_req_us'):.2f}, {mean('system_per_req_us'):.2f}) "
+                          f"| {ratio(io, 'wrk')} | {ratio('perflab', io)} | {ratio('perflab', 'wrk')} |")
         if args.hyper:
             hyper_table("hyper 1.x against perflab's own client, file set", results["fileset"])
             hyper_table("hyper 1.x against perflab's own client, one 1 KiB file", results["raw"])

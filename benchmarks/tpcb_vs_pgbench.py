@@ -29,8 +29,16 @@ method (the workload's `io` parameter), so every method is compared with the
 pgbench run just before it. Context switches per transaction (voluntary +
 involuntary, from the same rusage) are printed too.
 
+With --floor, each select-only pair also runs the cheapest drivers we know
+how to write, on epoll and on io_uring, with the same clients and threads
+(crates/engine/examples/driver_floor.rs, built here with cargo: the same
+prepared SELECT as Bind, Execute and Sync, one send and one receive per
+transaction, no clock, no histogram): what the kernel's side of the round
+trips costs on this machine, the CPU per transaction no driver of this design
+goes below, and so how much of pgbench's CPU a driver can save at all.
+
     .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--scale 10] [--seconds 10] [--pairs 3]
-        [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--json out.json]
+        [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--floor] [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_child, run_main, spread
+from _common import cores, driver_floor, run_child, run_floor, run_main, spread
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
@@ -57,6 +65,7 @@ from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 TARGET_TPS_RATIO = {"select-only": 1.05, "tpcb-like": 1.0}
 TARGET_TPS_RATIO_MIN_CLIENTS = {"select-only": 8, "tpcb-like": 1}
 TARGET_CPU_RATIO = 0.8
+FLOORS = ("epoll", "uring")
 
 
 def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
@@ -91,6 +100,7 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     used = next((e.message for e in result.events if e.kind == "io"), "io: ?")
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "cs_per_tx": switches / done, "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
+            "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
             "flags": ",".join(result.flags), "io": used}
 
 
@@ -106,8 +116,11 @@ def main() -> int:
                          "fsync times do not drown the drivers' difference")
     ap.add_argument("--io", nargs="+", default=["auto"], choices=["auto", "uring", "epoll"],
                     help="perflab's io parameter; several: one perflab run of each per pair")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the epoll and io_uring floors (driver_floor.rs) in each select-only pair")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
+    floor = driver_floor() if args.floor else None
 
     base = Path(tempfile.mkdtemp(prefix="perflab-tpcb-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
@@ -116,6 +129,7 @@ def main() -> int:
                                          "synchronous_commit": args.synchronous_commit},
     }), base / "target")
     rows: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     try:
         ep = target.provision()
         assert isinstance(ep, PostgresEndpoint) and target.bin_dir is not None
@@ -147,7 +161,21 @@ def main() -> int:
                                      "io": io, "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
                         print(f"  {'':12s} {'':5s} {'':3s} {io:>6s}: perflab {b['tps']:9.1f} tps "
                               f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx "
-                              f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}) {b['flags']}", flush=True)
+                              f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}"
+                              + (f", {b['enters_per_tx']:.2f} enters/tx" if b["enters_per_tx"] is not None else "")
+                              + f") {b['flags']}", flush=True)
+                    if floor is not None and script == "select-only":
+                        for io in FLOORS:
+                            f = run_floor([floor, "pgwire", *(["--uring"] if io == "uring" else []), ep.host,
+                                           str(ep.port), ep.user, ep.dbname, str(args.seconds), str(clients),
+                                           str(threads), str(100_000 * args.scale)])
+                            floors.append({"script": script, "clients": clients, "threads": threads,
+                                           "pair": pair + 1, "io": io, "pgbench": a, "floor": f,
+                                           "perflab": rows[-len(args.io)]["perflab"]})
+                            print(f"  {'':12s} {'':5s} {'':3s} floor {io}: {f['req_per_s']:9.1f} tps "
+                                  f"{f['cpu_per_req_us']:7.2f} us/tx {f['cs_per_req']:.2f} cs/tx (user "
+                                  f"{f['user_per_req_us']:.2f}, system {f['system_per_req_us']:.2f}; errors "
+                                  f"{f['errors']:.0f})", flush=True)
     finally:
         target.teardown()
         shutil.rmtree(base, ignore_errors=True)
@@ -178,11 +206,31 @@ def main() -> int:
                                 f"{'meets' if tps_ratio >= goal else 'MISSES'} >= {goal}")
             verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    if floors:
+        print(f"\nfloors (perflab io = {args.io[0]}): | script | clients | j | floor | floor tps | floor us/tx "
+              "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU |")
+        for clients, io in ((c, i) for c in args.clients for i in FLOORS):
+            group = [r for r in floors if r["clients"] == clients and r["io"] == io]
+            if not group:
+                continue
+
+            def ratio(a: str, b: str, group: list[dict[str, Any]] = group) -> str:
+                values = [r[a]["cpu_per_req_us" if a == "floor" else "cpu_per_tx_us"]
+                          / r[b]["cpu_per_req_us" if b == "floor" else "cpu_per_tx_us"] for r in group]
+                return f"{statistics.mean(values):.3f} ({spread(values)})"
+
+            def mean(key: str, group: list[dict[str, Any]] = group) -> float:
+                return statistics.mean(r["floor"][key] for r in group)
+
+            print(f"| select-only | {clients} | {group[0]['threads']} | {io} | {mean('req_per_s'):.0f} "
+                  f"| {mean('cpu_per_req_us'):.2f} ({mean('user_per_req_us'):.2f}, {mean('system_per_req_us'):.2f}) "
+                  f"| {mean('cs_per_req'):.2f} | {ratio('floor', 'pgbench')} | {ratio('perflab', 'floor')} "
+                  f"| {ratio('perflab', 'pgbench')} |")
     print()
     print("\n".join(verdicts))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps({"runs": rows, "floors": floors} if floors else rows, indent=1))
     return 0
 
 
