@@ -41,9 +41,11 @@ SIZES = {"ext4": "64MB", "ext2": "64MB", "xfs": "300MB", "btrfs": "128MB", "tmpf
 
 
 def mounted_at(mountpoint: Path) -> list[tuple[str, str]]:
-    """(type, options) of every mount at `mountpoint`, read from /proc/mounts."""
+    """(type, options) of every mount at `mountpoint`, read from /proc/mounts
+    (which writes a space in a path as \\040)."""
     with open("/proc/mounts") as f:
-        return [(fields[2], fields[3]) for fields in (line.split() for line in f) if fields[1] == str(mountpoint)]
+        return [(fields[2], fields[3]) for fields in (line.split() for line in f)
+                if fields[1].replace("\\040", " ") == str(mountpoint)]
 
 
 def losetup_j(backing_file: Path) -> str:
@@ -291,6 +293,21 @@ def test_an_unwritable_or_impossible_backing_dir_is_a_problem(workdir: Path) -> 
     a_file.write_text("")
     problems = fs_problems(KEY, settings("ext4"), a_file / "sub")
     assert problems == [(f"{KEY}.backing_dir", f"{a_file}/sub cannot be made: {a_file} is not a directory")]
+
+
+def test_mounts_under_sees_a_mount_below_a_path_and_no_other(workdir: Path) -> None:
+    """What the cluster-home sweep asks before it removes a directory: a
+    mount at or below it (the name's space escaped in /proc/mounts), not one
+    beside it whose name merely starts the same."""
+    parent = workdir / "perflab home"
+    parent.mkdir()
+    assert not scratchfs.mounts_under(parent)
+    with tmpfs_at(parent / "m", "size=1m") as mountpoint:
+        assert scratchfs.mounts_under(parent)
+        assert scratchfs.mounts_under(mountpoint)
+        assert not scratchfs.mounts_under(workdir / "perflab hom")
+        assert not scratchfs.mounts_under(mountpoint / "below")
+    assert not scratchfs.mounts_under(parent)
 
 
 def test_too_little_free_space_is_a_problem(workdir: Path) -> None:

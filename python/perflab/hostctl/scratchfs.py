@@ -216,6 +216,18 @@ def mount_entry(mountpoint: Path | str) -> dict[str, str] | None:
     return found
 
 
+def mounts_under(path: Path | str) -> bool:
+    """Is anything mounted at or below `path`? True when /proc/mounts cannot
+    be read: a caller about to remove `path` must then leave it."""
+    target = os.path.abspath(path)
+    try:
+        with open("/proc/mounts") as f:
+            points = [_unescape_mount_field(fields[1]) for fields in map(str.split, f) if len(fields) >= 2]
+    except OSError:
+        return True
+    return any(p == target or p.startswith(target + "/") for p in points)
+
+
 def loop_devices_of(backing_file: Path | str) -> list[str]:
     """The loop devices attached to `backing_file` (`losetup -j`)."""
     losetup = _tool("losetup") or "losetup"

@@ -45,7 +45,7 @@ from perflab.endpoints import Endpoint, PgWireEndpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
-from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems
+from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems, mounts_under
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText, StrictModel
 from perflab.targets.base import Target, TargetSettings, creatable_problems
@@ -290,20 +290,6 @@ def _as_user(user: str | None) -> dict[str, Any]:
 HOME_OWNER = "perflab-owner"
 
 
-def _mounts_under(path: Path) -> bool:
-    """Is anything mounted at or below `path`?"""
-    prefix = str(path)
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return True  # cannot tell: assume so, and touch nothing
-    for line in lines:
-        mountpoint = line.split()[4].replace("\\040", " ")
-        if mountpoint == prefix or mountpoint.startswith(prefix + "/"):
-            return True
-    return False
-
-
 def _server_alive(data_dir: Path) -> bool:
     """A postmaster.pid whose process lives (an unreadable one counts as alive)."""
     try:
@@ -340,7 +326,7 @@ def sweep_orphan_homes(tmp: Path | None = None) -> list[tuple[Path, str]]:
             continue  # not ours to judge (or made by a perflab before the mark)
         if not owner or not _surely_gone(Path(owner)):
             continue
-        if any(_server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or _mounts_under(home):
+        if any(_server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or mounts_under(home):
             continue
         shutil.rmtree(home, ignore_errors=True)
         if not home.exists():
@@ -1200,7 +1186,7 @@ class PostgresTarget(Target):
         the log moves to the output directory, where it is when the server's
         user can reach that."""
         home = self._home()
-        if home == self.workdir or not (home / HOME_OWNER).exists() or _mounts_under(home):
+        if home == self.workdir or not (home / HOME_OWNER).exists() or mounts_under(home):
             return
         kept = (HOME_OWNER, "server.log")
         if all(c.name in kept or (c.is_dir() and not any(c.iterdir())) for c in home.iterdir()):
