@@ -4,8 +4,10 @@ down what it started."""
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,8 +48,6 @@ def run_floor(args: list[str]) -> dict[str, float]:
     """One driver_floor run: its JSON line, plus cpu_per_req_us and the
     user and system shares of it (its own getrusage over its measured
     window, connecting excluded)."""
-    import json
-
     code, text, error, _usage = run_child(args)
     if code != 0:
         raise RuntimeError(f"driver_floor failed: {(text + error)[-2000:]}")
@@ -72,6 +72,11 @@ def run_child(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, 
 
 def spread(values: list[float], digits: int = 2) -> str:
     return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def mean_spread(values: list[float], digits: int = 2) -> str:
+    """A table cell: the mean, and the range in brackets."""
+    return f"{statistics.mean(values):.{digits}f} ({spread(values, digits)})"
 
 
 def run_main(main: Callable[[], int]) -> NoReturn:

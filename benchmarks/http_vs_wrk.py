@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import driver_floor, run_child, run_floor, run_main, spread
+from _common import driver_floor, mean_spread, run_child, run_floor, run_main, spread
 from perflab import _engine
 from perflab.endpoints import HttpEndpoint
 from perflab.targets.nginx import NginxSettings, NginxTarget
@@ -301,25 +301,22 @@ def main() -> int:
                     print(f"| {r['connections']} | {statistics.mean(o['req_per_s'] for o in r['oha']):,.0f} "
                           f"| {o_cpu:.1f} | {p_cpu / o_cpu:.2f} |")
         for kind in ("fileset", "raw"):
-            for io in FLOORS:
-                rows = [r for r in results[kind] if r["floor"]]
-                if not rows:
-                    continue
+            rows = [r for r in results[kind] if r["floor"]]
+            for io in FLOORS if rows else ():
                 print(f"\n{io} floor, {kind} (perflab io = {args.io[0]}): | connections | floor req/s "
                       "| floor us/req (user, system) | floor/wrk CPU | perflab/floor CPU | perflab/wrk CPU |")
                 for r in rows:
                     fl = r["floor"]
-
-                    def ratio(a: str, b: str, fl: list[dict[str, Any]] = fl) -> str:
-                        values = [x[a]["cpu_per_req_us"] / x[b]["cpu_per_req_us"] for x in fl]
-                        return f"{statistics.mean(values):.2f} ({spread(values)})"
+                    cpu = {who: [x[who]["cpu_per_req_us"] for x in fl] for who in (io, "wrk", "perflab")}
 
                     def mean(key: str, fl: list[dict[str, Any]] = fl, io: str = io) -> float:
                         return statistics.mean(x[io][key] for x in fl)
 
                     print(f"| {r['connections']} | {mean('req_per_s'):,.0f} | {mean('cpu_per_req_us'):.2f} "
                           f"({mean('user_per_req_us'):.2f}, {mean('system_per_req_us'):.2f}) "
-                          f"| {ratio(io, 'wrk')} | {ratio('perflab', io)} | {ratio('perflab', 'wrk')} |")
+                          f"| {mean_spread([f / w for f, w in zip(cpu[io], cpu['wrk'], strict=True)])} "
+                          f"| {mean_spread([p / f for p, f in zip(cpu['perflab'], cpu[io], strict=True)])} "
+                          f"| {mean_spread([p / w for p, w in zip(cpu['perflab'], cpu['wrk'], strict=True)])} |")
         if args.hyper:
             hyper_table("hyper 1.x against perflab's own client, file set", results["fileset"])
             hyper_table("hyper 1.x against perflab's own client, one 1 KiB file", results["raw"])

@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, driver_floor, run_child, run_floor, run_main, spread
+from _common import cores, driver_floor, mean_spread, run_child, run_floor, run_main, spread
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
@@ -118,7 +118,8 @@ def main() -> int:
                     help="perflab's io parameter; several: one perflab run of each per pair")
     ap.add_argument("--floor", action="store_true",
                     help="also run the epoll and io_uring floors (driver_floor.rs) in each select-only pair")
-    ap.add_argument("--json", type=Path, help="write every run's figures here")
+    ap.add_argument("--json", type=Path,
+                    help="write every run's figures here (a list; with --floor, {runs: the list, floors: ...})")
     args = ap.parse_args()
     floor = driver_floor() if args.floor else None
 
@@ -214,18 +215,19 @@ def main() -> int:
             if not group:
                 continue
 
-            def ratio(a: str, b: str, group: list[dict[str, Any]] = group) -> str:
-                values = [r[a]["cpu_per_req_us" if a == "floor" else "cpu_per_tx_us"]
-                          / r[b]["cpu_per_req_us" if b == "floor" else "cpu_per_tx_us"] for r in group]
-                return f"{statistics.mean(values):.3f} ({spread(values)})"
+            floor_cpu = [r["floor"]["cpu_per_req_us"] for r in group]
+            pgbench_cpu = [r["pgbench"]["cpu_per_tx_us"] for r in group]
+            perflab_cpu = [r["perflab"]["cpu_per_tx_us"] for r in group]
 
             def mean(key: str, group: list[dict[str, Any]] = group) -> float:
                 return statistics.mean(r["floor"][key] for r in group)
 
             print(f"| select-only | {clients} | {group[0]['threads']} | {io} | {mean('req_per_s'):.0f} "
                   f"| {mean('cpu_per_req_us'):.2f} ({mean('user_per_req_us'):.2f}, {mean('system_per_req_us'):.2f}) "
-                  f"| {mean('cs_per_req'):.2f} | {ratio('floor', 'pgbench')} | {ratio('perflab', 'floor')} "
-                  f"| {ratio('perflab', 'pgbench')} |")
+                  f"| {mean('cs_per_req'):.2f} "
+                  f"| {mean_spread([f / g for f, g in zip(floor_cpu, pgbench_cpu, strict=True)], 3)} "
+                  f"| {mean_spread([p / f for p, f in zip(perflab_cpu, floor_cpu, strict=True)], 3)} "
+                  f"| {mean_spread([p / g for p, g in zip(perflab_cpu, pgbench_cpu, strict=True)], 3)} |")
     print()
     print("\n".join(verdicts))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
