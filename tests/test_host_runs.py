@@ -25,8 +25,8 @@ import pytest
 from conftest import cli_command, postmasters_under, start_run_until
 from perflab.hostctl.cgroups import cgroup_of
 from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
-from perflab.store import Store
-from perflab.targets.postgres import PostgresSettings, PostgresTarget
+from perflab.store import STORE_NAME, Store
+from perflab.targets.postgres import PostgresSettings, PostgresTarget, server_cgroup_name
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host changes need root")
 
@@ -45,28 +45,94 @@ def _snapshot() -> dict[str, str]:
     return {"sysctl": SYSCTL.read_text().strip(), "thp": _thp(), "hugepages": NR_HUGEPAGES.read_text().strip()}
 
 
-def _perflab_cgroups() -> list[Path]:
-    """perflab's server cgroups, wherever they are (under perflab's own cgroup on v1)."""
-    found = subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "8", "-type", "d", "-name", "perflab-pg-*"],
+def _cgroups_named(name: str) -> list[Path]:
+    """The cgroup directories of that name, in any hierarchy (under perflab's
+    own cgroup on v1)."""
+    found = subprocess.run(["find", "/sys/fs/cgroup", "-maxdepth", "8", "-type", "d", "-name", name],
                            capture_output=True, text=True).stdout.split()
     return [Path(d) for d in found]
 
 
+def _server_cgroup_names(directory: Path) -> set[str]:
+    """The names of the cgroups of the managed servers whose data directory
+    lies under `directory` (a test's own): from the records of running
+    servers and from the clusters themselves. Another experiment's are never
+    among them."""
+    data_dirs = {p.parent for p in directory.rglob("PG_VERSION") if (p.parent / "global").is_dir()}
+    for record in directory.rglob("perflab-target.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            data_dirs.add(Path(json.loads(record.read_text())["data_dir"]))
+    return {server_cgroup_name(d) for d in data_dirs}
+
+
+def _own_cgroups(names: set[str]) -> list[Path]:
+    return [d for name in sorted(names) for d in _cgroups_named(name)]
+
+
+class HostAsFound(dict[str, str]):
+    """The host's knobs before the test (a dict, compared with `_snapshot()`),
+    and the values the test sets them to (`sets`), so that the fixture puts a
+    knob back only when the test changed it and it still holds that value."""
+
+    def __init__(self, before: dict[str, str]) -> None:
+        super().__init__(before)
+        self.set_to: dict[str, set[str]] = {}
+
+    def sets(self, **values: object) -> None:
+        for knob, value in values.items():
+            self.set_to.setdefault(knob, set()).add(str(value))
+
+
+# Events a run stores, "host.<knob>: old -> new": which of _snapshot()'s keys.
+EVENT_KNOBS = {"host.transparent_hugepage": "thp", f"host.sysctl.{'.'.join(SYSCTL.parts[3:])}": "sysctl",
+               "host.hugepages": "hugepages"}
+KNOB_FILES = {"sysctl": SYSCTL, "thp": THP, "hugepages": NR_HUGEPAGES}
+
+
+def _knobs_set_by_runs(directory: Path) -> dict[str, set[str]]:
+    """The values the runs stored under `directory` set the knobs to (their events)."""
+    out: dict[str, set[str]] = {}
+    for db in directory.rglob(STORE_NAME):
+        with contextlib.suppress(Exception):
+            for event in Store.open(db.parent).events():
+                key, sep, change = event["message"].partition(": ")
+                if event["kind"] == "host" and sep and key in EVENT_KNOBS and " -> " in change:
+                    out.setdefault(EVENT_KNOBS[key], set()).add(change.split(" -> ", 1)[1].split(" (")[0].strip())
+    return out
+
+
+def put_back(found: HostAsFound, workdir: Path) -> None:
+    """What a test (failing) left, put back, and only that: what its perflab
+    runs journaled (undone when the perflab is dead, its guardian too), its
+    own servers and their cgroups (by their data directory under the test's
+    `workdir`), and each knob it changed, only while that still holds a
+    value the test set. Another experiment's servers, cgroups and settings
+    are never touched."""
+    from perflab.guardian import recover_orphans
+    from perflab.hostctl.cgroups import undo_cgroup
+
+    for copy in workdir.rglob("host-journal.json"):
+        recover_orphans(extra=copy.parent)  # acts only when that perflab is dead
+    cgroups = _server_cgroup_names(workdir)
+    for pid in postmasters_under(workdir):  # the test's own servers
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    undo_cgroup({"dirs": [str(d) for d in _own_cgroups(cgroups)]})
+    set_to = {knob: set(values) for knob, values in found.set_to.items()}
+    for knob, values in _knobs_set_by_runs(workdir).items():
+        set_to.setdefault(knob, set()).update(values)
+    now = _snapshot()
+    for knob, values in set_to.items():
+        if now[knob] != found[knob] and now[knob] in values:
+            KNOB_FILES[knob].write_text(found[knob])
+
+
 @pytest.fixture
-def host_as_found() -> Iterator[dict[str, str]]:
-    """The host's knobs before the test, put back after it whatever happened."""
-    before = _snapshot()
-    yield before
-    SYSCTL.write_text(before["sysctl"])
-    THP.write_text(before["thp"])
-    NR_HUGEPAGES.write_text(before["hugepages"])
-    for d in _perflab_cgroups():
-        for pid in (d / "cgroup.procs").read_text().split():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        time.sleep(0.2)
-        with contextlib.suppress(OSError):
-            d.rmdir()
+def host_as_found(workdir: Path) -> Iterator[HostAsFound]:
+    """The host's knobs before the test; afterwards, what the test left is put back (`put_back`)."""
+    found = HostAsFound(_snapshot())
+    yield found
+    put_back(found, workdir)
 
 
 def _write(workdir: Path, text: str) -> Path:
@@ -176,7 +242,7 @@ def test_every_server_process_runs_in_its_cgroup_with_its_limits(workdir: Path, 
     finally:
         target.teardown()
         target.discard_data()
-    assert _perflab_cgroups() == []
+    assert _cgroups_named(target.cgroup.name if target.cgroup else server_cgroup_name(target.data_dir)) == []
 
 
 def test_data_and_wal_on_scratch_filesystems_are_made_mounted_and_removed(workdir: Path, host_as_found) -> None:
@@ -241,21 +307,31 @@ SIGKILL_EXPERIMENT = """
 """
 
 
-def _start_and_wait_for_server(workdir: Path, host: dict[str, str], env: dict[str, str]) -> tuple[
-        subprocess.Popen[bytes], Path]:
+def _running_server_cgroups(out: Path) -> list[Path]:
+    """The cgroups of the servers the run in `out` has started (from their records)."""
+    names = set()
+    for record in out.glob("targets/*/perflab-target.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            names.add(server_cgroup_name(Path(json.loads(record.read_text())["data_dir"])))
+    return _own_cgroups(names)
+
+
+def _start_and_wait_for_server(workdir: Path, host: HostAsFound, env: dict[str, str]) -> tuple[
+        subprocess.Popen[bytes], Path, list[Path]]:
     ratio = 3 if host["sysctl"] != "3" else 4
+    host.sets(thp="never", hugepages=4, sysctl=ratio)
     experiment = _write(workdir, SIGKILL_EXPERIMENT.format(ratio=ratio))
     out = workdir / "out"
-    run = start_run_until(experiment, out, lambda: list(out.glob("targets/*/perflab-target.json"))
-                          and _perflab_cgroups(), env=env)
+    run = start_run_until(experiment, out, lambda: _running_server_cgroups(out), env=env)
     time.sleep(0.5)  # mid-run
     assert _snapshot() != host  # the knobs are set
-    return run, out
+    return run, out, _running_server_cgroups(out)
 
 
-def _host_is_back(host: dict[str, str], out: Path) -> list[str]:
+def _host_is_back(host: dict[str, str], out: Path, cgroups: list[Path]) -> list[str]:
+    """What the run in `out` changed and has not put back (its own objects only)."""
     wrong = [f"{k}: {v} (was {host[k]})" for k, v in _snapshot().items() if v != host[k]]
-    wrong += [f"cgroup {d}" for d in _perflab_cgroups()]
+    wrong += [f"cgroup {d}" for d in cgroups if d.exists()]
     wrong += [f"mount {m[1]}" for m in (line.split() for line in Path("/proc/mounts").read_text().splitlines())
               if m[1].startswith(str(out))]
     wrong += [f"loop device of {f}" for f in out.glob("targets/*/perflab-*.img") if loop_devices_of(f)]
@@ -265,14 +341,14 @@ def _host_is_back(host: dict[str, str], out: Path) -> list[str]:
 
 def test_sigkill_mid_run_leaves_knobs_cgroups_mounts_and_loop_devices_as_they_were(
         workdir: Path, host_as_found) -> None:
-    run, out = _start_and_wait_for_server(workdir, host_as_found, dict(os.environ))
+    run, out, cgroups = _start_and_wait_for_server(workdir, host_as_found, dict(os.environ))
     try:
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
         deadline = time.monotonic() + GONE_WITHIN_S
-        while _host_is_back(host_as_found, out) and time.monotonic() < deadline:
+        while _host_is_back(host_as_found, out, cgroups) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _host_is_back(host_as_found, out) == []
+        assert _host_is_back(host_as_found, out, cgroups) == []
     finally:
         if run.poll() is None:
             run.kill()
@@ -282,7 +358,7 @@ def test_when_the_guardian_dies_too_the_next_perflab_start_puts_the_host_back(
         workdir: Path, run_cli, host_as_found) -> None:
     state = workdir / "state"
     env = {**os.environ, "PERFLAB_STATE_DIR": str(state)}
-    run, out = _start_and_wait_for_server(workdir, host_as_found, env)
+    run, out, cgroups = _start_and_wait_for_server(workdir, host_as_found, env)
     try:
         [journal_file] = state.glob("journal-*.json")
         guardian = json.loads(journal_file.read_text())["guardian"]
@@ -306,7 +382,7 @@ def test_when_the_guardian_dies_too_the_next_perflab_start_puts_the_host_back(
         """)), capture_output=True, text=True, timeout=120, env=env)
         assert check.returncode == 0, check.stderr
         assert "left by a killed perflab" in check.stderr and str(out) in check.stderr
-        assert _host_is_back(host_as_found, out) == []
+        assert _host_is_back(host_as_found, out, cgroups) == []
         assert not (out / "host-journal.json").exists()
     finally:
         if run.poll() is None:

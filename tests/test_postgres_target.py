@@ -262,6 +262,32 @@ def test_only_an_orphaned_unused_cluster_home_is_swept(tmp_path: Path) -> None:
         assert (home / "pgdata" / "PG_VERSION").exists(), home
 
 
+def test_a_home_whose_perflab_still_lives_is_not_swept(tmp_path: Path) -> None:
+    """The mark names the perflab that uses the home (pid and start time): while
+    it lives, its home is its own, even with the output directory gone; a
+    dead one's (or a pid reused since) goes."""
+    from perflab.guardian import start_time
+
+    gone = tmp_path / "deleted-output"
+    other = subprocess.Popen(["sleep", "60"])
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        homes = {}
+        for name, pid, start in (("a" * 12, other.pid, start_time(other.pid)), ("b" * 12, dead.pid, "1"),
+                                 ("c" * 12, other.pid, "1"), ("d" * 12, os.getpid(), start_time(os.getpid()))):
+            homes[name] = _home_with(tmp_path, name, gone)
+            (homes[name] / "perflab-owner").write_text(f"{gone}\n{pid} {start}\n")
+        removed = sweep_orphan_homes(tmp_path)
+        assert sorted(h for h, _ in removed) == [homes["b" * 12], homes["c" * 12]]
+        assert homes["a" * 12].exists() and homes["d" * 12].exists()  # a live perflab's, and this one's
+        assert [h for h, _ in sweep_orphan_homes(tmp_path, mine_too=True)] == [homes["d" * 12]]
+        assert homes["a" * 12].exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_a_cluster_kept_under_tmp_goes_once_its_output_directory_is_gone(workdir: Path) -> None:
     """As root, an output directory the server's user cannot reach (0700)
     puts the cluster under /tmp/perflab-<digest>; the next managed start
@@ -275,7 +301,8 @@ def test_a_cluster_kept_under_tmp_goes_once_its_output_directory_is_gone(workdir
         first.provision()
         home = first._home()
         assert home != first.workdir and home.parent == Path(tempfile.gettempdir())
-        assert (home / "perflab-owner").read_text().strip() == str((private / "t").resolve())
+        owner, pid = (home / "perflab-owner").read_text().splitlines()
+        assert owner == str((private / "t").resolve()) and pid.split()[0] == str(os.getpid())
         assert (home / "pgdata" / "PG_VERSION").exists()
         assert any("removed once the output directory is gone" in n for n in first.notes), first.notes
     finally:

@@ -403,6 +403,40 @@ def ray_pids_other_than(token: str | None) -> list[int]:
     return out
 
 
+def cluster_of_run(proc: subprocess.Popen[Any]) -> tuple[str, str] | None:
+    """(token, directory) of the private cluster a `perflab run` (still alive)
+    started, from its journal of host changes: the test's own cluster, never
+    another experiment's."""
+    import json
+
+    from perflab.guardian import state_dir
+
+    try:
+        record = json.loads((state_dir() / f"journal-{proc.pid}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for entry in record.get("entries", []):
+        if entry.get("kind") == "ray-cluster":
+            return str(entry["args"]["token"]), str(entry["args"]["temp_dir"])
+    return None
+
+
+def _await_cluster(proc: subprocess.Popen[Any], ours: list[tuple[str, str]]) -> None:
+    """Wait (up to 120 s) for the run's cluster to have its 4 processes; its
+    token and directory are put in `ours` as soon as they are journaled."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not ours and (found := cluster_of_run(proc)) is not None:
+            ours.append(found)
+        if ours and len(cluster_processes(*ours[0])) >= 4:
+            return
+        time.sleep(0.2)
+
+
+def _cluster_pids(ours: list[tuple[str, str]]) -> list[int]:
+    return cluster_processes(*ours[0]) if ours else []
+
+
 def cluster_dirs_other_than(driver: RayDriver) -> list[Path]:
     """Directories of private clusters (perflab-ray-TOKEN) but the module's."""
     import re
@@ -461,25 +495,24 @@ def test_a_sigkilled_perflab_leaves_no_ray_process(driver, tmp_path) -> None:
     exp.write_text(EXPERIMENT.format(duration="60s"))
     proc = subprocess.Popen(cli_command("run", exp, "--out", tmp_path / "out", "--quiet"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    ours: list[tuple[str, str]] = []  # the run's cluster (token, directory): only it is looked at
     try:
-        deadline = time.monotonic() + 120
-        while len(ray_pids_other_than(driver.token)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert ray_pids_other_than(driver.token), "the run started its cluster"
+        _await_cluster(proc, ours)
+        assert _cluster_pids(ours), "the run started its cluster"
         time.sleep(3)  # its actors are up and driving
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while ray_pids_other_than(driver.token) and time.monotonic() < deadline:
+        while _cluster_pids(ours) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert ray_pids_other_than(driver.token) == [], "the guardian killed the whole cluster"
-        while cluster_dirs_other_than(driver) and time.monotonic() < deadline:
+        assert _cluster_pids(ours) == [], "the guardian killed the whole cluster"
+        while Path(ours[0][1]).exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert cluster_dirs_other_than(driver) == [], "and removed its files"
+        assert not Path(ours[0][1]).exists(), "and removed its files"
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in ray_pids_other_than(driver.token):
+        for pid in _cluster_pids(ours):  # only if the test failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -489,20 +522,20 @@ def test_ctrl_c_stops_a_ray_run_and_leaves_nothing(driver, tmp_path) -> None:
     exp.write_text(EXPERIMENT.format(duration="60s"))
     proc = subprocess.Popen(cli_command("run", exp, "--out", tmp_path / "out", "--quiet"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    ours: list[tuple[str, str]] = []  # the run's cluster (token, directory): only it is looked at
     try:
-        deadline = time.monotonic() + 120
-        while len(ray_pids_other_than(driver.token)) < 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _await_cluster(proc, ours)
+        assert _cluster_pids(ours), "the run started its cluster"
         time.sleep(8)  # the actors are up and driving
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
         assert proc.returncode == 130, stderr
         assert "Traceback" not in stderr, stderr
-        assert ray_pids_other_than(driver.token) == [], "perflab stopped its cluster"
+        assert _cluster_pids(ours) == [], "perflab stopped its cluster"
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in ray_pids_other_than(driver.token):
+        for pid in _cluster_pids(ours):  # only if the test failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -116,13 +116,16 @@ def state_dir() -> Path:
     return Path(f"/tmp/perflab-state-{os.getuid()}")
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """A process's start time in clock ticks since boot: with the pid, who it is
-    (a pid alone may have been reused)."""
+    (a pid alone may have been reused). None when there is no such process."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+_start_time = start_time
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -151,6 +154,11 @@ class Journal:
             if old is not None and old != out_dir:
                 (old / JOURNAL_FILE).unlink(missing_ok=True)
             self._persist()
+
+    def entries(self) -> list[dict[str, Any]]:
+        """What is journaled now, oldest first (copies: kind, key, args)."""
+        with self._lock:
+            return [json.loads(json.dumps(e)) for e in self._entries.values()]
 
     def files(self) -> list[Path]:
         """The journal's files now (the state file, the output directory's copy)."""
@@ -296,6 +304,22 @@ def guard(stream: IO[bytes]) -> None:
 def _owner_gone(record: dict[str, Any]) -> bool:
     pid = record.get("pid")
     return not isinstance(pid, int) or _start_time(pid) != record.get("start")
+
+
+def live_journals() -> list[dict[str, Any]]:
+    """The journals of the other perflab processes on this machine that are
+    alive now (pid and start time): what they have changed and not yet
+    undone. Each record: pid, start, out_dir, entries."""
+    directory = state_dir()
+    out = []
+    for path in sorted(directory.glob("journal-*.json")) if directory.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("pid") != os.getpid() and not _owner_gone(record):
+            out.append(record)
+    return out
 
 
 def recover_orphans(extra: Path | None = None) -> list[str]:

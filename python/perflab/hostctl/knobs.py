@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from perflab.errors import UserError
-from perflab.guardian import journal
+from perflab.guardian import journal, live_journals
 from perflab.settings_model import StrictModel
 
 PROC_SYS = Path("/proc/sys")
@@ -444,6 +444,22 @@ def _os_error(knob: str, path: Path, value: str, error: OSError) -> UserError:
                      f"give a value the kernel accepts for {path.name}, or remove {knob}")
 
 
+def _refuse_if_held_by_another(key: str, path: Path) -> None:
+    """A host file is the machine's: while another live perflab has it set
+    (journaled, not yet restored), setting it too would change that
+    experiment's runs under it, and each would restore the other's value."""
+    for record in live_journals():
+        for entry in record.get("entries", []):
+            if isinstance(entry, dict) and entry.get("kind") == JOURNAL_KIND and (
+                    str(path) == entry.get("args", {}).get("path")
+                    or any(str(path) == p for p, _ in entry.get("args", {}).get("also", []))):
+                where = f", experiment {record['out_dir']}" if record.get("out_dir") else ""
+                raise UserError(f"{key}: {path} is set by another perflab running now (pid {record.get('pid')}"
+                                f"{where}); perflab does not change a host setting another experiment holds",
+                                "run the experiments that set this host knob one at a time, or remove "
+                                f"{key} from this one")
+
+
 class HostState:
     """The knobs perflab has set, and their restoring. Each file's value from
     before perflab is journaled to the guardian before the file is written."""
@@ -501,6 +517,7 @@ class HostState:
     def _journal_original(self, key: str, path: Path, value: str) -> str:
         entry = _ORIGINALS.get(path)
         if entry is None:
+            _refuse_if_held_by_another(key, path)
             try:
                 original = read_value(path)
             except OSError as error:

@@ -173,19 +173,52 @@ def undo_link(args: dict[str, Any]) -> None:
         run(["ip", "link", "del", args["name"]], check=False)
 
 
+class NameTaken(RuntimeError):
+    """A namespace or device of that name exists already: another perflab's
+    (two picked the same tag) or anyone's. It is not ours, so it is left alone."""
+
+
+# What this process made (and has not deleted): delete_netns and delete_link
+# touch nothing else, whatever name they are given.
+_MADE: set[str] = set()
+
+
+def _netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def _link_exists(name: str) -> bool:
+    return Path("/sys/class/net", name).exists()
+
+
 def create_netns(name: str) -> None:
-    """A namespace with its loopback up; journaled before it exists."""
+    """A namespace with its loopback up; journaled before it exists. A name
+    that is taken raises NameTaken and is never undone: what already had
+    that name is someone else's."""
+    if _netns_exists(name):
+        raise NameTaken(f"network namespace {name} exists already (not made by this perflab)")
     journal().add("netns", f"netns:{name}", name=name)
     try:
-        run(["ip", "netns", "add", name])
+        proc = run(["ip", "netns", "add", name], check=False)
+        if proc.returncode != 0:
+            # Taken between the look and the add: withdrawn, not undone.
+            journal().remove(f"netns:{name}")
+            raise (NameTaken if "exists" in proc.stderr.lower() else RuntimeError)(
+                f"ip netns add {name}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+        _MADE.add(f"netns {name}")
         run(["ip", "link", "set", "lo", "up"], ns=name)
+    except NameTaken:
+        raise
     except Exception:
         delete_netns(name)
         raise
 
 
 def delete_netns(name: str) -> None:
-    undo_netns({"name": name})
+    """Delete a namespace this process made (any other name: nothing is done)."""
+    if f"netns {name}" in _MADE:
+        undo_netns({"name": name})
+        _MADE.discard(f"netns {name}")
     journal().remove(f"netns:{name}")
 
 
@@ -208,14 +241,25 @@ def create_veth(a_dev: str, a_ns: str | None, b_dev: str, b_ns: str | None,
     """A veth pair between two namespaces (None: root), addressed .1 on `a`
     and .2 on `b`, both up. The root end, if any, is journaled."""
     root_end = a_dev if a_ns is None else b_dev if b_ns is None else None
+    # Both ends are made in this namespace before they move: a name taken here
+    # is someone else's device, never to be deleted as ours.
+    taken = [d for d in (a_dev, b_dev) if _link_exists(d)]
+    if taken:
+        raise NameTaken(f"network device {', '.join(taken)} exists already (not made by this perflab)")
     if root_end is not None:
         journal().add("link", f"link:{root_end}", name=root_end)
     n4, n6 = nets
     hosts4, hosts6 = list(n4.hosts()), [n6.network_address + 1, n6.network_address + 2]
     ends = (LinkEnd(a_dev, a_ns, ipaddress.IPv4Interface(f"{hosts4[0]}/30"), ipaddress.IPv6Interface(f"{hosts6[0]}/126")),
             LinkEnd(b_dev, b_ns, ipaddress.IPv4Interface(f"{hosts4[1]}/30"), ipaddress.IPv6Interface(f"{hosts6[1]}/126")))
+    added = run(["ip", "link", "add", a_dev, "type", "veth", "peer", "name", b_dev], check=False)
+    if added.returncode != 0:
+        if root_end is not None:
+            journal().remove(f"link:{root_end}")  # nothing was made: withdrawn, not undone
+        raise (NameTaken if "exists" in added.stderr.lower() else RuntimeError)(
+            f"ip link add {a_dev}: {(added.stderr or added.stdout).strip()[-400:]}")
+    _MADE.update((f"link {a_dev}", f"link {b_dev}"))
     try:
-        run(["ip", "link", "add", a_dev, "type", "veth", "peer", "name", b_dev])
         for end in ends:
             if end.ns is not None:
                 run(["ip", "link", "set", end.dev, "netns", end.ns])
@@ -232,7 +276,10 @@ def create_veth(a_dev: str, a_ns: str | None, b_dev: str, b_ns: str | None,
 
 
 def delete_link(dev: str) -> None:
-    undo_link({"name": dev})
+    """Delete a veth pair (by either end) this process made; any other name: nothing is done."""
+    if f"link {dev}" in _MADE:
+        undo_link({"name": dev})
+        _MADE.discard(f"link {dev}")
     journal().remove(f"link:{dev}")
 
 
