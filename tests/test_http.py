@@ -184,6 +184,83 @@ def test_the_process_target_runs_any_server_from_a_command_line_and_stops_it(roo
     assert server_processes(token, str(tmp_path / "target")) == []
 
 
+def _uid(pid: int) -> int:
+    """The real uid of a live process (/proc/PID/status: Uid: real effective saved fs)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:"))
+    uids = {int(u) for u in line.split()[1:]}
+    assert len(uids) == 1, line  # real, effective, saved and fs alike: no way back to another user
+    return uids.pop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="perflab runs servers as another user only as root")
+@pytest.mark.parametrize("kind", ["nginx", "process"])
+def test_no_server_process_that_answers_requests_runs_as_root(kind, tmp_path) -> None:
+    import pwd
+    import sys
+
+    from perflab.targets.process import ProcessSettings, ProcessTarget
+    from perflab.targets.webserver import server_processes
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    # Under pytest's tmp_path (0700): nobody can reach neither the target's
+    # directory nor the cache. The set is served through hard links in a
+    # directory of perflab's under /tmp, gone after teardown.
+    cache = tmp_path / "cache"
+    source = Path(_engine.fileset_prepare(str(cache), dirs=DIRS, seed=1, jobs=2).root)
+    target: NginxTarget | ProcessTarget
+    if kind == "nginx":
+        target = NginxTarget(NginxSettings.model_validate({"kind": "nginx", "settings": {"worker_processes": 2}}),
+                             tmp_path / "target")
+    else:
+        command = f"{sys.executable} -m http.server {{port}} --bind 127.0.0.1 --directory {{root}}"
+        target = ProcessTarget(ProcessSettings.model_validate({"kind": "process", "command": command}),
+                               tmp_path / "target")
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, HttpEndpoint) and endpoint.publish is not None
+        endpoint.publish(source)
+        home, token = target.home, target.token
+        assert home != target.workdir and home.is_dir() and str(home).startswith("/tmp/perflab-web-")
+        described = target.describe()
+        assert described["run_as"] == "nobody" and described["served"] == "hard links"
+        # The served files are the cache's own inodes (sendfile and the page cache as before).
+        served = Path(described["root"]) / "dir00000" / "class1_0"
+        assert served.stat().st_ino == (source / "dir00000" / "class1_0").stat().st_ino
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=2, threads=1,
+                               t0_ns=time.monotonic_ns(), transactions=50)
+        assert out.failed == 0 and out.transactions == 100, out.errors_by_kind
+        processes = target.processes()
+        if kind == "nginx":
+            # The master reads the configuration and opens the logs and the socket;
+            # every process that answers a request (its children) is nobody.
+            masters = [p for p, role in processes.items() if role == "master"]
+            assert len(masters) == 1 and _uid(masters[0]) == 0
+            children = [int(s.parent.name) for s in Path("/proc").glob("[0-9]*/stat")
+                        if int(s.read_text().rsplit(")", 1)[1].split()[1]) == masters[0]]
+            assert len(children) == 2 and all(_uid(p) == nobody for p in children)
+            assert sorted(children) == sorted(p for p, role in processes.items() if role == "worker")
+        else:
+            assert processes and all(_uid(p) == nobody for p in processes), processes
+    finally:
+        target.teardown()
+    assert token is not None and server_processes(token, str(tmp_path / "target")) == []
+    assert not home.exists()
+    assert (source / "dir00000" / "class1_0").is_file()  # the cache is left as it was
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="run_as is meaningful only as root")
+def test_run_as_root_is_refused_before_anything_starts(workdir, cache, run_cli) -> None:
+    experiment = _experiment(workdir, cache, "1s")
+    text = experiment.read_text().replace('kind = "nginx"', 'kind = "nginx"\nrun_as = "root"')
+    experiment.write_text(text)
+    proc = run_cli("check", experiment, check=False)
+    assert proc.returncode == 2 and "target.run_as" in proc.stderr and "root" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    experiment.write_text(text.replace('run_as = "root"', 'run_as = "no-such-user-perflab"'))
+    proc = run_cli("check", experiment, check=False)
+    assert proc.returncode == 2 and "no OS user 'no-such-user-perflab'" in proc.stderr, proc.stderr
+
+
 def test_a_managed_nginx_runs_inside_its_memory_limit(root_set, tmp_path) -> None:
     from perflab.hostctl.cgroups import resource_problems
     from perflab.targets.webserver import server_processes

@@ -9,13 +9,13 @@ perflab itself sets where it listens (127.0.0.1 on a free port), the
 document root, the pid file, the logs and the temporary paths; those names
 are refused in `settings`. The server runs in the foreground (`daemon off`)
 as perflab's child, in its own session; see targets/webserver.py for the
-start, the stop and the journal.
+start, the stop and the journal. When perflab is root, the workers run as
+`target.run_as` (default nobody: `user nobody nogroup;`), never as root.
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import subprocess
@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 
 from perflab.errors import UserError
 from perflab.targets.base import TargetSettings
-from perflab.targets.webserver import ManagedServerSettings, ManagedWebServer
+from perflab.targets.webserver import ManagedServerSettings, ManagedWebServer, server_user, user_ids
 
 DirectiveValue = str | int | bool
 DEFAULTS: dict[str, DirectiveValue] = {
@@ -89,25 +89,25 @@ def find_nginx(explicit: str | None) -> str:
     return found
 
 
-def render_config(settings: NginxSettings, workdir: Path, port: int, root: Path) -> str:
+def render_config(settings: NginxSettings, workdir: Path, port: int, root: Path, user: str | None = None,
+                  tmp: Path | None = None) -> str:
+    """nginx.conf: its pid file and logs in `workdir`, the document root
+    `root`, the temporary paths under `tmp` (default workdir/tmp), and the
+    workers' `user` (None: nginx's own user, perflab's when it is not root)."""
     main: list[str] = []
     events: list[str] = []
     http: list[str] = []
     for name, value in settings.directives().items():
         line = f"{name} {_text(value)};"
         (main if name in MAIN_CONTEXT else events if name in EVENTS_CONTEXT else http).append(line)
-    user = ""
-    if os.geteuid() == 0:
-        # Workers would run as nobody, who may not reach the file set's cache.
-        name = pwd.getpwuid(0).pw_name
-        user = f"user {name};\n"
-    tmp = workdir / "tmp"
+    user_line = f"user {user} {user_ids(user)[2]};\n" if user is not None else ""
+    tmp = tmp if tmp is not None else workdir / "tmp"
     temps = "\n".join(f"    {k}_temp_path {tmp / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     indent = "\n    "
     return (
         "# Written by perflab from target.settings; do not edit.\n"
         "daemon off;\nmaster_process on;\n"
-        f"{user}pid {workdir / 'nginx.pid'};\n"
+        f"{user_line}pid {workdir / 'nginx.pid'};\n"
         f"error_log {workdir / 'server.log'} warn;\n"
         + "".join(f"{line}\n" for line in main)
         + "events {" + "".join(indent + line for line in events) + "\n}\n"
@@ -125,6 +125,7 @@ def render_config(settings: NginxSettings, workdir: Path, port: int, root: Path)
 class NginxTarget(ManagedWebServer):
     Settings: ClassVar[type[TargetSettings]] = NginxSettings
     server_name: ClassVar[str] = "nginx"
+    whole_as_user: ClassVar[bool] = False  # the master starts its workers as `user`
     settings: NginxSettings
 
     @property
@@ -138,12 +139,16 @@ class NginxTarget(ManagedWebServer):
             binary = find_nginx(settings.binary)
         except UserError as exc:
             return [*problems, exc.as_problem("target.binary")]
+        try:
+            user = server_user(settings)
+        except UserError:
+            return problems  # said by the base's preflight (target.run_as)
         # nginx -t on the configuration these settings make, in a scratch directory.
         with tempfile.TemporaryDirectory(prefix="perflab-nginx-check-") as scratch:
             work = Path(scratch)
             (work / "tmp").mkdir()
             conf = work / "nginx.conf"
-            conf.write_text(render_config(settings, work, 1, work))
+            conf.write_text(render_config(settings, work, 1, work, user))
             proc = subprocess.run([binary, "-t", "-q", "-p", str(work), "-c", str(conf), "-e", str(work / "e.log")],
                                   capture_output=True, text=True, timeout=30, check=False)
             if proc.returncode != 0:
@@ -152,8 +157,10 @@ class NginxTarget(ManagedWebServer):
         return problems
 
     def write_config(self, port: int, root: Path) -> None:
-        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
-        self.conf_path.write_text(render_config(self.settings, self.workdir, port, root))
+        # The workers write request bodies there: in the home their user reaches.
+        tmp = self.home / "tmp"
+        tmp.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.conf_path.write_text(render_config(self.settings, self.workdir, port, root, self.run_as, tmp))
 
     def command(self, port: int, root: Path) -> list[str]:
         binary = find_nginx(self.settings.binary)

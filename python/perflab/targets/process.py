@@ -4,6 +4,9 @@ picks a free port on 127.0.0.1, points `{root}` at the file set, starts the
 command in its own session with the server token in its environment, waits
 until `ready_path` answers, and stops every process the command started
 (targets/webserver.py). The server must listen on 127.0.0.1:{port} only.
+When perflab is root, the whole command runs as `target.run_as` (default
+nobody; through setpriv), so the files and paths it names must be that
+user's to read or write: perflab starts no server as root.
 """
 
 from __future__ import annotations

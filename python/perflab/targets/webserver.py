@@ -11,17 +11,35 @@ target's directory, written *before* the server starts, and the session
 once it has; the undo finds the processes by any of them in /proc and ends
 them, so a master killed before its workers, or workers a crash orphaned,
 are found too.
+
+No server runs as root. When perflab is root, the server's processes that
+answer requests run as `target.run_as` (default `nobody`, as PostgreSQL's):
+nginx's workers (its master, which only reads the configuration and opens
+the logs and the socket, stays root as nginx intends), and a `process`
+command's every process (started through setpriv). What they read must be
+reachable by that user: the document root and the temporary paths live in
+the target's directory when the user can reach it, else in a directory of
+perflab's under /tmp (`perflab-web-<digest>`, journaled, removed at
+teardown). A published directory the user cannot read (the file set in
+root's cache) is served through a tree of hard links to its files made
+there (a copy only where the two are on different filesystems): no byte is
+copied, and the server reads the same inodes (sendfile, page cache).
 """
 
 from __future__ import annotations
 
 import contextlib
+import grp
 import hashlib
 import http.client
 import os
+import pwd
 import secrets
+import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,11 +47,12 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from perflab.endpoints import Endpoint, HttpEndpoint
-from perflab.errors import RunFailure
-from perflab.guardian import journal
+from perflab.errors import RunFailure, UserError
+from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
+from perflab.settings_model import OsText
 from perflab.targets.base import Target, TargetSettings
-from perflab.targets.postgres import _free_port, _pid_alive
+from perflab.targets.postgres import DEFAULT_RUN_AS, _free_port, _pid_alive, _reachable_by
 from perflab.units import Duration
 
 TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
@@ -86,15 +105,119 @@ def stop_server_processes(token: str, marker: str | None, session: int | None,
             time.sleep(0.02)
 
 
+def _session_of_ours(session: int | None, start: str | None) -> int | None:
+    """The journaled session, if it can still only be the server's: its leader
+    is gone (a pid stays taken while any process has it as its session, so
+    its members are the server's), or is still the leader journaled (same
+    start time). A leader pid alive with another start time was reused by
+    someone else's new session: None."""
+    if session is None:
+        return None
+    now = start_time(session)
+    return session if now is None or now == start else None
+
+
 def undo_web_server(args: dict[str, Any]) -> None:
     """The guardian's undo of a managed web server (perflab died)."""
-    stop_server_processes(str(args["token"]), args.get("marker"), args.get("session"), wait_s=2.0)
+    session = _session_of_ours(args.get("session"), args.get("session_start"))
+    stop_server_processes(str(args["token"]), args.get("marker"), session, wait_s=2.0)
 
 
 class ManagedServerSettings(TargetSettings):
     start_timeout: Duration = Field(default=30.0, gt=0)
     # Limits on the server's whole process tree (a cgroup).
     resources: ResourceSettings | None = None
+    # The OS user the server's workers run as when perflab is root (default nobody).
+    run_as: OsText | None = None
+
+
+def server_user(settings: Any) -> str | None:
+    """The OS user a managed web server's workers run as: None (this user)
+    unless perflab is root; then `run_as`, default `nobody` (as PostgreSQL's
+    `_current_run_as`). Never root."""
+    if os.geteuid() != 0:
+        if settings.run_as:
+            raise UserError("target.run_as: only meaningful when perflab runs as root", "remove target.run_as")
+        return None
+    user = settings.run_as or DEFAULT_RUN_AS
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise UserError(f"target.run_as: no OS user {user!r}", "give an existing unprivileged user") from None
+    if pw.pw_uid == 0:
+        raise UserError(f"target.run_as: {user} is root, and perflab runs no server as root",
+                        "give an unprivileged user, e.g. nobody")
+    return user
+
+
+def setpriv() -> str:
+    """util-linux's setpriv, which runs a command as another user."""
+    found = shutil.which("setpriv") or shutil.which("setpriv", path="/usr/bin:/bin")
+    if not found:
+        raise UserError("setpriv is not on PATH; perflab needs it to run the server as target.run_as",
+                        "install util-linux")
+    return found
+
+
+def user_ids(user: str) -> tuple[int, int, str]:
+    """uid, gid and the group's name of `user`."""
+    pw = pwd.getpwnam(user)
+    try:
+        group = grp.getgrgid(pw.pw_gid).gr_name
+    except KeyError:
+        group = str(pw.pw_gid)
+    return pw.pw_uid, pw.pw_gid, group
+
+
+def _readable_by(directory: Path, user: str) -> bool:
+    """Whether `user` can reach `directory` and read every file and
+    directory under it (from the mode bits)."""
+    if not _reachable_by(directory, user):
+        return False
+    uid, gid, _ = user_ids(user)
+
+    def ok(st: os.stat_result, want: int) -> bool:
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        return (st.st_mode >> shift) & want == want
+
+    for base, dirs, files in os.walk(directory):
+        for name in dirs:
+            if not ok(os.lstat(os.path.join(base, name)), 0o5):
+                return False
+        for name in files:
+            if not ok(os.stat(os.path.join(base, name)), 0o4):
+                return False
+    return ok(os.stat(directory), 0o5)
+
+
+def linked_tree(source: Path, into: Path) -> str:
+    """A tree at `into` of hard links to every file under `source`, its
+    directories 0755 (perflab's own), readable by every user: a file the
+    others cannot read, or on another filesystem, is copied (0644) instead.
+    Returns "hard links", "a copy" or "hard links and copies"."""
+    partial = into.with_name(into.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(mode=0o755)
+    how = set()
+    for base, dirs, files in os.walk(source):
+        rel = Path(base).relative_to(source)
+        for name in dirs:
+            (partial / rel / name).mkdir(mode=0o755)
+        for name in files:
+            src, dst = Path(base) / name, partial / rel / name
+            if os.stat(src).st_mode & stat.S_IROTH:
+                try:
+                    os.link(src, dst)
+                    how.add("hard links")
+                    continue
+                except OSError:
+                    pass  # another filesystem (EXDEV), or links refused: copy
+            shutil.copyfile(src, dst)
+            dst.chmod(0o644)
+            how.add("a copy")
+    shutil.rmtree(into, ignore_errors=True)
+    os.replace(partial, into)
+    return "hard links and copies" if len(how) == 2 else how.pop() if how else "hard links"
 
 
 def _is_ready(port: int, path: str) -> bool:
@@ -120,6 +243,9 @@ class ManagedWebServer(Target):
     ready_path: str = "/"
     # A short name for cgroups and messages ("nginx").
     server_name: ClassVar[str] = "server"
+    # Whether perflab runs the whole command as run_as (a server that does not
+    # change user itself); nginx changes its workers' user itself.
+    whole_as_user: ClassVar[bool] = True
 
     @classmethod
     def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
@@ -134,6 +260,10 @@ class ManagedWebServer(Target):
         self.cgroup: ServerCgroup | None = None
         self.started_settings: Any = None
         self._log_start = 0
+        # Who the workers run as (None: this user), and where what they read lives.
+        self.run_as: str | None = None
+        self.home = workdir
+        self.served: tuple[Path, Path, str] | None = None  # published directory, what is served, how
 
     # ---------------------------------------------------------- subclass
 
@@ -151,27 +281,68 @@ class ManagedWebServer(Target):
 
     @property
     def docroot(self) -> Path:
-        return self.workdir / DOCROOT
+        return self.home / DOCROOT
+
+    def _home(self) -> Path:
+        """Where the document root and the temporary paths go: the target's
+        directory, unless the workers' user cannot reach it (root, with the
+        output under /root): then /tmp/perflab-web-<digest>."""
+        if _reachable_by(self.workdir, self.run_as):
+            return self.workdir
+        digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"perflab-web-{digest}"
+
+    def _make_home(self) -> None:
+        self.run_as = server_user(self.settings)
+        self.home = self._home()
+        if self.home != self.workdir:
+            # Journaled first: after a SIGKILL the guardian removes it.
+            journal().add("remove-dir", f"web-home:{self.home}", path=str(self.home))
+            self.home.mkdir(mode=0o755, exist_ok=True)
+            self.home.chmod(0o755)
 
     def publish(self, directory: Path) -> None:
         """Serve `directory`: the document root becomes a link to it (swapped
-        atomically, so a running server sees the old or the new one)."""
-        tmp = self.workdir / f"{DOCROOT}.new"
+        atomically, so a running server sees the old or the new one). When
+        the workers' user cannot read it, a tree of hard links to its files
+        in the server's home is served instead (`linked_tree`)."""
+        source = directory.resolve()
+        if self.served is not None and self.served[0] == source and self.served[1].is_dir():
+            serve = self.served[1]
+            how = self.served[2]
+        elif self.run_as is None or _readable_by(source, self.run_as):
+            serve, how = source, "symlink"
+        else:
+            digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
+            serve = self.home / f"files-{digest}"
+            how = linked_tree(source, serve)
+        tmp = self.home / f"{DOCROOT}.new"
         tmp.unlink(missing_ok=True)
-        tmp.symlink_to(directory.resolve())
+        tmp.symlink_to(serve)
         os.replace(tmp, self.docroot)
+        for old in self.home.glob("files-*"):  # trees of sets served before
+            if old != serve:
+                shutil.rmtree(old, ignore_errors=True)
+        self.served = (source, serve, how)
 
     @classmethod
     def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
-        return resource_problems(settings.resources) if settings.resources is not None else []
+        problems = resource_problems(settings.resources) if settings.resources is not None else []
+        try:
+            if server_user(settings) is not None and cls.whole_as_user:
+                setpriv()
+        except UserError as exc:
+            problems.append(exc.as_problem("target.run_as"))
+        return problems
 
     # ---------------------------------------------------------- lifecycle
 
     def provision(self) -> Endpoint:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._make_home()
         if not self.docroot.is_symlink():
-            empty = self.workdir / "empty"
-            empty.mkdir(exist_ok=True)
+            empty = self.home / "empty"
+            empty.mkdir(mode=0o755, exist_ok=True)
             self.publish(empty)
         self._start()
         assert self.port is not None
@@ -187,6 +358,12 @@ class ManagedWebServer(Target):
         port = self.port or _free_port()
         self.write_config(port, self.docroot)
         argv = self.command(port, self.docroot)
+        env = dict(os.environ)
+        if self.run_as is not None and self.whole_as_user:
+            # Every process of the command as run_as: setpriv changes user, then execs it.
+            uid, gid, _ = user_ids(self.run_as)
+            argv = [setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+            env.update(HOME=pwd.getpwnam(self.run_as).pw_dir, USER=self.run_as, LOGNAME=self.run_as)
         self._enter_cgroup()
         if self.cgroup is not None:
             argv = self.cgroup.wrap(argv)
@@ -196,20 +373,19 @@ class ManagedWebServer(Target):
         self.token = token
         self.log_path.touch()
         self._log_start = self.log_path.stat().st_size
-        env = dict(os.environ)
         env[TOKEN_VAR] = token
         with self.log_path.open("ab") as log:
             try:
                 self.proc = subprocess.Popen(
                     argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=env, cwd=self.workdir, start_new_session=True,
+                    env=env, cwd=self.home, start_new_session=True,
                 )
             except OSError as exc:
                 self._forget()
                 raise RunFailure(f"{self.server_name} did not start: {exc}") from None
         # Its session too, so that workers outliving a killed master are found.
         journal().add("web-server", f"web-server:{self.workdir}", token=token, marker=str(self.workdir),
-                      session=self.proc.pid)
+                      session=self.proc.pid, session_start=start_time(self.proc.pid))
         self.port = port
         deadline = time.monotonic() + float(self.settings.start_timeout)
         while True:
@@ -261,6 +437,14 @@ class ManagedWebServer(Target):
         if settings == self.started_settings and self.check_alive() is None:
             return False
         self._stop()
+        if server_user(settings) != self.run_as:  # another user: another home, the set published again
+            published = self.served[0] if self.served is not None else None
+            self._remove_home()
+            self.docroot.unlink(missing_ok=True)
+            self._make_home()
+            empty = self.home / "empty"
+            empty.mkdir(mode=0o755, exist_ok=True)
+            self.publish(published if published is not None and published.is_dir() else empty)
         self._start()
         return True
 
@@ -269,6 +453,18 @@ class ManagedWebServer(Target):
         if self.cgroup is not None:
             self.cgroup.remove(kill=True)
             self.cgroup = None
+        self._remove_home()
+
+    def _remove_home(self) -> None:
+        """Remove the trees of links made for the workers, and the home under
+        /tmp (with its journal entry)."""
+        self.served = None
+        if self.home != self.workdir:
+            shutil.rmtree(self.home, ignore_errors=True)
+            journal().remove(f"web-home:{self.home}")
+        else:
+            for tree in self.home.glob("files-*"):
+                shutil.rmtree(tree, ignore_errors=True)
 
     # ---------------------------------------------------------- facts
 
@@ -306,6 +502,9 @@ class ManagedWebServer(Target):
             "address": f"127.0.0.1:{self.port}" if self.port else None,
             "root": str(self.docroot.resolve()) if self.docroot.exists() else None,
             "pids": sorted(self.processes()),
+            # The workers' user (None: perflab's own, not root), and how the set reaches them.
+            "run_as": self.run_as,
+            "served": self.served[2] if self.served is not None else None,
         }
         if self.cgroup is not None:
             info["resources"] = self.cgroup.describe()
