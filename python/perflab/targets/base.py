@@ -11,6 +11,11 @@ from typing import Any, ClassVar
 
 from perflab.endpoints import Endpoint
 from perflab.settings_model import StrictModel
+from perflab.targets.confine import Leftover, Owner, Removal
+
+# How long `check` and `run` wait for an external target to answer (libpq's
+# connect_timeout counts whole seconds, 2 at least).
+REACH_TIMEOUT_S = 5.0
 
 
 def creatable_problems(key: str, path: Path) -> list[tuple[str, str]]:
@@ -50,6 +55,10 @@ class Target(abc.ABC):
         # restart), with the server stopped: the runner sizes host.hugepages
         # = "auto" here, from the shared memory of the settings about to start.
         self.before_start: Callable[[], None] | None = None
+        # What the target did for a run that the run's events should say
+        # (perflab's schema made or taken over, by `confine`); the runner
+        # takes them.
+        self.said: list[str] = []
 
     def path_from_file(self, given: str) -> Path:
         """A path the experiment file gives, made absolute as every path in
@@ -113,6 +122,16 @@ class Target(abc.ABC):
         ask, so check never passes what run then refuses. Default: none."""
         return []
 
+    @classmethod
+    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+        """Problems (dotted path, text) reaching an external system under test
+        that perflab does not start (a PostgreSQL `dsn`, a web server's URL):
+        connect once, within `timeout_s`, and change nothing. `perflab check`,
+        and `run` before it creates the output directory, ask; a wrong
+        password or a server that is down then costs no directory and no
+        planned run. Default: nothing external to reach."""
+        return []
+
     @abc.abstractmethod
     def provision(self) -> Endpoint:
         """Make the target reachable with `self.settings`."""
@@ -143,6 +162,25 @@ class Target(abc.ABC):
         """Remove the data perflab made for this target (never anything it did
         not make); the target is stopped. Returns the bytes freed."""
         return 0
+
+    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+        """The endpoint a workload that writes uses in this run. On a database
+        perflab did not create, it is confined to perflab's own schema
+        `schema` (perflab.targets.confine): made and marked as `owner`'s
+        here, or already perflab's; a schema of that name that is not
+        perflab's is a UserError. Default: `endpoint` as it is (a database
+        perflab created is all its own)."""
+        return endpoint
+
+    def leftovers(self) -> list[Leftover]:
+        """What this target's `confine` made outside the output directory,
+        measured now (schemas that stay after the experiment). Default: none."""
+        return []
+
+    def remove_leftover(self, leftover: dict[str, Any], owner: Owner) -> Removal:
+        """Remove a leftover the store recorded (`perflab clean`), only while
+        it is still marked as `owner`'s."""
+        return Removal(False, f"{leftover['name']} in {leftover['location']}: this target cannot remove it")
 
     def log_tail(self, lines: int = 40) -> str | None:
         """The server log's last lines, for a failed run's record."""

@@ -16,7 +16,7 @@ from pydantic import field_validator
 
 from perflab.endpoints import Endpoint, HttpEndpoint
 from perflab.errors import UserError
-from perflab.targets.base import Target, TargetSettings
+from perflab.targets.base import REACH_TIMEOUT_S, Target, TargetSettings
 
 
 def _loopback_address(host: str, port: int) -> str:
@@ -69,6 +69,30 @@ class HttpTarget(Target):
             _loopback_address(parts.hostname or "", parts.port or 80)
         except UserError as exc:
             return [exc.as_problem("target.url")]
+        return []
+
+    @classmethod
+    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+        """One TCP connection to the URL's host and port, opened and closed,
+        on loopback only (`preflight` refuses any other address)."""
+        parts = urlsplit(settings.url)
+        host, port = parts.hostname or "", parts.port or 80
+        try:
+            ip = _loopback_address(host, port).rsplit(":", 1)[0].strip("[]")
+        except UserError:
+            return []  # preflight's problem: no traffic leaves loopback
+        try:
+            with socket.create_connection((ip, port), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            if isinstance(exc, TimeoutError):
+                why = f"no answer within {timeout_s:g} s"
+            elif isinstance(exc, ConnectionRefusedError):
+                why = "connection refused (nothing listens there)"
+            else:
+                why = exc.strerror or str(exc)
+            return [("target.url", f"cannot reach a web server at host {host} port {port}: {why}; "
+                     "fix: start the server, or correct the URL's host and port")]
         return []
 
     def provision(self) -> Endpoint:
