@@ -124,6 +124,8 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
         for column in ("energy_j", "energy_above_idle_j", "energy_json", "energy_source"):  # schema 4
             db.execute(f"ALTER TABLE query DROP COLUMN {column}")
         db.execute("DROP TABLE attempt")
+        db.execute("DROP TABLE leftover")  # schema 6
+        db.execute("DELETE FROM meta WHERE key = 'experiment_id'")
         db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     db.close()
     proc = _export(str(out), "--table", "queries", "--format", "json")
@@ -131,6 +133,9 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
     rows = json.loads(proc.stdout)
     assert len(rows) == 3 and all(r["started_s"] is None and r["energy_j"] is None for r in rows)
     db = sqlite3.connect(out / "perflab.sqlite")
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
+    from perflab.store import SCHEMA_VERSION
+
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
+    assert db.execute("SELECT count(*) FROM leftover").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM attempt").fetchone() == (0,)
     db.close()

@@ -4,6 +4,7 @@ clear message; an interrupted experiment exits 130 and can be resumed."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -71,9 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="write DIR/report.html and DIR/figures/")
     rp.add_argument("dir", type=Path)
 
+    cl = sub.add_parser("clean", help="remove what an experiment made outside its results (its schemas in other "
+                        "databases, a kept cluster, a database file perflab created)")
+    cl.add_argument("dir", type=Path)
+    cl.add_argument("--yes", action="store_true", help="do not ask first")
+
     cp = sub.add_parser("compare", help="compare experiments run by run")
     cp.add_argument("dirs", type=Path, nargs="+")
     cp.add_argument("--html", type=Path, help="also write the comparison as an HTML report")
+
+    ca = sub.add_parser("cache", help="what perflab keeps in its cache (file sets), with sizes and ages",
+                        description="Without a subcommand: list the cache's entries ($PERFLAB_CACHE, else "
+                        "$XDG_CACHE_HOME/perflab, else ~/.cache/perflab) with sizes, ages and users.")
+    cas = ca.add_subparsers(dest="cache_command", metavar="prune", parser_class=_Parser)
+    pr = cas.add_parser("prune", help="remove cache entries no running experiment uses")
+    pr.add_argument("--older-than", metavar="AGE",
+                    help="only entries last used longer ago than AGE (7d, 12h, 90m); default: every entry")
+    pr.add_argument("--yes", action="store_true", help="do not ask first")
     return p
 
 
@@ -84,7 +99,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from perflab import spec
 
     exp = spec.load(args.experiment)
-    for warning in spec.preflight(exp, args.experiment.resolve().parent):
+    for warning in spec.preflight(exp, args.experiment.resolve().parent, connect=True):
         print(f"perflab: warning: {warning}", file=sys.stderr)
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
@@ -96,7 +111,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from perflab import plan, spec
 
     exp = spec.load(args.experiment)
-    spec.preflight(exp, args.experiment.resolve().parent)
+    spec.preflight(exp, args.experiment.resolve().parent, connect=True)  # refuses what check and run refuse
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)
     factors = list(exp.factors)
@@ -111,6 +126,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     session = runner.start(args.experiment, args.out)
     print(f"output: {session.store.dir}", flush=True)
+    if session.replanned:
+        print(f"note: {session.store.dir} held a plan where nothing was measured yet; planned again from "
+              f"{args.experiment}", flush=True)
     return _execute(session, args)
 
 
@@ -121,6 +139,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     left = session.count("planned")
     print(f"output: {session.store.dir}")
     line = f"resuming: {left} runs to go"
+    if session.replanned:
+        line += (f" (nothing was measured yet and the experiment file changed: planned again from "
+                 f"{session.exp.path})")
     if session.recovered:
         line += f" (run {', '.join(map(str, session.recovered))} was in flight)"
     if session.retried:
@@ -193,11 +214,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from perflab.progress import fmt_value
-    from perflab.store import Store
+    from perflab.store import Store, writer_alive
 
     store = Store.open(args.dir)
     info = store.experiment()
     runs = store.runs()
+    # A run marked running whose perflab is gone (no holder of the store's
+    # lock) was interrupted: `resume` runs it again, so it counts as to run.
+    orphaned = [r["id"] for r in runs if r["status"] == "running"] if not writer_alive(store.dir) else []
+    for r in runs:
+        if r["id"] in orphaned:
+            r["status"] = "interrupted"
+    marks = store.run_marks()
     factors = info["factors"]
     metrics: dict[int, dict[str, Any]] = {}
     for m in store.metrics():
@@ -211,7 +239,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(
             [str(r["id"]), *(_cell(r["factors"].get(f)) for f in factors), str(r["repetition"]), r["status"],
              *(fmt_value(ms[h]["value"]) if h in ms else "-" for h in headline),
-             ", ".join(r["flags"]) or ("" if not r["error"] else r["error"].splitlines()[0][:60])]
+             ", ".join([*marks.get(r["id"], []), *r["flags"]])
+             or ("" if not r["error"] else r["error"].splitlines()[0][:60])]
         )
     units = {}
     for ms in metrics.values():
@@ -228,8 +257,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     rows = [[row[i] for i in keep] for row in rows]
     done = sum(r["status"] == "done" for r in runs)
     print(f"# {info['name']}: {len(runs)} runs, {done} done, "
-          f"{sum(r['status'] == 'failed' for r in runs)} failed, {sum(r['status'] == 'planned' for r in runs)} to run")
+          f"{sum(r['status'] == 'failed' for r in runs)} failed, "
+          f"{sum(r['status'] in ('planned', 'interrupted') for r in runs)} to run")
     print(_table(cols, rows))
+    if orphaned:
+        print(f"interrupted: run {', '.join(map(str, orphaned))} was running when its perflab stopped (no perflab "
+              f"holds {store.dir} now); continue with `perflab resume {store.dir}`")
     return 0
 
 
@@ -239,6 +272,119 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     export.export(Store.open(args.dir), args.format, sys.stdout, table=args.table, output=args.output)
     return 0
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{max(0, seconds):.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f}h ago"
+    return f"{seconds / 86400:.0f}d ago"
+
+
+def _cache_state(entry: Any) -> str:
+    if entry.in_use:
+        return f"in use (pid {', '.join(map(str, entry.holders))})"
+    if not entry.whole:
+        return "partial (left by a stopped run)"
+    return ""
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from perflab import cache
+    from perflab.units import format_size
+
+    root = cache.cache_root()
+    found = cache.entries(root)
+    now = time.time()
+    if args.cache_command != "prune":
+        where = f"{root} (PERFLAB_CACHE)" if cache.ENV in os.environ else f"{root} (set PERFLAB_CACHE to move it)"
+        if not found:
+            print(f"cache: {where}: empty")
+            return 0
+        print(f"cache: {where}")
+        rows = [[e.kind, e.name, format_size(e.size_bytes), _ago(now - e.made) if e.made else "-",
+                 _ago(now - e.last_used), _cache_state(e)] for e in found]
+        print(_table(["kind", "entry", "size", "made", "last used", "state"], rows))
+        print(f"total: {len(found)} entries, {format_size(sum(e.size_bytes for e in found))}")
+        return 0
+    if args.older_than is not None:
+        from perflab import _engine
+
+        try:
+            age = float(_engine.parse_duration_s(args.older_than))
+        except ValueError:
+            raise UserError(f"--older-than: got {args.older_than!r}, which is not an age",
+                            'give a duration with a unit of s, m, h or d ("7d", "12h")') from None
+        found = [e for e in found if now - e.last_used > age]
+    busy = [e for e in found if e.in_use]
+    found = [e for e in found if not e.in_use]
+    for e in busy:
+        print(f"kept {e.kind}/{e.name}: in use by pid {', '.join(map(str, e.holders))}")
+    if not found:
+        print(f"cache: {root}: nothing to remove")
+        return 0
+    total = format_size(sum(e.size_bytes for e in found))
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UserError(f"cache prune would remove {len(found)} entries ({total}) from {root}, and asks first",
+                            "run `perflab cache prune --yes` (see `perflab cache` for the list)")
+        for e in found:
+            print(f"  {e.kind}/{e.name}  {format_size(e.size_bytes)}  last used {_ago(now - e.last_used)}")
+        try:
+            answer = input(f"remove these {len(found)} entries ({total})? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed")
+            return 0
+    freed = 0
+    removed = 0
+    for e in found:
+        if cache.remove(e):
+            print(f"removed {e.kind}/{e.name} ({format_size(e.size_bytes)})")
+            freed += e.size_bytes
+            removed += 1
+        else:
+            print(f"kept {e.kind}/{e.name}: a run started using it")
+    print(f"pruned: {removed} entries, {format_size(freed)} freed under {root}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from perflab import clean
+
+    cleanup = clean.prepare(args.dir)
+    try:
+        print(f"experiment: {cleanup.store.dir}")
+        for text in cleanup.unreachable:
+            print(f"left as it is (its target is no longer in the experiment file): {text}")
+        if not cleanup.items:
+            print("nothing to remove: the experiment left nothing outside its results")
+            return 0
+        print("perflab made, and would remove:")
+        for item in cleanup.items:
+            print(f"  {item.text}")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UserError("perflab clean asks before it removes anything, and there is no terminal to ask on; "
+                                "nothing was removed", f"run `perflab clean {args.dir} --yes`")
+            if input("remove them? [y/N] ").strip().lower() not in ("y", "yes"):
+                print("nothing removed")
+                return 0
+        removed, kept = clean.remove(cleanup)
+        for line in removed:
+            print(line)
+        for line in kept:
+            print(f"perflab: warning: {line}", file=sys.stderr)
+        print(f"cleaned: {len(removed)} removed, {len(kept)} left; the results in {cleanup.store.dir} stay")
+        return EXIT_FAILED_RUNS if kept else 0
+    finally:
+        cleanup.store.close()
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -276,19 +422,20 @@ def _table(columns: list[str], rows: list[list[str]]) -> str:
 
 COMMANDS = {
     "run": cmd_run, "check": cmd_check, "plan": cmd_plan, "resume": cmd_resume, "show": cmd_show,
-    "export": cmd_export, "list": cmd_list, "report": cmd_report, "compare": cmd_compare,
+    "export": cmd_export, "list": cmd_list, "report": cmd_report, "compare": cmd_compare, "cache": cmd_cache,
+    "clean": cmd_clean,
 }
 
 
 # Commands that start work on this host: each first undoes what a killed
 # perflab (and its killed guardian) left changed, and says so.
-RECOVERING = {"run", "check", "resume"}
+RECOVERING = {"run", "check", "resume", "clean"}
 
 
 def _recover(args: argparse.Namespace) -> None:
     from perflab.guardian import recover_orphans
 
-    out_dir = Path(args.dir).resolve() if args.command == "resume" else None
+    out_dir = Path(args.dir).resolve() if args.command in ("resume", "clean") else None
     for line in recover_orphans(out_dir):
         print(f"perflab: {line}", file=sys.stderr)
 

@@ -80,6 +80,12 @@ class SqlEndpoint(Endpoint):
     # sessions at once; false where the engine parallelises each statement.
     parallel_sessions: ClassVar[bool] = True
 
+    # On a database perflab did not create: the schema of perflab's own that
+    # every session works in (perflab.targets.confine), None elsewhere. A
+    # workload names it where a name must not reach past that schema (a
+    # DROP ... IF EXISTS before its table exists: DuckDB then looks in main).
+    schema: str | None = None
+
     @abc.abstractmethod
     def connect(self) -> Any:
         """A new DB-API connection in autocommit mode."""

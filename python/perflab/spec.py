@@ -31,6 +31,7 @@ from perflab.errors import SpecError, UserError
 from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
+from perflab.model import LABEL_KEY, labelled_levels, without_label
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
@@ -394,6 +395,7 @@ def split_factor_path(path: str) -> list[str]:
 
 
 def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]]:
+    value = without_label(value)  # a table level's label names it; it sets nothing
     parts = split_factor_path(path)
     where = fmt_path(("factors", path))
     if any(p == "" for p in parts):
@@ -455,6 +457,7 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
             problems.append((where, f"got {_short(values)}; a value is listed twice: each must be distinct"))
         else:
             factors[fpath] = values
+            problems += _label_problems(where, values)
     if model is None or problems:
         # Report the target's and workload's problems too, not only the first section's.
         reported = {p for p, _ in problems}
@@ -475,7 +478,7 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
         where = fmt_path(("experiment", "baseline", fpath))
         if fpath not in factors:
             problems.append((where, f"not a factor; allowed: {', '.join(json.dumps(f) for f in factors) or 'none'}"))
-        elif level not in factors[fpath]:
+        elif without_label(level) not in [without_label(v) for v in factors[fpath]]:
             problems.append((where, f"got {_short(level)}; allowed: one of its levels, {_short(factors[fpath])}"))
     if problems:
         raise SpecError(problems, source)
@@ -501,7 +504,9 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     problems = [p for p in base_problems if p[0] not in at_factors] + factor_problems
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
-    exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=factors)
+    # every table level carries its label from here on: the plan, the store and every reader show it
+    labelled = {fpath: labelled_levels(values) for fpath, values in factors.items()}
+    exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=labelled)
     # Every combination, for constraints between factors; each problem once.
     for combo in exp.combinations():
         _, errs = _resolve(raw, combo)
@@ -512,15 +517,38 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     return exp
 
 
-def preflight(exp: Experiment, base_dir: Path) -> list[str]:
+def _label_problems(where: str, values: list[Any]) -> list[tuple[str, str]]:
+    """A table level's `label`: a non-empty string, distinct within its factor."""
+    problems = []
+    seen: dict[str, int] = {}
+    for i, value in enumerate(values):
+        if not isinstance(value, dict) or LABEL_KEY not in value:
+            continue
+        label = value[LABEL_KEY]
+        if not isinstance(label, str) or not label.strip():
+            problems.append((f"{where}[{i}].{LABEL_KEY}", f"got {_short(label)}; allowed: a short non-empty string "
+                             "that names the level in tables and figures"))
+        elif label in seen:
+            problems.append((f"{where}[{i}].{LABEL_KEY}", f"got {_short(label)}, the label of level {seen[label]} "
+                             "too; allowed: a label of its own"))
+        else:
+            seen[label] = i
+    return problems
+
+
+def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[str]:
     """Every check of the plan's targets and workloads that needs nothing
     started (binaries and paths the file names, privileges), each distinct
     setting once, so `check` refuses what `run` would refuse before its first run.
+    With `connect` (`check`, `plan`, and `run` before it makes the output directory),
+    each distinct external target is also reached once (`Target.reach`): a
+    wrong password or a server that is down is refused here, not at run 1.
     `base_dir` is the experiment file's directory (relative paths start there).
     Returns warnings: collectors a run would skip, and why."""
     problems: list[tuple[str, str]] = []
     warnings: list[str] = []
     seen: set[str] = set()
+    additions: dict[Path, int] = {}  # cache entries the runs would add, and their estimated sizes
     for combo in exp.combinations():
         run = exp.resolve(combo)
         provided = TARGETS.get(run.target.kind).endpoint_type.capabilities
@@ -554,14 +582,44 @@ def preflight(exp: Experiment, base_dir: Path) -> list[str]:
             key = f"{registry.what}:{settings.model_dump_json()}"
             if key not in seen:
                 seen.add(key)
+                kind = registry.get(settings.kind)
                 try:
-                    problems += registry.get(settings.kind).preflight(settings, base_dir)
+                    found = kind.preflight(settings, base_dir)
                 except (OSError, ValueError) as exc:  # a path the OS refuses outright (too long, ...)
-                    problems.append((registry.what, f"cannot check its paths: {_short(str(exc))}; "
-                                     "allowed: paths this system takes"))
+                    found = [(registry.what, f"cannot check its paths: {_short(str(exc))}; "
+                              "allowed: paths this system takes")]
+                if connect and registry is TARGETS and not found:
+                    found = kind.reach(settings)
+                problems += found
+        key = f"cache:{run.workload.model_dump_json()}:{run.target.kind}"
+        if key not in seen:
+            seen.add(key)
+            additions.update(WORKLOADS.get(run.workload.kind).cache_additions(run.workload, run.target, base_dir))
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), str(exp.path) if exp.path else "experiment file")
-    return warnings
+    return warnings + cache_warnings(additions)
+
+
+def cache_warnings(additions: dict[Path, int]) -> list[str]:
+    """A warning per filesystem where the cache entries the plan would add
+    (estimated from their parameters) need more than is free."""
+    from perflab.cache import free_bytes
+    from perflab.units import format_size
+
+    by_disk: dict[int, tuple[Path, int, int]] = {}  # device -> (a cache directory, bytes free, bytes to add)
+    for entry, nbytes in additions.items():
+        try:
+            existing, free = free_bytes(entry.parent)
+            dev = existing.stat().st_dev
+        except OSError:
+            continue  # a path the run itself will refuse, with its own message
+        where, free, total = by_disk.get(dev, (entry.parent, free, 0))
+        by_disk[dev] = (where, free, total + nbytes)
+    return [f"cache: the runs would add about {format_size(total)} under {where} (an estimate from the "
+            f"file sets' parameters), and its disk has {format_size(free)} free; fix: free space there "
+            "(`perflab cache prune`), or move the cache to a larger disk (PERFLAB_CACHE, or "
+            "workload.fileset.cache_dir)"
+            for where, free, total in by_disk.values() if total > free]
 
 
 def _driver_preflight(run: RunSpec) -> tuple[list[tuple[str, str]], list[str]]:

@@ -11,6 +11,7 @@ process collector sees one process, marked "embedded".
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +23,9 @@ from pydantic import Field, field_validator
 from perflab.endpoints import Endpoint, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.settings_model import OsText
+from perflab.targets import confine as confine_mod
 from perflab.targets.base import Target, TargetSettings, creatable_problems
+from perflab.targets.confine import Leftover, Owner, Removal, schema_for
 
 SettingValue = str | int | float | bool
 SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -134,7 +137,14 @@ class DuckDbEndpoint(SqlEndpoint):
     def connect(self) -> Any:
         if self.database is None:
             raise RunFailure("the DuckDB database is closed")
-        return self.database.cursor()
+        conn = self.database.cursor()
+        if self.schema is not None:
+            # perflab's own schema in a file it did not create: new tables go
+            # there. DuckDB still looks a name up in `main` when that schema
+            # lacks it, so a statement that must not reach past it (DROP ...
+            # IF EXISTS) names the schema (SqlEndpoint.schema).
+            conn.execute(f"SET schema = '{self.schema}'")
+        return conn
 
     def display(self) -> str:
         return f"duckdb:{self.path}"
@@ -188,6 +198,8 @@ class DuckDbTarget(Target):
         self.database: Any = None
         self.endpoint: DuckDbEndpoint | None = None
         self._lock = threading.Lock()
+        # A file perflab did not create: its own schemas in it (confine).
+        self.claims: dict[str, DuckDbEndpoint] = {}
 
     @classmethod
     def identity(cls, settings: Any) -> str:
@@ -201,7 +213,8 @@ class DuckDbTarget(Target):
             return [(
                 "target.allow_destructive",
                 f"workload {workload.settings.kind!r} writes, and {settings.path} is a DuckDB database perflab "
-                "did not create; allowed: true, to let it (its tables are created and dropped there)",
+                "did not create; allowed: true, to let it (then it works in a schema of its own in that file, "
+                f"{schema_for(workload.settings.kind)}, and leaves the file's other tables alone)",
             )]
         return []
 
@@ -274,8 +287,10 @@ class DuckDbTarget(Target):
                     self.database.close()
                 finally:
                     self.database = None
-                    if self.endpoint is not None:
-                        self.endpoint.database = None
+                    for endpoint in [self.endpoint, *self.claims.values()]:
+                        if endpoint is not None:
+                            endpoint.database = None
+                    self.claims = {}
 
     def describe(self) -> dict[str, Any]:
         import duckdb
@@ -301,7 +316,53 @@ class DuckDbTarget(Target):
 
     def data_locations(self) -> list[Path]:
         path = self._path()
-        return [path] if path.exists() else []
+        return [path] if path.exists() and not _foreign(path) else []
+
+    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+        """A file perflab did not create (written with allow_destructive):
+        the run's sessions work in perflab's own schema `schema` in it."""
+        if not isinstance(endpoint, DuckDbEndpoint) or endpoint.read_only or not _foreign(self._path()):
+            return endpoint
+        if schema in self.claims:
+            return self.claims[schema]
+        conn = endpoint.connect()
+        try:
+            made, done = confine_mod.duck_claim(conn, schema, owner, endpoint.display())
+        finally:
+            conn.close()
+        self.said.append(done)
+        confined = dataclasses.replace(endpoint, schema=schema, fresh=made)
+        self.claims[schema] = confined
+        return confined
+
+    def leftovers(self) -> list[Leftover]:
+        out = []
+        for schema, endpoint in self.claims.items():
+            conn = endpoint.connect()
+            try:
+                measured = confine_mod.duck_measure(conn, schema, endpoint.display())
+            finally:
+                conn.close()
+            if measured is not None:
+                out.append(measured)
+        return out
+
+    def remove_leftover(self, leftover: dict[str, Any], owner: Owner) -> Removal:
+        import duckdb
+
+        path = self._path()
+        where = f"duckdb:{path}"
+        if not path.exists():
+            return Removal(True, f"schema {leftover['name']} in {where}: already gone (no such file)")
+        try:
+            database = duckdb.connect(str(path))
+        except duckdb.Error as exc:
+            return Removal(False, f"schema {leftover['name']} in {where}: not removed: cannot open the file: "
+                                  f"{str(exc).splitlines()[0]}")
+        try:
+            return confine_mod.duck_remove(database, leftover["name"], owner, where)
+        finally:
+            database.close()
 
     def discard_data(self) -> int:
         """The database file, only if perflab created it (its mark beside it),

@@ -15,7 +15,9 @@ loop-backed file or a tmpfs, perflab.hostctl.scratchfs). Both are journaled
 and undone at teardown, and after a SIGKILL by the guardian.
 
 External (`dsn`): perflab only connects. Nothing is created or dropped, and
-every session is read-only, unless `allow_destructive = true`.
+every session is read-only, unless `allow_destructive = true`; even then a
+workload that writes works only in a schema of perflab's own, marked as its
+(`confine`, perflab.targets.confine), and nothing outside it is touched.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import difflib
 import functools
 import hashlib
 import json
+import math
 import os
 import pwd
 import re
@@ -43,12 +46,14 @@ from pydantic import Field, field_validator, model_validator
 
 from perflab.endpoints import Endpoint, PgWireEndpoint
 from perflab.errors import RunFailure, SpecError, UserError
-from perflab.guardian import journal
+from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
 from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems, mounts_under
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText, StrictModel
-from perflab.targets.base import Target, TargetSettings, creatable_problems
+from perflab.targets import confine as confine_mod
+from perflab.targets.base import REACH_TIMEOUT_S, Target, TargetSettings, creatable_problems
+from perflab.targets.confine import Leftover, Owner, Removal
 from perflab.units import Duration
 
 SUPERUSER = "perflab"
@@ -173,6 +178,94 @@ class PostgresEndpoint(PgWireEndpoint):
             raise ValueError(f"data set {dataset!r} has no generator; allowed: {', '.join(loaders)}")
         loads = loaders[dataset](self.wire_conninfo(f"perflab-{dataset}"), scale_factor, tables, jobs)
         return {t.table: t.rows for t in loads}
+
+
+# ------------------------------------------------------------------ reaching an external server
+
+# libpq's and psycopg's words for a connection that failed, by cause. The
+# server's SQLSTATE (28P01, 28000, 3D000) does not reach the client of a
+# failed connection, only its message.
+_AUTH_WORDS = ("password authentication failed", "no password supplied", "authentication failed",
+               "no pg_hba.conf entry", "password is required")
+_MISSING_DATABASE = re.compile(r'database "(?P<name>[^"]*)" does not exist')
+_MISSING_ROLE = re.compile(r'role "[^"]*" does not exist')
+_UNREACHABLE_WORDS = {
+    "connection refused": "connection refused (nothing listens there)",
+    "failed to resolve host": "no such host",
+    "could not translate host name": "no such host",
+    "name or service not known": "no such host",
+    "temporary failure in name resolution": "no such host (name resolution failed)",
+    "timeout expired": "no answer within the timeout",
+    "timed out": "no answer within the timeout",
+    "no route to host": "no route to host",
+    "network is unreachable": "network is unreachable",
+    "no such file or directory": "no such socket (no server listens there)",
+}
+PASSWORD_HINT = ("give the right password for that user: in the dsn (password=...), in the environment "
+                 "(PGPASSWORD), or in ~/.pgpass (a line host:port:dbname:user:password, mode 0600); "
+                 "perflab never stores or prints it")
+
+
+def _attempted(exc: BaseException, conninfo: str) -> tuple[str, str]:
+    """(where, user) of the failed connection: the host and port (or the
+    socket) it tried last, and the user it logged in as."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    host = port = user = ""
+    pgconn = getattr(exc, "pgconn", None)
+    if pgconn is not None:
+        with contextlib.suppress(Exception):
+            host, port, user = (bytes(v or b"").decode(errors="replace") for v in (pgconn.host, pgconn.port, pgconn.user))
+    if not host:
+        try:
+            params = conninfo_to_dict(conninfo)
+        except Exception:
+            params = {}
+        host = str(params.get("host") or os.environ.get("PGHOST") or "")
+        port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+        user = user or str(params.get("user") or os.environ.get("PGUSER") or "")
+    if not host or host.startswith("/"):
+        where = f"socket {host or 'in the default directory'}/.s.PGSQL.{port}"
+    else:
+        where = f"host {host} port {port}"
+    return where, user
+
+
+def _server_words(text: str) -> str:
+    """The cause in a connection error's text, without psycopg's and
+    libpq's preambles ("connection failed: connection to server at ... failed:")."""
+    first = text.strip().splitlines()[0] if text.strip() else "unknown error"
+    m = re.search(r"connection to server (?:at|on) .*? failed: (.*)$", first)
+    words = m.group(1) if m else first
+    return re.sub(r"^(FATAL|ERROR):\s+", "", words).strip()
+
+
+def connect_failure(exc: BaseException, conninfo: str, timeout_s: float | None = None) -> tuple[str, str]:
+    """(message, fix) for a connection to an external server that failed,
+    by cause: the login refused (the password), the server out of reach (the
+    host and port), the database missing, or else the server's own words.
+    Never with the password in it."""
+    text = mask_secrets(str(exc))
+    low = text.lower()
+    words = _server_words(text)
+    where, user = _attempted(exc, conninfo)
+    as_user = f' as user "{user}"' if user else ""
+    if any(w in low for w in _AUTH_WORDS) or _MISSING_ROLE.search(text):
+        if "no password supplied" in low:
+            words = "the server asks for a password and none was given (no password=, PGPASSWORD or ~/.pgpass)"
+        return (f"target.dsn: the server at {where} refused the login{as_user}: {words}", PASSWORD_HINT)
+    missing = _MISSING_DATABASE.search(text)
+    if missing:
+        return (f"target.dsn: the server at {where} has no database \"{missing['name']}\"",
+                "give an existing database as the dsn's dbname, or create it (CREATE DATABASE)")
+    for key, reason in _UNREACHABLE_WORDS.items():
+        if key in low:
+            if "timeout" in reason and timeout_s is not None:
+                reason = f"no answer within {timeout_s:g} s"
+            return (f"target.dsn: cannot reach a PostgreSQL server at {where}: {reason}",
+                    "start the server, or correct the dsn's host and port")
+    return (f"target.dsn: cannot connect{as_user} to the server at {where}: {words}",
+            "check that the server is up and the dsn (host, port, user, dbname, password) is right")
 
 
 # ------------------------------------------------------------------ binaries
@@ -311,21 +404,55 @@ def _surely_gone(path: Path) -> bool:
     return False
 
 
-def sweep_orphan_homes(tmp: Path | None = None) -> list[tuple[Path, str]]:
+def server_cgroup_name(data_dir: Path) -> str:
+    """The cgroup of the managed server on `data_dir` ([target.resources]):
+    one name per data directory, so two experiments never share one."""
+    return f"perflab-pg-{hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]}"
+
+
+def _read_home_mark(home: Path) -> tuple[str, int | None, str | None] | None:
+    """A home's owner mark: (output directory, pid, start time) of the perflab
+    that last used it (pid and start are None in a mark from before they were
+    kept); None when the home has no mark."""
+    try:
+        lines = (home / HOME_OWNER).read_text().splitlines()
+    except OSError:
+        return None
+    owner = lines[0].strip() if lines else ""
+    pid, start = None, None
+    if len(lines) > 1 and len(fields := lines[1].split()) == 2 and fields[0].isdigit():
+        pid, start = int(fields[0]), fields[1]
+    return owner, pid, start
+
+
+def _write_home_mark(home: Path, owner: Path) -> None:
+    """Mark `home` as the kept cluster of output directory `owner`, in use by
+    this process (pid and start time: a live perflab's home is never swept)."""
+    mark = home / HOME_OWNER
+    tmp = home / f".{HOME_OWNER}.{os.getpid()}"
+    tmp.write_text(f"{owner}\n{os.getpid()} {start_time(os.getpid())}\n")
+    os.replace(tmp, mark)
+
+
+def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False) -> list[tuple[Path, str]]:
     """Remove the cluster homes under /tmp (`PostgresTarget._home`: made when
     the server's user cannot reach the output directory) whose output
     directory is gone: they were kept for the next run in that directory,
     which can no longer come. Only a home with perflab's owner mark is
-    touched, and never one with a live server or anything mounted in it.
+    touched, and never one whose perflab (the pid and start time in the mark)
+    still lives, unless it is this process and `mine_too`; never one with a
+    live server or anything mounted in it.
     Returns (home, output directory) of each removed."""
     removed = []
     for home in sorted((tmp or Path(tempfile.gettempdir())).glob("perflab-" + "[0-9a-f]" * 12)):
-        try:
-            owner = (home / HOME_OWNER).read_text().strip()
-        except OSError:
+        mark = _read_home_mark(home)
+        if mark is None:
             continue  # not ours to judge (or made by a perflab before the mark)
+        owner, pid, start = mark
         if not owner or not _surely_gone(Path(owner)):
             continue
+        if pid is not None and start_time(pid) == start and not (mine_too and pid == os.getpid()):
+            continue  # its perflab lives: its own to remove
         if any(_server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or mounts_under(home):
             continue
         shutil.rmtree(home, ignore_errors=True)
@@ -524,6 +651,9 @@ class PostgresTarget(Target):
         # a (re)start for this run's settings, or the words of a failed start.
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.notes: list[str] = []
+        # External: perflab's own schemas (confine), each with the session
+        # that holds its advisory lock while this target lives.
+        self.claims: dict[str, tuple[Any, PostgresEndpoint]] = {}
 
     # -------------------------------------------------------------- identity/validation
 
@@ -577,8 +707,9 @@ class PostgresTarget(Target):
                     (
                         "target.allow_destructive",
                         f"workload {workload.settings.kind!r} writes to the database, and perflab never writes "
-                        "to a database it did not create; allowed: true, to let it (tables are created and "
-                        "dropped in that database)",
+                        "to a database it did not create; allowed: true, to let it (then it works only in a "
+                        f"schema of its own there, {confine_mod.schema_for(workload.settings.kind)}, and leaves "
+                        "everything else alone)",
                     )
                 )
         return problems
@@ -586,7 +717,7 @@ class PostgresTarget(Target):
     @classmethod
     def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
         if settings.dsn is not None:
-            return []  # reaching an external server is provisioning's job
+            return []  # reaching an external server is `reach`'s job
         try:
             run_as = _current_run_as(settings)
         except UserError as exc:
@@ -613,6 +744,23 @@ class PostgresTarget(Target):
         elif wal is not None:  # the default data directory is new, in the new output directory
             problems += wal_dir_problems(wal)
         return problems
+
+    @classmethod
+    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+        """An external server (dsn): one connection, opened and closed, within
+        `timeout_s` (libpq's connect_timeout, whole seconds, 2 at least)."""
+        if settings.dsn is None:
+            return []
+        import psycopg
+
+        try:
+            with psycopg.connect(settings.dsn, autocommit=True, connect_timeout=max(2, math.ceil(timeout_s)),
+                                 application_name="perflab-check"):
+                pass
+        except Exception as exc:
+            return [UserError(*connect_failure(exc, settings.dsn, max(2, math.ceil(timeout_s))))
+                    .as_problem("target.dsn")]
+        return []
 
     # -------------------------------------------------------------- provision
 
@@ -655,10 +803,7 @@ class PostgresTarget(Target):
             with ep.connect() as conn:
                 conn.execute("SELECT 1")
         except Exception as exc:
-            raise UserError(
-                f"target.dsn: cannot connect to {ep.display()}: {mask_secrets(str(exc)).strip()}",
-                "check that the server is up and the dsn (host, port, user, dbname) is right",
-            ) from None
+            raise UserError(*connect_failure(exc, conninfo)) from None
         self.endpoint = ep
         return ep
 
@@ -697,15 +842,13 @@ class PostgresTarget(Target):
     def _claim_home(self) -> None:
         """Remove orphaned homes under /tmp; when this cluster's home is one,
         mark it with this output directory, so that it goes once that does."""
-        for home, owner in sweep_orphan_homes():
+        for home, owner in sweep_orphan_homes(mine_too=True):
             self.notes.append(f"removed {home}: the kept cluster of output directory {owner}, which is gone")
         home = self._home()
         if home == self.workdir:
             return
         home.mkdir(mode=0o755, exist_ok=True)
-        mark = home / HOME_OWNER
-        if not mark.exists():
-            mark.write_text(f"{self.workdir.resolve()}\n")
+        _write_home_mark(home, self.workdir.resolve())
 
     # -------------------------------------------------------------- scratch filesystems
 
@@ -926,8 +1069,7 @@ class PostgresTarget(Target):
             self.cgroup = None
         if wanted is not None and self.cgroup is None:
             assert self.data_dir is not None
-            digest = hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]
-            cgroup = ServerCgroup(f"perflab-pg-{digest}", wanted)
+            cgroup = ServerCgroup(server_cgroup_name(self.data_dir), wanted)
             cgroup.create()
             self.cgroup = cgroup
 
@@ -1136,6 +1278,74 @@ class PostgresTarget(Target):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    # -------------------------------------------------------------- perflab's schemas (external)
+
+    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+        """An external server with allow_destructive: the run's sessions work
+        in perflab's own schema `schema` only (search_path, in the conninfo
+        both psycopg and the engine's client take). A managed server is
+        perflab's own, and stays as it is."""
+        if not self.external or endpoint.read_only or not isinstance(endpoint, PostgresEndpoint):
+            return endpoint
+        if schema in self.claims:
+            return self.claims[schema][1]
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        assert self.settings.dsn is not None
+        where = mask_secrets(self.settings.dsn)
+        try:
+            conn = psycopg.connect(self.settings.dsn, autocommit=True, connect_timeout=10,
+                                   application_name="perflab-owner")
+        except Exception as exc:
+            raise RunFailure(f"cannot connect to {where}: {mask_secrets(str(exc)).strip()}") from None
+        try:
+            conn.execute("SET statement_timeout = 10000")
+            if not confine_mod.pg_try_lock(conn, schema):
+                raise UserError(f"{where}: perflab's schema {schema} is in use by another running perflab "
+                                "experiment; nothing was touched",
+                                "wait for it to finish, or run against another database")
+            made, done = confine_mod.pg_claim(conn, schema, owner, where)
+        except BaseException:
+            conn.close()
+            raise
+        params = conninfo_to_dict(endpoint.conninfo)
+        params["options"] = (str(params.get("options", "")) + f" -c search_path={schema}").strip()
+        confined = dataclasses.replace(endpoint, conninfo=make_conninfo("", **params), schema=schema, fresh=made)
+        self.claims[schema] = (conn, confined)
+        self.said.append(done)
+        return confined
+
+    def leftovers(self) -> list[Leftover]:
+        out = []
+        for schema, (conn, _) in self.claims.items():
+            measured = confine_mod.pg_measure(conn, schema, mask_secrets(self.settings.dsn or ""))
+            if measured is not None:
+                out.append(measured)
+        return out
+
+    def remove_leftover(self, leftover: dict[str, Any], owner: Owner) -> Removal:
+        import psycopg
+
+        if not self.external or self.settings.dsn is None:
+            return super().remove_leftover(leftover, owner)
+        where = mask_secrets(self.settings.dsn)
+        try:
+            conn = psycopg.connect(self.settings.dsn, autocommit=True, connect_timeout=10,
+                                   application_name="perflab-clean")
+        except Exception as exc:
+            message, _ = connect_failure(exc, self.settings.dsn)
+            return Removal(False, f"schema {leftover['name']} in {where}: not removed: {message}")
+        with conn:
+            conn.execute("SET statement_timeout = 60000")
+            return confine_mod.pg_remove(conn, leftover["name"], owner, where)
+
+    def _release_claims(self) -> None:
+        for conn, _ in self.claims.values():
+            with contextlib.suppress(Exception):
+                conn.close()  # the session's advisory locks go with it
+        self.claims = {}
+
     def data_locations(self) -> list[Path]:
         if self.external:
             return []
@@ -1144,6 +1354,8 @@ class PostgresTarget(Target):
         kept = [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()]
         data_dir = None if "data" in scratch else self._data_dir()
         wal = None if "wal" in scratch else self._wal_dir()
+        if data_dir is not None and not (data_dir / CREATED_MARK).exists():
+            data_dir = wal = None  # not a cluster perflab made: not its data (discard_data leaves it too)
         return kept + [p for p in (data_dir, wal) if p is not None and p.exists()]
 
     def discard_data(self) -> int:
@@ -1206,6 +1418,7 @@ class PostgresTarget(Target):
 
     def teardown(self) -> None:
         if self.external:
+            self._release_claims()
             return
         if self.running or self.postmaster_pid():
             pid = self.postmaster_pid()

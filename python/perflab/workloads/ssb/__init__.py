@@ -82,8 +82,9 @@ class SsbWorkload(Workload[SqlEndpoint]):
         try:
             with endpoint.connect() as conn:
                 load = generated.load_generated(
-                    endpoint, conn, ctx, "ssb", sf, schema.TABLES, schema.drop_tables(),
-                    [schema.create_table(t) for t in schema.TABLES], schema.load_steps(endpoint.dialect),
+                    endpoint, conn, ctx, "ssb", sf, schema.TABLES, schema.drop_tables(endpoint.schema),
+                    [schema.create_table(t) for t in schema.TABLES],
+                    schema.load_steps(endpoint.dialect, endpoint.schema is not None),
                     self._jobs())
                 conn.execute(f"create table {schema.STATE_TABLE} (scale_factor double precision not null)")
                 conn.execute(f"insert into {schema.STATE_TABLE} values ({sf!r})")

@@ -65,13 +65,20 @@ def create_table(table: str) -> str:
     return f"create table {table} (\n  {columns}\n)"
 
 
-def drop_tables() -> list[str]:
-    return [f"drop table if exists {t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
+def drop_tables(schema: str | None = None) -> list[str]:
+    """The drops before a load; in `schema` (perflab's own, on a database it
+    did not create) by name, so that no drop reaches past it."""
+    own = f"{schema}." if schema else ""
+    return [f"drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
 
 
-def load_steps(dialect: str) -> list[Step]:
+def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
+    """Keys and statistics; DuckDB's bare ANALYZE takes every table in the
+    file, which only a file perflab created is all its own."""
     if dialect == "postgres":
         keys = tuple(f"alter table {t} add constraint {t}_pkey primary key ({cols})"
                      for t, cols in PRIMARY_KEYS.items())
         return [Step("primary keys", keys), Step("analyze", tuple(f"analyze {t}" for t in TABLES))]
+    if own_tables_only:
+        return [Step("analyze", tuple(f"analyze {t}" for t in TABLES))]
     return [Step("analyze", ("analyze",))]

@@ -157,8 +157,11 @@ def create_table(table: str) -> str:
     return f"create table {table} ({_COLUMNS[table]}\n)"
 
 
-def drop_tables() -> list[str]:
-    return [f"drop table if exists {t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
+def drop_tables(schema: str | None = None) -> list[str]:
+    """The drops before a load; in `schema` (perflab's own, on a database it
+    did not create) by name, so that no drop reaches past it."""
+    own = f"{schema}." if schema else ""
+    return [f"drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
 
 
 def key_steps(dialect: str) -> list[Step]:
@@ -177,7 +180,7 @@ def key_steps(dialect: str) -> list[Step]:
     return [Step("primary keys", primary), Step("secondary indexes", indexes), Step("foreign keys", foreign)]
 
 
-def load_steps(dialect: str) -> list[Step]:
+def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
     """The load test's steps after the data is in, in order: primary keys,
     ANALYZE, foreign keys, secondary indexes.
 
@@ -195,11 +198,13 @@ def load_steps(dialect: str) -> list[Step]:
     where both plan hash anti-joins, 1.38 s and 3.34 s with them)."""
     keys = {s.name: s for s in key_steps(dialect)}
     if not keys:
-        return [analyze_step(dialect)]
+        return [analyze_step(dialect, own_tables_only)]
     return [keys["primary keys"], analyze_step(dialect), keys["foreign keys"], keys["secondary indexes"]]
 
 
-def analyze_step(dialect: str) -> Step:
-    if dialect == "postgres":
+def analyze_step(dialect: str, own_tables_only: bool = False) -> Step:
+    """ANALYZE of TPC-H's tables; DuckDB's bare ANALYZE takes every table in
+    the file, which only a file perflab created is all its own."""
+    if dialect == "postgres" or own_tables_only:
         return Step("analyze", tuple(f"analyze {t}" for t in TABLES))
     return Step("analyze", ("analyze",))
