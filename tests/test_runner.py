@@ -213,6 +213,13 @@ def test_sigint_stops_the_server_and_keeps_finished_runs(workdir: Path, run_cli)
     assert [r["status"] for r in rows] == ["done"] * 3
     assert [r["attempts"] for r in rows] == [1, 2, 1]
     assert postmasters_under(workdir) == []
+    # the interrupted attempt is kept: its row, its server log in runs/002/attempt-1/
+    conn = sqlite3.connect(out / "perflab.sqlite")
+    kept = conn.execute("SELECT run_id, attempt, status, error, ended_at, files FROM attempt").fetchall()
+    assert [k[:3] for k in kept] == [(2, 1, "interrupted")] and kept[0][3].startswith("interrupted: SIGINT")
+    assert kept[0][4] is not None and (out / kept[0][5] / "server.log").is_file()
+    sessions = conn.execute("SELECT command, ended FROM session ORDER BY id").fetchall()
+    assert sessions == [("run", "interrupted (SIGINT)"), ("resume", "finished (2 done, 0 failed)")]
 
 
 def test_sigkill_then_resume_loses_and_duplicates_nothing(workdir: Path, run_cli) -> None:

@@ -13,17 +13,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 class SeriesSink(abc.ABC):
     """Where live series go as they are sampled (batched into the store)."""
 
     @abc.abstractmethod
-    def add(self, source: str, name: str, t: float, value: float) -> None: ...
+    def add(self, source: str, name: str, t: float, value: float | None) -> None: ...
 
 
 class NullSink(SeriesSink):
-    def add(self, source: str, name: str, t: float, value: float) -> None:
+    def add(self, source: str, name: str, t: float, value: float | None) -> None:
         pass
 
 
@@ -44,6 +45,8 @@ class RunContext:
     cancel: threading.Event = field(default_factory=threading.Event)
     status: Callable[[str], None] = lambda text: None
     warn: Callable[[str], None] = lambda text: None
+    # One line the user should read, not a warning ("cache: added 1.2GB ...").
+    note: Callable[[str], None] = lambda text: None
     # The measured window on the run's clock, set by the workload when its
     # warm-up ends and when it stops measuring; everything outside it (warm-up,
     # connection set-up, checks) is excluded from figures. The runner records
@@ -53,6 +56,13 @@ class RunContext:
     # Where the engine's harness runs ([driver]): a perflab.drivers.EngineDriver;
     # None: in this process (perflab.drivers.engine_run).
     driver: object | None = None
+    # What earlier attempts of this run recorded they would change in the
+    # target's data (the store's effect rows: {"attempt", "kind", "data"}), so
+    # a run run again can first undo what a killed or failed attempt did.
+    earlier_effects: list[dict[str, Any]] = field(default_factory=list)
+    # Records what this attempt is about to change (kind, data), committed
+    # before the change is made; the runner stores it.
+    record_effect: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
 
     def now_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9

@@ -45,9 +45,18 @@ class DiskFull(UserError):
     run) stays; the run in flight is run again by `perflab resume`."""
 
     def __init__(self, out_dir: object, detail: str) -> None:
+        device = "that disk"
+        try:  # which filesystem ran out: perflab's side, not the server's
+            from perflab.hostctl.scratchfs import device_of
+
+            source, mount = device_of(str(out_dir))
+            device = f"{source} (the filesystem at {mount})"
+        except Exception:
+            pass
         super().__init__(
-            f"{out_dir}: the disk is full ({detail}); every finished run is stored, the run in flight is not",
-            f"free space on that disk, then continue with `perflab resume {out_dir}`",
+            f"{out_dir}: the disk is full (no space left on {device}: {detail}); every finished run is stored, "
+            "the run in flight is not",
+            f"free space on {device}, then continue with `perflab resume {out_dir}`",
         )
 
 

@@ -14,6 +14,11 @@ stored as failed with its error and the server log tail, and the experiment
 goes on. SIGINT and SIGTERM stop the experiment; every server perflab started
 is stopped on the way out, and the interrupted run is run again by `resume`.
 
+A workload that writes to a database perflab did not create works only in
+a schema of perflab's own there (Target.confine), recorded in the store as
+it is made; what is left is measured when the target is released and said
+at the end, with the `perflab clean` that removes it.
+
 The runner knows workloads, targets and collectors only through their
 interfaces and registries; it never branches on a kind's name.
 """
@@ -21,8 +26,10 @@ interfaces and registries; it never branches on a kind's name.
 from __future__ import annotations
 
 import contextlib
+import csv
 import errno
 import hashlib
+import re
 import shutil
 import signal
 import threading
@@ -30,7 +37,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +45,14 @@ from perflab import plan as plan_mod
 from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
+from perflab.collectors.hostnoise import HostNoise
 from perflab.context import RunContext
 from perflab.drivernet import DriverLink
 from perflab.drivers import Drivers
 from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
-from perflab.hostrun import HostChanges, resource_metrics
+from perflab.hostrun import HostChanges, memory_bound, resource_metrics
 from perflab.model import Event, Flag, RunResult
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
@@ -53,6 +61,7 @@ from perflab.spec import Experiment, RunSpec
 from perflab.store import Store
 from perflab.targets import TARGETS
 from perflab.targets.base import Target
+from perflab.targets.confine import Owner, format_bytes, schema_for
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload
 
@@ -110,6 +119,11 @@ class Session:
     base_dir: Path  # relative paths in the experiment file are taken from here
     recovered: list[int] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
+    # The output directory held only a plan (nothing measured) and was
+    # planned again from the experiment file as it is now.
+    replanned: bool = False
+    command: str = "run"  # recorded in the store's session table, with `note`
+    note: str | None = None
 
     def count(self, *statuses: str) -> int:
         return sum(1 for r in self.store.runs() if r["status"] in statuses)
@@ -128,12 +142,15 @@ def default_out(name: str) -> Path:
 
 
 def start(experiment_path: Path, out: Path | None) -> Session:
-    """A new experiment: validate the file, expand the plan, create the store."""
+    """A new experiment: validate the file, reach its external targets,
+    expand the plan, create the store (nothing is created before: a wrong
+    password leaves no output directory). An output directory that holds
+    only a plan, with nothing measured, is planned again."""
     from perflab.host import host_facts
 
     experiment_path = Path(experiment_path).resolve()
     exp = spec_mod.load(experiment_path)
-    spec_mod.preflight(exp, experiment_path.parent)
+    spec_mod.preflight(exp, experiment_path.parent, connect=True)
     out = Path(out or default_out(exp.name)).resolve()
     seed = plan_mod.choose_seed(exp)
     runs = plan_mod.expand(exp, seed)
@@ -142,26 +159,41 @@ def start(experiment_path: Path, out: Path | None) -> Session:
         seed=seed, factors=list(exp.factors), host=host_facts(),
     )
     store.add_plan(runs)
-    return Session(store, exp, runs, experiment_path.parent)
+    if store.replanned is None:
+        return Session(store, exp, runs, experiment_path.parent)
+    return Session(store, exp, runs, experiment_path.parent, replanned=True,
+                   note=_replanned_note(store, store.replanned))
 
 
 def resume(out_dir: Path, retry_failed: bool = False) -> Session:
     """Reopen an experiment to run what is left: the runs an interrupted
     perflab left in flight, and with `retry_failed` the failed ones, as new
     attempts (the failed attempt's record stays in the store's attempt table,
-    its files in runs/NNN/attempt-K/)."""
+    its files in runs/NNN/attempt-K/).
+
+    When nothing was measured yet and the experiment file has changed since
+    (a wrong password fixed, say), the experiment is planned again from the
+    file as it is now."""
     store = Store.open(Path(out_dir).resolve())
     info = store.experiment()
     text = info["spec_text"]
     spec_path = Path(info["spec_path"]) if info["spec_path"] else None
+    try:
+        original = spec_path.read_text() if spec_path and spec_path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        original = None
+    if original is not None and spec_path is not None and mask_secrets(original) != text:
+        store.lock()  # the writer's question: no other perflab runs this experiment
+        if store.holds_only_a_plan():
+            return _replan(store, spec_path, original)
     if MASK in text:
         # The store never holds a password: take it from the original file,
         # if that file is still the experiment that was run.
-        original = spec_path.read_text() if spec_path and spec_path.is_file() else None
         if original is None or mask_secrets(original) != text:
+            why = "is gone" if original is None else "has changed, and runs were measured with the stored experiment"
             raise UserError(
                 "the stored experiment had a password, which perflab does not store, and the original file "
-                f"({spec_path}) is gone or changed",
+                f"({spec_path}) {why}",
                 "restore the original experiment file, or put the password in PGPASSWORD or ~/.pgpass",
             )
         text = original
@@ -170,13 +202,76 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
     stored = {r["id"]: r for r in store.runs()}
     if len(stored) != len(runs) or any(stored[r.number]["factors"] != r.factors for r in runs if r.number in stored):
         raise UserError(f"{store.dir}: the stored plan does not match its experiment", "start a new `perflab run`")
-    recovered = store.recover()
+    store.lock()  # before touching a run's files: no other perflab runs this experiment
+    in_flight = {r["id"]: r["attempts"] for r in store.in_flight()}
+    last_seen = {run_id: _last_sign_of_life(store, run_id) for run_id in in_flight}
+    killed_files = {run_id: _keep_attempt_files(store.dir, run_id, attempt) for run_id, attempt in in_flight.items()}
+    recovered = store.recover(killed_files, last_seen)
     retried = []
     if retry_failed:
         kept = {run_id: _keep_attempt_files(store.dir, run_id, attempt) for run_id, attempt in store.failed_runs()}
         retried = store.retry_failed(kept)
     base_dir = spec_path.parent if spec_path and spec_path.parent.is_dir() else Path.cwd()
-    return Session(store, exp, runs, base_dir.resolve(), recovered, retried)
+    notes = []
+    if recovered:
+        notes.append(f"run {', '.join(map(str, recovered))} was in flight when the previous perflab died: "
+                     "its attempt is kept as killed, the run is run again")
+    if retried:
+        notes.append(f"failed run {', '.join(map(str, retried))} run again as new attempts")
+    notes.append(f"{sum(1 for r in store.runs() if r['status'] == 'planned')} runs to go")
+    return Session(store, exp, runs, base_dir.resolve(), recovered, retried,
+                   command="resume --retry-failed" if retry_failed else "resume", note="; ".join(notes))
+
+
+def _last_sign_of_life(store: Store, run_id: int) -> str | None:
+    """When a killed attempt was last seen alive, UTC ISO 8601: the newest of
+    its files (a collector's output, a log), of its last sample (the series
+    are on CLOCK_MONOTONIC, which counts from boot: only when the machine has
+    not restarted since) and of what it recorded; None when it left nothing."""
+    run_dir = store.dir / "runs" / f"{run_id:03d}"
+    times = [p.stat().st_mtime for p in run_dir.rglob("*")
+             if p.is_file() and not p.relative_to(run_dir).parts[0].startswith("attempt-")] if run_dir.is_dir() else []
+    row = store.conn.execute("SELECT r.t0_monotonic_ns, max(s.t), r.started_at FROM run r "
+                             "JOIN series s ON s.run_id = r.id WHERE r.id = ?", (run_id,)).fetchone()
+    if row is not None and None not in (row[0], row[1], row[2]):
+        sample_ns = row[0] + int(row[1] * 1e9)
+        wall = time.time() - (time.monotonic_ns() - sample_ns) / 1e9
+        # a sample "before" the attempt started, or in the future, is from another boot
+        if sample_ns <= time.monotonic_ns() and wall >= datetime.fromisoformat(row[2]).timestamp():
+            times.append(wall)
+    attempt = next((r["attempts"] for r in store.runs() if r["id"] == run_id), None)
+    times += [datetime.fromisoformat(e["at"]).timestamp() for e in store.effects(run_id) if e["attempt"] == attempt]
+    if not times:
+        return None
+    return datetime.fromtimestamp(max(times), timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _replan(store: Store, spec_path: Path, text: str) -> Session:
+    """`resume` of a store where nothing was measured, whose experiment file
+    changed: the file as it is now, checked as `run` checks it, planned anew."""
+    from perflab.host import host_facts
+
+    exp = spec_mod.load_text(text, spec_path)
+    spec_mod.preflight(exp, spec_path.parent, connect=True)
+    seed = plan_mod.choose_seed(exp)
+    runs = plan_mod.expand(exp, seed)
+    replaced = store.replan(name=exp.name, spec_text=mask_secrets(text), spec_path=str(spec_path), seed=seed,
+                            factors=list(exp.factors), host=host_facts())
+    store.add_plan(runs)
+    return Session(store, exp, runs, spec_path.parent.resolve(), replanned=True, command="resume",
+                   note=_replanned_note(store, f"the experiment file changed; {replaced}"))
+
+
+def _replanned_note(store: Store, replaced: str) -> str:
+    """What planning a store again did, for its session's note. The replaced
+    plan's per-run files (an interrupted attempt's server log) are moved to
+    runs-replaced-STAMP/, so that no run of the new plan writes over them."""
+    runs = store.dir / "runs"
+    if runs.is_dir() and any(p.is_file() for p in runs.rglob("*")):
+        aside = store.dir / f"runs-replaced-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+        runs.rename(aside)
+        replaced += f"; its run files are in {aside.name}/"
+    return replaced
 
 
 def _keep_attempt_files(out_dir: Path, run_id: int, attempt: int) -> str | None:
@@ -195,8 +290,56 @@ def _keep_attempt_files(out_dir: Path, run_id: int, attempt: int) -> str | None:
 
 def execute(session: Session, progress: Progress) -> Outcome:
     """Run every planned run; Interrupted propagates (every server stopped)."""
-    counts = Runner(session.exp, session.store, session.plan, progress, session.base_dir).run()
+    runner = Runner(session.exp, session.store, session.plan, progress, session.base_dir)
+    runner.session_command, runner.session_note = session.command, session.note
+    counts = runner.run()
     return Outcome(counts["done"], counts["failed"], session.count("failed"))
+
+
+# A server's own words for why it stopped serving: they lead perflab's message,
+# which otherwise names only the symptom a client saw ("connection lost").
+_SEVERE = re.compile(r"\b(PANIC|FATAL):\s+(.*)")
+# FATALs that are the consequence, not the cause (a shutdown ends sessions).
+_BENIGN_FATAL = ("terminating connection due to administrator command", "the database system is shutting down",
+                 "the database system is starting up", "the database system is in recovery mode",
+                 "connection to client lost")
+_NO_SPACE = "No space left on device"
+
+
+def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str:
+    """`error` led by the server log's first PANIC (else first FATAL that is
+    not a shutdown's); a full disk named by its device and path, with the fix."""
+    found = [m for line in (log_tail or "").splitlines() if (m := _SEVERE.search(line))]
+    severe = next((m for m in found if m.group(1) == "PANIC"), None) or next(
+        (m for m in found if not any(b in m.group(2) for b in _BENIGN_FATAL)), None)
+    words = f"{severe.group(1)}: {severe.group(2).strip()}" if severe else None
+    if _NO_SPACE.lower() in f"{words or ''} {error}".lower():
+        quoted = re.search(r'"([^"]+)"', words or error)
+        path = Path(quoted.group(1)) if quoted else None
+        if path is not None and not path.is_absolute():
+            path = next((loc / path for loc in locations if (loc / path).parent.exists()),
+                        locations[0] / path if locations else path)
+        where = path or (locations[0] if locations else None)
+        if where is not None:
+            from perflab.hostctl.scratchfs import device_of
+
+            device, mount = device_of(where)
+            said = words or next(line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower())
+            lead = f"no space left on {device} ({where}; the filesystem at {mount}): {said}"
+            return (f"{lead}\n  fix: free space on {device}, or put the server's data (target.storage) on a larger "
+                    f"filesystem, then `perflab resume --retry-failed`\n  then: {error}")
+    if words and words not in error:
+        return f"server {words}\n  then: {error}"
+    return error
+
+
+def _server_dirs(described: dict[str, Any] | None, target: Target | None) -> list[Path]:
+    """Where the server writes: the directories its description names
+    (data_dir, wal_dir, ...), then the data perflab made for it."""
+    dirs = [Path(v) for k, v in (described or {}).items() if k.endswith("_dir") and isinstance(v, str) and v]
+    with contextlib.suppress(Exception):
+        dirs += target.data_locations() if target else []
+    return [d for d in dirs if d.is_dir()]
 
 
 @dataclass
@@ -207,14 +350,17 @@ class ActiveTarget:
 
 
 def _condition_flags(described: dict[str, Any]) -> list[Flag]:
-    """Marks of conditions a reader must see beside the figures."""
+    """Marks of conditions a reader must see beside the figures. (A memory
+    limit is flagged only when it bound: `_measure`, hostrun.memory_bound.)"""
     flags = []
     if any(fs.get("loop_backed") for fs in (described.get("scratch_fs") or {}).values()):
         flags.append(Flag.LOOP_BACKED)
-    limits = [c.get("limits", {}) for c in ((described.get("resources") or {}).get("controllers") or {}).values()]
-    if any(name.startswith(("memory.limit", "memory.max", "memory.high")) for lim in limits for name in lim):
-        flags.append(Flag.MEMORY_LIMITED)
     return flags
+
+
+# Factors that make huge pages part of the question: the Results table then
+# shows host.hugepages_in_use beside the workload's figures.
+HUGEPAGE_FACTORS = ("host.hugepages", "host.sysctl.vm.nr_hugepages", "target.settings.huge_pages")
 
 
 def _server_cpus(target_settings: Any) -> str | None:
@@ -232,17 +378,22 @@ class Runner:
         self.progress = progress
         self.base_dir = base_dir
         self.active: ActiveTarget | None = None
+        self.owner: Owner | None = None  # the experiment, as perflab's schemas elsewhere name it
         self._warned: set[str] = set()
         self.host = HostChanges(progress.say, progress.warn)
         self.link = DriverLink(progress.say)  # driver.network's namespace, made when a run needs it
         self.drivers = Drivers(progress.say)  # [driver]: one open per experiment (a Ray cluster starts once)
         # Set by SIGINT/SIGTERM (see interrupt_on_signals); every run's cancel.
         self._stop = threading.Event()
+        self.session_command = "run"  # the store's session row: what started this perflab
+        self.session_note: str | None = None
 
     # ------------------------------------------------------------ the loop
 
     def run(self) -> dict[str, int]:
         self.store.lock()  # one perflab writes an experiment at a time
+        session_id = self.store.begin_session(self.session_command, self.session_note)
+        ended = "failed: perflab stopped on an error"
         journal().bind(self.out_dir)  # host changes are journaled in the output directory too
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
@@ -260,9 +411,17 @@ class Runner:
                 if self._stop.is_set():
                     raise Interrupted("stop requested")
             finished = True
+            ended = f"finished ({counts['done']} done, {counts['failed']} failed)"
+        except Interrupted as exc:
+            ended = f"interrupted ({exc})"
+            raise
+        except UserError as exc:
+            ended = f"failed: {str(exc).splitlines()[0]}"
+            raise
         except OSError as exc:
             if exc.errno != errno.ENOSPC:
                 raise
+            ended = "failed: disk full"
             raise DiskFull(self.out_dir, f"{exc.strerror}: {exc.filename}") from None
         finally:
             with signals_ignored():
@@ -280,7 +439,11 @@ class Runner:
                 if finished and not any(r["status"] == "planned" for r in self.store.runs()):
                     self._discard_data()
                 journal().bind(None)
+                with contextlib.suppress(Exception):
+                    self._say_leftovers()
                 self.progress.close()
+                with contextlib.suppress(Exception):  # a full disk must not hide the first error
+                    self.store.end_session(session_id, ended)
         return counts
 
     def _one(self, planned: PlannedRun) -> str:
@@ -288,6 +451,23 @@ class Runner:
         n = planned.number
         run_dir = self.out_dir / "runs" / f"{n:03d}"
         run_dir.mkdir(parents=True, exist_ok=True)
+        earlier = next(r["attempts"] for r in self.store.runs() if r["id"] == n)
+        if earlier:
+            # An earlier attempt's files (an interrupted one's server log, say)
+            # go to runs/NNN/attempt-K/ before this attempt writes its own, and
+            # so do the samples it stored (start_run removes them from the store).
+            kept = _keep_attempt_files(self.out_dir, n, earlier)
+            samples = self.store.series(n)
+            if samples:
+                dest = run_dir / f"attempt-{earlier}"
+                dest.mkdir(exist_ok=True)
+                with (dest / "series.csv").open("w", newline="") as f:
+                    out = csv.DictWriter(f, ["source", "name", "t", "value"])
+                    out.writeheader()
+                    out.writerows(samples)
+                kept = str(dest.relative_to(self.out_dir))
+            if kept:
+                self.store.set_attempt_files(n, earlier, kept)
         self.progress.run_start(n, planned.factors, planned.repetition)
         self.store.start_run(n, time.monotonic_ns())
         started = time.monotonic()
@@ -310,9 +490,13 @@ class Runner:
             result.flags += [f for f in _condition_flags(described) if f not in result.flags]
             target.begin_run(run_dir)
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
+            if workload.writes():
+                endpoint = self._confine(target, identity, endpoint, spec.workload.kind, result)
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
                              cancel=self._stop, status=self.progress.status, warn=self.progress.warn,
-                             driver=self.drivers.get(spec.driver))
+                             note=self.progress.say,
+                             driver=self.drivers.get(spec.driver), earlier_effects=self.store.effects(n),
+                             record_effect=lambda kind, data: self.store.add_effect(n, kind, data))
             self._prepare(workload, endpoint, identity, ctx, result)
             self.host.before_measure(spec.host, result)
             self.host.metrics(spec.host, result)
@@ -320,6 +504,8 @@ class Runner:
                 result.merge(self._measure(workload, endpoint, target, spec, ctx))
             finally:
                 result.merge(self.drivers.driver.figures())
+            if "host.hugepages_in_use" in result.metrics and any(f.startswith(HUGEPAGE_FACTORS) for f in self.exp.factors):
+                result.headline.append("host.hugepages_in_use")
             if self._stop.is_set():
                 # A workload that saw its cancel ended early: the run is not done.
                 raise Interrupted("stop requested")
@@ -330,12 +516,12 @@ class Runner:
                 failed = [f"{k}: {d}" for k, (ok, d) in check.checks.items() if not ok]
                 raise RunFailure("consistency check failed: " + "; ".join(failed))
             status = "done"
-        except Interrupted:
-            self.store.interrupt_run(n)
+        except Interrupted as exc:
+            self.store.interrupt_run(n, f"interrupted: {exc}")
             self.progress.say(f"[{n}/{len(self.plan)}] interrupted")
             raise
-        except UserError:
-            self.store.interrupt_run(n)
+        except UserError as exc:
+            self.store.interrupt_run(n, f"interrupted: {str(exc).splitlines()[0]}")
             raise
         except Exception as exc:  # a failed run is stored and the experiment goes on
             status = "failed"
@@ -345,6 +531,7 @@ class Runner:
                 if alive:
                     error = f"{error} ({alive})"
             log_tail = getattr(exc, "log_tail", None) or (target.log_tail(LOG_TAIL_LINES) if target else None)
+            error = server_cause(error, log_tail, _server_dirs(described, target))
             # error.txt is for the user: the error and the server's words. A
             # traceback helps only when perflab itself failed (not a RunFailure).
             (run_dir / "error.txt").write_text(
@@ -444,7 +631,46 @@ class Runner:
     def _release_target(self) -> None:
         if self.active is not None:
             active, self.active = self.active, None
+            try:
+                self._record_leftovers(active.target, active.identity)
+            except Exception as exc:  # measuring must not keep a server running
+                self.progress.warn(f"what the experiment left in the target was not measured: {exc}")
             active.target.teardown()
+
+    def _confine(self, target: Target, identity: str, endpoint: Endpoint, kind: str, result: RunResult) -> Endpoint:
+        """A workload that writes to a database perflab did not create works
+        only in perflab's own schema there (Target.confine); what that made is
+        recorded at once, so `perflab clean` finds it even after a SIGKILL."""
+        if self.owner is None:
+            self.owner = Owner(self.store.experiment_id(), str(self.out_dir))
+        try:
+            confined = target.confine(endpoint, schema_for(kind), self.owner)
+        finally:
+            said, target.said = target.said, []
+            for note in said:
+                self.progress.say(note)
+                result.events.append(Event(0.0, "schema", note))
+        if confined is not endpoint:
+            self._record_leftovers(target, identity)
+            if confined.fresh:  # made just now: whatever the store says was loaded is not there
+                self.store.set_dataset(identity, None, None)
+                confined.fresh = False
+        return confined
+
+    def _record_leftovers(self, target: Target, identity: str) -> None:
+        for left in target.leftovers():
+            self.store.record_leftover(identity, left.kind, left.where, left.name, bytes_=left.bytes,
+                                       objects=left.objects, detail=left.detail, measured=True)
+
+    def _say_leftovers(self) -> None:
+        """What the experiment leaves outside its output directory, and how to remove it."""
+        left = self.store.leftovers()
+        if not left:
+            return
+        for row in left:
+            size = format_bytes(row["bytes"]) if row["bytes"] is not None else "size not known"
+            self.progress.say(f"left {row['kind']} {row['name']} ({size}; {row['detail']}) in {row['location']}")
+        self.progress.say(f"remove what this experiment left with: perflab clean {self.out_dir}")
 
     def _prepare(self, workload: Workload, endpoint: Endpoint, identity: str, ctx: RunContext,
                  result: RunResult) -> None:
@@ -454,6 +680,10 @@ class Runner:
             return
         self.progress.status("preparing data (load test)")
         self.store.set_dataset(identity, None, None)  # a crash mid-load leaves no claim of a data set
+        # A load of data that other runs used already (it was discarded, or
+        # lost) puts this run on a fresh load: the report says so.
+        self.store.add_effect(ctx.run_number, "load", {"data_key": key, "reload": self._used_before(ctx.run_number,
+                                                                                                  identity, key)})
         load = workload.prepare(endpoint, ctx)
         for step, seconds in load.steps.items():
             result.add_metric(f"load.{step}_s", seconds, "s", f"load phase step: {step}")
@@ -463,6 +693,16 @@ class Runner:
             result.add_metric(f"load.rows.{table}", rows, "rows")
         result.events.append(Event(0.0, "prepare", f"data set prepared in {load.total_s:.2f}s"))
         self.store.set_dataset(identity, key, ctx.run_number)
+
+    def _used_before(self, run_id: int, identity: str, key: str) -> bool:
+        """Whether another run of this target and data set was attempted."""
+        for r in self.store.runs():
+            if r["id"] == run_id or r["attempts"] == 0 or r["id"] not in self.plan:
+                continue
+            spec = self.exp.resolve(self.plan[r["id"]].factors)
+            if self._identity(spec.target) == identity and WORKLOADS.get(spec.workload.kind)(spec.workload).data_key() == key:
+                return True
+        return False
 
     def _measure(self, workload: Workload, endpoint: Endpoint, target: Target, spec: RunSpec,
                  ctx: RunContext) -> RunResult:
@@ -484,13 +724,22 @@ class Runner:
                     continue
                 running.append(collector)
             usage = target.resource_usage()
+            # host noise: what else used the machine while the workload ran
+            noise = HostNoise(target.processes(), external=bool(getattr(target, "external", False)))
+            noise.begin()
             if spec.driver.network.namespace:
                 with self.link.driving(spec.driver.network, target, endpoint, result, ctx.now_s) as remote:
                     result.merge(workload.run(remote, ctx))
             else:
                 result.merge(workload.run(endpoint, ctx))
+            result.merge(noise.end(target.processes()))
             if usage:
-                resource_metrics(usage, target.resource_usage(), result)
+                after = target.resource_usage()
+                resource_metrics(usage, after, result)
+                bound = memory_bound(usage, after)
+                if bound is not None:
+                    result.flags.append(Flag.MEMORY_LIMITED)
+                    result.events.append(Event(ctx.now_s(), "memory-limited", bound))
             for kind, t in (("measure-start", ctx.measure_start_s), ("measure-end", ctx.measure_end_s)):
                 if t is not None:
                     result.events.append(Event(t, kind, "measured window (warm-up excluded)"))

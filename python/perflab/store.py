@@ -17,6 +17,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -33,9 +34,16 @@ STORE_NAME = "perflab.sqlite"
 LOCK_NAME = "perflab.lock"
 SQLITE_FULL = 13
 # 2: query.started_s; 3: attempt (earlier attempts of a retried run); 4: query
-# energy. Older stores are upgraded in place when opened.
-SCHEMA_VERSION = 4
+# energy; 5: session (each perflab that ran the experiment) and effect (what a
+# run changed in the target's data, recorded before it changes it); 6:
+# leftover (what the experiment made outside its output directory, for
+# `perflab clean`) and meta's experiment_id. Older stores are upgraded in
+# place when opened.
+SCHEMA_VERSION = 6
 RUN_STATUSES = ("planned", "running", "done", "failed")
+# The tables of a store where nothing was measured yet: a row anywhere else
+# (a figure, an event, a data set, ...) means it may not be planned again.
+PLAN_TABLES = ("meta", "experiment", "run", "session", "sqlite_sequence")
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -127,11 +135,41 @@ CREATE TABLE attempt (              -- an earlier attempt of a run that was retr
     files TEXT,                       -- where its per-run files were kept (relative to the output dir)
     PRIMARY KEY (run_id, attempt)
 );
+CREATE TABLE session (              -- each perflab process that ran (some of) the experiment
+    id INTEGER PRIMARY KEY,
+    command TEXT NOT NULL,            -- run | resume | resume --retry-failed
+    pid INTEGER NOT NULL,
+    pid_start TEXT,                   -- the process's start time (clock ticks since boot): with pid, who it was
+    started_at TEXT NOT NULL,
+    ended_at TEXT,                    -- NULL while it runs, or when it was killed (see ended)
+    ended TEXT,                       -- finished | interrupted (SIGINT) | killed | failed: ...
+    note TEXT                         -- what it found and did (a resume: runs in flight, runs retried)
+);
+CREATE TABLE effect (               -- what a run changes in the target's data, recorded before it changes it
+    run_id INTEGER NOT NULL REFERENCES run(id),
+    attempt INTEGER NOT NULL,
+    kind TEXT NOT NULL,               -- e.g. tpch.refresh-pairs, tpcb.history, load
+    data_json TEXT NOT NULL,
+    at TEXT NOT NULL
+);
 CREATE TABLE dataset (
     target_identity TEXT PRIMARY KEY,
     data_key TEXT NOT NULL,
     run_id INTEGER,
     prepared_at TEXT NOT NULL
+);
+CREATE TABLE leftover (             -- what the experiment made outside its output directory (`perflab clean` removes it)
+    location TEXT NOT NULL,           -- where: the database (dsn, password masked) or the file
+    kind TEXT NOT NULL,               -- schema
+    name TEXT NOT NULL,
+    target_identity TEXT NOT NULL,    -- the target that made it (its settings reach it again)
+    bytes INTEGER,                    -- size when last measured (NULL: not known)
+    objects INTEGER,
+    detail TEXT NOT NULL DEFAULT '',  -- e.g. "10 tables, 5 functions"
+    claimed_at TEXT NOT NULL,
+    measured_at TEXT,
+    removed_at TEXT,                  -- by `perflab clean`
+    PRIMARY KEY (location, kind, name)
 );
 """
 
@@ -149,15 +187,25 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
-ATTEMPT_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE attempt"):SCHEMA.index("CREATE TABLE dataset")].strip().rstrip(";")
+_ATTEMPT_AT = SCHEMA.index("CREATE TABLE attempt")
+ATTEMPT_TABLE = SCHEMA[_ATTEMPT_AT:SCHEMA.index(");", _ATTEMPT_AT) + 1]  # that one statement
 ATTEMPT_TABLE = ATTEMPT_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+LEFTOVER_TABLE = SCHEMA[SCHEMA.index("CREATE TABLE leftover"):].strip().rstrip(";")
+LEFTOVER_TABLE = LEFTOVER_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+SESSION_EFFECT_TABLES = [
+    t.strip().replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS", 1)
+    for t in SCHEMA[SCHEMA.index("CREATE TABLE session"):SCHEMA.index("CREATE TABLE dataset")].split(";") if t.strip()
+]
 
 
 def _upgrade(conn: sqlite3.Connection, version: int) -> None:
     """Older schemas to this one, in place; nothing stored is changed.
     1 to 2: queries gained their start time (NULL for those stored before).
     2 to 3: the attempt table (empty: no run was retried before).
-    3 to 4: queries gained their energy (NULL for those stored before)."""
+    3 to 4: queries gained their energy (NULL for those stored before).
+    4 to 5: the session and effect tables (empty: nothing was recorded before).
+    5 to 6: the leftover table (empty: nothing was recorded before) and a new
+    experiment id (no database holds the old store's experiment's mark)."""
     with _tx(conn):
         if version < 2:
             conn.execute("ALTER TABLE query ADD COLUMN started_s REAL")
@@ -168,6 +216,12 @@ def _upgrade(conn: sqlite3.Connection, version: int) -> None:
             for column in ("energy_j REAL", "energy_above_idle_j REAL", "energy_json TEXT", "energy_source TEXT"):
                 if column.split()[0] not in have:
                     conn.execute(f"ALTER TABLE query ADD COLUMN {column}")
+        if version < 5:
+            for table in SESSION_EFFECT_TABLES:
+                conn.execute(table)
+        if version < 6:
+            conn.execute(LEFTOVER_TABLE)
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('experiment_id', ?)", (uuid.uuid4().hex,))
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
@@ -187,15 +241,51 @@ def take_writer_lock(out_dir: Path) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        holder = (os.pread(fd, 64, 0).decode(errors="replace").split() or ["?"])[0]
         os.close(fd)
         raise UserError(
             f"{out_dir} is in use by another perflab (pid {holder}) that is running this experiment; nothing was changed",
             "wait for it to finish (then `perflab resume` if it was interrupted), or give another --out directory",
         ) from None
     os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    # The pid and its start time: who holds the lock (see `writer_alive`).
+    os.pwrite(fd, f"{os.getpid()} {process_start(os.getpid()) or '?'}\n".encode(), 0)
     return fd
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot: with the pid, who it
+    is (a pid alone may have been reused). None: no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def writer_alive(out_dir: Path) -> bool:
+    """Whether a perflab is writing the experiment in `out_dir` now: the
+    kernel lists a holder of its lock (/proc/locks), or the pid the lock file
+    names still runs with the start time recorded beside it. Read only: it
+    takes no lock, so it never stands in a starting perflab's way."""
+    path = Path(out_dir) / LOCK_NAME
+    try:
+        inode = path.stat().st_ino
+        words = path.read_text().split()
+    except OSError:
+        return False
+    try:
+        with open("/proc/locks") as locks:
+            for line in locks:
+                fields = line.replace("->", "").split()
+                # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+                if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return True
+        return False  # the kernel drops the lock when its holder dies, SIGKILL too
+    except OSError:
+        pass
+    if len(words) >= 2 and words[0].isdigit():
+        return process_start(int(words[0])) == words[1]
+    return False
 
 
 class Store:
@@ -204,6 +294,9 @@ class Store:
         self.dir = path.parent
         self.conn = conn
         self._lock_fd = lock_fd
+        # `create` or `resume` found a store holding only a plan and planned it
+        # again: what the replaced plan held (`replan`)
+        self.replanned: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -227,17 +320,30 @@ class Store:
         lock_fd = take_writer_lock(out_dir)  # before looking: two runs may start at once
         path = out_dir / STORE_NAME
         if path.exists():
-            os.close(lock_fd)
-            raise UserError(
-                f"{out_dir} already holds an experiment's store; nothing was changed",
-                f"continue it with `perflab resume {out_dir}`, or choose a new --out directory",
-            )
+            # A store that holds only a plan (nothing measured: a first run
+            # that stopped at a wrong password, say) is planned again; any
+            # other is refused, and nothing in it changes.
+            try:
+                old = cls(path, cls._open_conn(path), lock_fd)
+            except UserError as exc:
+                os.close(lock_fd)
+                raise UserError(f"{out_dir} already holds an experiment's store, which this perflab cannot read "
+                                f"({exc.message}); nothing was changed", "choose a new --out directory") from None
+            if not old.holds_only_a_plan():
+                old.close()
+                raise UserError(
+                    f"{out_dir} already holds an experiment's store, with results in it; nothing was changed",
+                    f"continue it with `perflab resume {out_dir}`, or choose a new --out directory",
+                )
+            old.replan(name=name, spec_text=spec_text, spec_path=spec_path, seed=seed, factors=factors, host=host)
+            return old
         conn = _connect(path)
         with _tx(conn):
             for stmt in SCHEMA.split(";"):
                 if stmt.strip():
                     conn.execute(stmt)
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            conn.execute("INSERT INTO meta VALUES ('experiment_id', ?)", (uuid.uuid4().hex,))
             conn.execute(
                 "INSERT INTO experiment VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
                 (name, spec_text, spec_path, seed, json.dumps(factors), utc_now(), json.dumps(host)),
@@ -254,6 +360,12 @@ class Store:
                 f"{out_dir} holds no perflab store ({STORE_NAME})",
                 "give the output directory of a `perflab run` (it printed the path)",
             )
+        return cls(path, cls._open_conn(path))
+
+    @staticmethod
+    def _open_conn(path: Path) -> sqlite3.Connection:
+        """A connection to the store at `path`, its schema upgraded to this
+        perflab's; a UserError when it is no store this perflab reads."""
         try:
             conn = _connect(path)
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -267,7 +379,7 @@ class Store:
                 f"{path}: store schema {version[0] if version else '?'} is not {SCHEMA_VERSION}",
                 "read it with the perflab version that wrote it",
             )
-        return cls(path, conn)
+        return conn
 
     def close(self) -> None:
         self.conn.close()
@@ -288,6 +400,45 @@ class Store:
         d["host"] = json.loads(d.pop("host_json"))
         d["factors"] = json.loads(d.pop("factors_json"))
         return d
+
+    def holds_only_a_plan(self) -> bool:
+        """Whether nothing was measured yet: every run planned (or left
+        running by a perflab that died: the caller holds the writer lock),
+        no attempt but interrupted ones (a first run stopped at provisioning,
+        a wrong password, say), and no table but the plan's and the
+        sessions' holds a row (no figure, event, failed attempt, data set or
+        recorded change). Such a store may be planned again: nothing measured
+        is lost."""
+        assert self._lock_fd is not None, "only the experiment's writer may ask"
+        if self.conn.execute("SELECT 1 FROM run WHERE status NOT IN ('planned', 'running') LIMIT 1").fetchone():
+            return False
+        if self.conn.execute("SELECT 1 FROM attempt WHERE status != 'interrupted' LIMIT 1").fetchone():
+            return False
+        tables = [r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return not any(self.conn.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone()
+                       for t in tables if t not in (*PLAN_TABLES, "attempt"))
+
+    def replan(self, *, name: str, spec_text: str, spec_path: str | None, seed: int, factors: list[str],
+               host: dict[str, Any]) -> str:
+        """A store that holds only a plan becomes a new experiment's, its
+        plan emptied for `add_plan` (in one transaction). Returns what the
+        replaced plan held, for the session's note: its interrupted attempts
+        are dropped with it (they measured nothing), their causes said there."""
+        assert self.holds_only_a_plan()
+        planned = self.conn.execute("SELECT count(*) FROM run").fetchone()[0]
+        causes = [r[0] for r in self.conn.execute("SELECT DISTINCT error FROM attempt WHERE error IS NOT NULL")]
+        attempts = self.conn.execute("SELECT count(*) FROM attempt").fetchone()[0]
+        with _tx(self.conn):
+            self.conn.execute("DELETE FROM attempt")
+            self.conn.execute("DELETE FROM run")
+            self.conn.execute(
+                "UPDATE experiment SET name=?, spec_text=?, spec_path=?, seed=?, factors_json=?, created_at=?, "
+                "host_json=? WHERE id=1",
+                (name, spec_text, spec_path, seed, json.dumps(factors), utc_now(), json.dumps(host)),
+            )
+        self.replanned = (f"planned again: the replaced plan had {planned} runs, nothing measured"
+                          + (f", {attempts} interrupted attempt(s) ({'; '.join(causes)})" if attempts else ""))
+        return self.replanned
 
     def add_plan(self, runs: list[Any]) -> None:
         with _tx(self.conn):
@@ -325,22 +476,108 @@ class Store:
         with _tx(self.conn):
             self.conn.execute("UPDATE run SET t0_monotonic_ns=? WHERE id=?", (t0_ns, run_id))
 
-    def interrupt_run(self, run_id: int) -> None:
-        """An interrupted run goes back to planned; resume runs it again."""
+    def interrupt_run(self, run_id: int, cause: str = "interrupted") -> None:
+        """An interrupted run goes back to planned; resume runs it again. The
+        interrupted attempt is kept in `attempt` (status 'interrupted')."""
         with _tx(self.conn):
+            self._keep_attempt(run_id, "interrupted", cause, utc_now())
             self.conn.execute("UPDATE run SET status='planned' WHERE id=? AND status='running'", (run_id,))
 
-    def recover(self) -> list[int]:
-        """Runs left 'running' by a perflab that died: back to planned. Only
-        when no other perflab is running this experiment (a live one's run is
-        'running' too)."""
+    def _keep_attempt(self, run_id: int, status: str, error: str, ended_at: str | None,
+                      files: str | None = None) -> None:
+        """The run's current attempt as a row of `attempt` (a run that is 'running')."""
+        self.conn.execute(
+            "INSERT OR IGNORE INTO attempt SELECT id, attempts, ?, started_at, ?, "
+            "(julianday(?) - julianday(started_at)) * 86400.0, ?, log_tail, ? FROM run WHERE id=? AND status='running'",
+            (status, ended_at, ended_at, error, files, run_id),
+        )
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """Runs marked 'running' (by this perflab, or one that died)."""
+        return [r for r in self.runs() if r["status"] == "running"]
+
+    def recover(self, files: dict[int, str | None] | None = None, last_seen: dict[int, str | None] | None = None,
+                ) -> list[int]:
+        """Runs left 'running' by a perflab that died: back to planned, each
+        killed attempt kept in `attempt` (status 'killed'; its end is the last
+        sign of life found, `last_seen`; its files went to `files`). Only when
+        no other perflab is running this experiment (a live one's run is
+        'running' too). The dead perflab's session is closed as 'killed'."""
         self.lock()
+        files, last_seen = files or {}, last_seen or {}
         ids = [r[0] for r in self.conn.execute("SELECT id FROM run WHERE status='running'")]
         with _tx(self.conn):
+            dead = [dict(r) for r in self.conn.execute("SELECT * FROM session WHERE ended_at IS NULL")]
+            who = ", ".join(f"pid {d['pid']}" for d in dead) or "a perflab"
             for run_id in ids:
+                self._keep_attempt(run_id, "killed", f"killed: {who} died while the run ran (found at resume)",
+                                   last_seen.get(run_id), files.get(run_id))
                 self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
                 self._event(run_id, None, "resumed", "the previous attempt was interrupted; the run is run again")
+            for d in dead:
+                if process_start(d["pid"]) != d["pid_start"]:
+                    self.conn.execute(
+                        "UPDATE session SET ended='killed', note=coalesce(note || '; ', '') || ? WHERE id=?",
+                        ("it died without ending (SIGKILL, a crash, power loss)"
+                         + (f"; run {', '.join(map(str, ids))} was in flight" if ids else ""), d["id"]))
         return ids
+
+    def set_attempt_files(self, run_id: int, attempt: int, files: str) -> None:
+        with _tx(self.conn):
+            self.conn.execute("UPDATE attempt SET files=? WHERE run_id=? AND attempt=? AND files IS NULL",
+                              (files, run_id, attempt))
+
+    # ------------------------------------------------------------ sessions, effects
+
+    def begin_session(self, command: str, note: str | None = None) -> int:
+        pid = os.getpid()
+        with _tx(self.conn):
+            cur = self.conn.execute(
+                "INSERT INTO session (command, pid, pid_start, started_at, note) VALUES (?, ?, ?, ?, ?)",
+                (command, pid, process_start(pid), utc_now(), note),
+            )
+        return int(cur.lastrowid or 0)
+
+    def end_session(self, session_id: int, ended: str) -> None:
+        with _tx(self.conn):
+            self.conn.execute("UPDATE session SET ended_at=?, ended=? WHERE id=?", (utc_now(), ended, session_id))
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM session ORDER BY id")]
+
+    def add_effect(self, run_id: int, kind: str, data: dict[str, Any]) -> None:
+        """Record, before the run does it, what it changes in the target's
+        data (committed at once: a killed run's record survives it)."""
+        with _tx(self.conn):
+            self.conn.execute(
+                "INSERT INTO effect SELECT id, attempts, ?, ?, ? FROM run WHERE id=?",
+                (kind, json.dumps(data), utc_now(), run_id),
+            )
+
+    def effects(self, run_id: int | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM effect" + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY rowid"
+        out = []
+        for row in self.conn.execute(sql, () if run_id is None else (run_id,)):
+            d = dict(row)
+            d["data"] = json.loads(d.pop("data_json"))
+            out.append(d)
+        return out
+
+    def run_marks(self) -> dict[int, list[str]]:
+        """What a reader must know beside a run's figures, by run: 'resumed'
+        (an earlier attempt was killed or interrupted), 'retried' (an earlier
+        attempt failed), 'fresh load' (its final attempt loaded the data again
+        after other runs had used it)."""
+        marks: dict[int, list[str]] = {}
+        attempts = {r["id"]: r["attempts"] for r in self.runs()}
+        for a in self.attempts():
+            word = "retried" if a["status"] == "failed" else "resumed"
+            if word not in marks.setdefault(a["run_id"], []):
+                marks[a["run_id"]].append(word)
+        for e in self.effects():
+            if e["kind"] == "load" and e["data"].get("reload") and e["attempt"] == attempts.get(e["run_id"]):
+                marks.setdefault(e["run_id"], []).append("fresh load")
+        return {k: v for k, v in marks.items() if v}
 
     def retry_failed(self, files: dict[int, str | None]) -> list[int]:
         """Failed runs back to planned, each failed attempt kept in `attempt`
@@ -436,6 +673,46 @@ class Store:
                     "INSERT OR REPLACE INTO dataset VALUES (?, ?, ?, ?)", (target_identity, data_key, run_id, utc_now())
                 )
 
+    # ------------------------------------------------------------ what the experiment left outside its directory
+
+    def experiment_id(self) -> str:
+        """This experiment's id: what perflab marks its schemas in other databases with."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = 'experiment_id'").fetchone()
+        if row is None:  # a store made by a perflab that had none
+            with _tx(self.conn):
+                self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('experiment_id', ?)", (uuid.uuid4().hex,))
+            row = self.conn.execute("SELECT value FROM meta WHERE key = 'experiment_id'").fetchone()
+        return str(row[0])
+
+    def record_leftover(self, target_identity: str, kind: str, location: str, name: str, *,
+                        bytes_: int | None = None, objects: int | None = None, detail: str = "",
+                        measured: bool = False) -> None:
+        """What this experiment made (or took over) outside its output
+        directory: recorded when it is made, then measured (`measured`) as
+        the target is released. The location never holds a password."""
+        with _tx(self.conn):
+            self.conn.execute(
+                "INSERT INTO leftover (location, kind, name, target_identity, bytes, objects, detail, claimed_at, "
+                "measured_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (location, kind, name) DO UPDATE SET target_identity = excluded.target_identity, "
+                "bytes = coalesce(excluded.bytes, bytes), objects = coalesce(excluded.objects, objects), "
+                "detail = CASE WHEN excluded.detail = '' THEN detail ELSE excluded.detail END, "
+                "measured_at = coalesce(excluded.measured_at, measured_at), removed_at = NULL",
+                (location, kind, name, target_identity, bytes_, objects, detail, utc_now(),
+                 utc_now() if measured else None),
+            )
+
+    def leftovers(self, removed: bool = False) -> list[dict[str, Any]]:
+        """What the experiment left outside its output directory (with
+        `removed`, what `perflab clean` removed too)."""
+        sql = "SELECT * FROM leftover" + ("" if removed else " WHERE removed_at IS NULL") + " ORDER BY location, kind, name"
+        return [dict(r) for r in self.conn.execute(sql)]
+
+    def leftover_removed(self, location: str, kind: str, name: str) -> None:
+        with _tx(self.conn):
+            self.conn.execute("UPDATE leftover SET removed_at = ? WHERE location = ? AND kind = ? AND name = ?",
+                              (utc_now(), location, kind, name))
+
     # ------------------------------------------------------------ reads
 
     def metrics(self, run_id: int | None = None) -> list[dict[str, Any]]:
@@ -501,7 +778,7 @@ class SeriesWriter(SeriesSink):
 
     def __init__(self, store_path: Path, run_id: int, flush_interval_s: float = 1.0) -> None:
         self.run_id = run_id
-        self._rows: list[tuple[int, str, str, float, float]] = []
+        self._rows: list[tuple[int, str, str, float, float | None]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._conn = _connect(store_path)
@@ -510,7 +787,7 @@ class SeriesWriter(SeriesSink):
         self._thread.start()
         self.written = 0
 
-    def add(self, source: str, name: str, t: float, value: float) -> None:
+    def add(self, source: str, name: str, t: float, value: float | None) -> None:
         with self._lock:
             self._rows.append((self.run_id, source, name, t, value))
 

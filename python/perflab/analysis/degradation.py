@@ -222,11 +222,14 @@ def assess(
     higher_is_better: bool | None,
     significance: float = SIGNIFICANCE,
     seed: int = DEFAULT_SEED,
+    positions: Sequence[float] | None = None,
 ) -> Degradation:
     """Change from the first run, the trend and the change points, and a one-line
-    verdict that says whether the metric really got worse."""
+    verdict that says whether the metric really got worse. `positions`: each
+    value's repetition number (default 1..n), so a missing run (a failed
+    one) leaves its gap in the trend rather than closing it."""
     vals = [float(v) for v in values]
-    trend = ols_trend(vals) if len(vals) >= 3 else None
+    trend = ols_trend(vals, positions) if len(vals) >= 3 else None
     cps = change_points(vals, significance=significance, seed=seed) if len(vals) >= 2 * MIN_SEGMENT else []
     result = Degradation(vals, change_from_first_pct(vals), trend, cps, higher_is_better)
     result.verdict = _verdict(result, significance)

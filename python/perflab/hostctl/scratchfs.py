@@ -216,6 +216,16 @@ def mount_entry(mountpoint: Path | str) -> dict[str, str] | None:
     return found
 
 
+def device_of(path: Path | str) -> tuple[str, str]:
+    """(the device, the mount point) of the filesystem holding `path` (or its
+    nearest existing parent): the mount's source as /proc/mounts names it."""
+    point = os.path.realpath(_nearest_existing(Path(path)))
+    while not os.path.ismount(point) and point != os.path.dirname(point):
+        point = os.path.dirname(point)
+    entry = mount_entry(point)
+    return (entry["source"] if entry else "?"), point
+
+
 def mounts_under(path: Path | str) -> bool:
     """Is anything mounted at or below `path`? True when /proc/mounts cannot
     be read: a caller about to remove `path` must then leave it."""

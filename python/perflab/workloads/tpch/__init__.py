@@ -146,6 +146,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
         self._loaded_in_this_run = False
         self._answer_checks: list[answers.AnswerCheck] = []
         self._refresh_pairs_run = 0
+        self._first_pair = 1  # this run's first refresh pair (see _claim_pairs)
 
     # ------------------------------------------------------------ load test
 
@@ -158,8 +159,9 @@ class TpchWorkload(Workload[SqlEndpoint]):
         conn = endpoint.connect()
         try:
             load = generated.load_generated(
-                endpoint, conn, ctx, "tpch", sf, schema.TABLES, schema.drop_tables(),
-                [schema.create_table(t) for t in schema.TABLES], schema.load_steps(endpoint.dialect), self._jobs())
+                endpoint, conn, ctx, "tpch", sf, schema.TABLES, schema.drop_tables(endpoint.schema),
+                [schema.create_table(t) for t in schema.TABLES],
+                schema.load_steps(endpoint.dialect, endpoint.schema is not None), self._jobs())
             load_end = dt.datetime.now()
             refresh_seed = self.settings.seed if self.settings.seed is not None else qgen.default_seed(load_end)
             _write_state(conn, _State(sf, load_end.isoformat(timespec="seconds"), 1, 0, refresh_seed))
@@ -185,6 +187,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
             result.events.append(Event(ctx.now_s(), "load", f"load test: {load.total_s:.2f}s"))
 
         state = self._state(endpoint)
+        self._first_pair = self._claim_pairs(endpoint, ctx, state, result)
         if state.runs_since_load > 0:
             self._maintenance(endpoint, ctx, result)
         base_seed = s.seed if s.seed is not None else qgen.default_seed(dt.datetime.fromisoformat(state.load_end))
@@ -233,9 +236,67 @@ class TpchWorkload(Workload[SqlEndpoint]):
             )
         return state
 
+    def _pairs_per_run(self) -> int:
+        s = self.settings
+        power = 1 if "power" in s.tests and not s.validation else 0
+        throughput = (s.streams or metrics.min_streams(s.scale_factor)) if "throughput" in s.tests else 0
+        return power + throughput
+
+    def _claim_pairs(self, endpoint: SqlEndpoint, ctx: RunContext, state: _State, result: RunResult) -> int:
+        """The refresh pairs this run uses, claimed whole before any runs, so
+        that a run's pairs depend on its place in the plan only: a run that
+        fails or is killed keeps its claim, and the runs after it use the
+        pairs they would have used had it succeeded. A run run again (resumed
+        after a kill, or retried) takes the pairs its earlier attempt claimed,
+        after undoing what that attempt's refresh functions committed
+        (refresh.undo_pair), so the refresh sequence is that of an
+        uninterrupted experiment. The claim is recorded in the store first
+        (ctx.record_effect), then in the database."""
+        count = self._pairs_per_run()
+        earlier = [e["data"] for e in ctx.earlier_effects if e["kind"] == "tpch.refresh-pairs"]
+        if earlier:
+            first = int(earlier[-1]["first"])
+            if int(earlier[-1].get("refresh_seed", -1)) == state.refresh_seed:
+                self._undo_pairs(endpoint, ctx, range(first, first + int(earlier[-1]["count"])), state, result)
+            else:
+                result.events.append(Event(ctx.now_s(), "refresh", (
+                    f"refresh pairs {first}..{first + count - 1} of an earlier attempt: the data was loaded again "
+                    "since, nothing to undo")))
+        else:
+            first = state.next_pair
+        if count == 0:
+            return first
+        ctx.record_effect("tpch.refresh-pairs", {"first": first, "count": count, "refresh_seed": state.refresh_seed})
+        state.next_pair = max(state.next_pair, first + count)
+        conn = endpoint.connect()
+        try:
+            _write_state(conn, state)
+        finally:
+            conn.close()
+        result.events.append(Event(ctx.now_s(), "refresh", f"refresh pairs {first}..{first + count - 1} claimed"))
+        return first
+
+    def _undo_pairs(self, endpoint: SqlEndpoint, ctx: RunContext, pairs: range, state: _State,
+                    result: RunResult) -> None:
+        conn = endpoint.connect()
+        try:
+            for pair in pairs:
+                try:
+                    done = refresh.undo_pair(conn, endpoint.dialect, self.settings.scale_factor, pair,
+                                             state.refresh_seed)
+                except RunFailure:
+                    raise
+                except Exception as exc:
+                    raise RunFailure(f"undoing refresh pair {pair} of an earlier attempt failed: "
+                                     f"{_short_error(exc)}") from exc
+                if done:
+                    result.events.append(Event(ctx.now_s(), "refresh-undone", f"earlier attempt's {done}"))
+                    ctx.warn(f"run {ctx.run_number}: undid the earlier attempt's {done}")
+        finally:
+            conn.close()
+
     def _finish_state(self, endpoint: SqlEndpoint, state: _State) -> None:
         state.runs_since_load += 1
-        state.next_pair += self._refresh_pairs_run
         conn = endpoint.connect()
         try:
             _write_state(conn, state)
@@ -246,6 +307,9 @@ class TpchWorkload(Workload[SqlEndpoint]):
         sql = self.settings.maintenance
         if sql is None:
             sql = DEFAULT_MAINTENANCE.get(endpoint.dialect, "")
+            if sql and endpoint.schema is not None:
+                # a database perflab did not create: its own tables only
+                sql = f"{sql} {', '.join(schema.TABLES)}"
         if not sql.strip():
             return
         ctx.status(f"tpch: maintenance ({sql})")
@@ -318,7 +382,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
     def _power_test(self, endpoint: SqlEndpoint, ctx: RunContext, result: RunResult, state: _State,
                     base_seed: int, only: tuple[int, ...] | None, invalid: list[str]) -> float | None:
         s = self.settings
-        pair = state.next_pair + self._refresh_pairs_run
+        pair = self._first_pair + self._refresh_pairs_run
         queries = qgen.stream_queries(0, base_seed, s.scale_factor, endpoint.dialect, only=only)
         ctx.status("tpch: power test")
         started = time.perf_counter()
@@ -348,7 +412,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
                          base_seed: int, only: tuple[int, ...] | None, invalid: list[str]) -> float | None:
         s = self.settings
         streams = s.streams or metrics.min_streams(s.scale_factor)
-        first_pair = state.next_pair + self._refresh_pairs_run
+        first_pair = self._first_pair + self._refresh_pairs_run
         ctx.status(f"tpch: throughput test, {streams} streams")
         outcomes: dict[int, _StreamOutcome] = {}
         refresh_times: list[QueryTime] = []

@@ -1,0 +1,103 @@
+"""A stall in closed loop is named (issue 34): the server SIGSTOPped for 3 s
+in a closed-loop tpcb run flags the run `stalled`, with an event naming the
+seconds, and no second without completions stores a latency of 0."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from conftest import server_stalled
+from perflab.context import RunContext, SeriesSink
+from perflab.model import Flag, RunResult
+from perflab.workloads.stalls import StallWatch, interval_value
+from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
+
+
+class Recorder(SeriesSink):
+    def __init__(self) -> None:
+        self.points: list[tuple[str, str, float, float | None]] = []
+
+    def add(self, source: str, name: str, t: float, value: float | None) -> None:
+        self.points.append((source, name, t, value))
+
+
+def second(t: float, transactions: int, warmup: bool = False) -> SimpleNamespace:
+    return SimpleNamespace(t_s=t, interval_s=1.0, warmup=warmup, transactions=transactions,
+                           latency_p99_ms=0.0, latency_mean_ms=0.0, lag_count=0, lag_mean_ms=0.0)
+
+
+def test_a_second_without_completions_has_no_latency_and_flags_closed_loop() -> None:
+    assert interval_value(second(3, 0), "latency_p99_ms") is None
+    assert interval_value(second(3, 0), "transactions") == 0.0
+    watch = StallWatch(closed_loop=True)
+    for t, n in enumerate([100, 110, 0, 0, 0, 105, 98], start=1):
+        watch.add(second(t, n))
+    result = RunResult()
+    watch.annotate(result)
+    assert result.flags == [Flag.STALLED]
+    assert result.metrics["stall.longest_s"].value == 3
+    assert "the longest gap 3 s from 2 s" in result.events[0].message
+    # Open loop shows a stall as latency: no flag; a steady closed loop: none either.
+    for closed, counts in ((False, [100, 0, 0, 100]), (True, [100, 95, 60, 104, 99])):
+        watch = StallWatch(closed_loop=closed)
+        for t, n in enumerate(counts, start=1):
+            watch.add(second(t, n))
+        result = RunResult()
+        watch.annotate(result)
+        assert result.flags == []
+
+
+def test_a_3s_sigstop_in_closed_loop_is_flagged_stalled(pg_target, scratch_db, tmp_path: Path) -> None:
+    target, _ = pg_target
+    w = TpcbWorkload(TpcbSettings.model_validate({"kind": "tpcb", "scale": 1, "script": "select-only",
+                                                  "clients": 2, "threads": 1, "duration": "8s"}))
+    sink = Recorder()
+    ctx = RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns(), series=sink)
+    w.prepare(scratch_db, ctx)
+    with server_stalled(lambda: list(target.processes()), after_s=2.0, for_s=3.0):
+        result = w.run(scratch_db, ctx)
+    assert Flag.STALLED in result.flags
+    stalled = [e for e in result.events if e.kind == "stalled"]
+    assert len(stalled) == 1 and "longest gap" in stalled[0].message
+    assert result.metrics["stall.longest_s"].value >= 2
+    p99 = [(t, v) for source, name, t, v in sink.points if name == "latency_p99_ms"]
+    tps = {t: v for source, name, t, v in sink.points if name == "tps"}
+    assert p99 and all(v is None or v > 0 for _, v in p99), "no per-second p99 of 0"
+    assert [t for t, v in p99 if v is None] == [t for t, v in sorted(tps.items()) if v == 0]
+    assert any(v is None for _, v in p99), "the stalled seconds store no p99"
+
+
+def test_a_disk_filled_during_the_load_is_named_with_its_path(workdir: Path, run_cli) -> None:
+    """The server's data on a small tmpfs (perflab's scratch filesystem) that
+    the tpcb load fills: the failure names "No space left on device", the
+    device and the path, and the fix, before the client's symptom."""
+    f = workdir / "full.toml"
+    f.write_text("""
+[experiment]
+name = "disk-full"
+
+[target]
+kind = "postgres"
+[target.storage.data_fs]
+type = "tmpfs"
+size = "72MB"
+
+[workload]
+kind = "tpcb"
+scale = 12
+duration = "2s"
+
+[collect]
+""")
+    out = workdir / "out"
+    proc = run_cli("run", f, "--out", out, "--no-report", check=False, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    import sqlite3
+
+    error = sqlite3.connect(out / "perflab.sqlite").execute("SELECT error FROM run WHERE id = 1").fetchone()[0]
+    first = error.splitlines()[0]
+    assert first.startswith("no space left on "), error
+    assert "No space left on device" in first and str(out) in first, error
+    assert "fix: free space on" in error
