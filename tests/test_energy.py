@@ -160,9 +160,25 @@ def test_report_plots_energy_delay_across_factors(run_cli: Any, workdir: Path) -
     run_cli("run", exp, "--out", out, "--quiet")
     html = (out / "report.html").read_text()
     assert "energy-delay" in html
+    # energy per run and per query set are headline metrics: Results and
+    # Effects give them like the workload's own figures, with their intervals
+    db = sqlite3.connect(out / "perflab.sqlite")
+    headlines = [json.loads(h) for (h,) in db.execute("select headline_json from run")]
+    db.close()
+    assert all(h[-2:] == ["energy.joules", "energy.queries.joules"] for h in headlines), headlines
+    results = html[html.index('id="results"'):]
+    assert "energy.joules (J)" in results and "energy.queries.joules (J)" in results
     assert (out / "figures" / "energy-delay.png").stat().st_size > 0
     assert (out / "figures" / "energy-per-query.png").stat().st_size > 0
     assert (out / "figures" / "energy-power-over-time.png").stat().st_size > 0
+    # the headline table: a row per thread count and component, not per run (issue 27)
+    from test_headline_tables import table_with
+
+    table = table_with(html, "Energy (J) per query set, component and resource combination")
+    assert table["headers"][:2] == ["threads", "component"]
+    assert [r[:2] for r in table["rows"]][:2] == [["1", "total"], ["1", "in queries"]]
+    assert {r[0] for r in table["rows"]} == {"1", "2"}
+    assert all(r[2].startswith("n=2: ") for r in table["rows"])  # 2 repetitions: the values, no interval
 
 
 def test_an_idle_baseline_can_be_left_out() -> None:

@@ -20,9 +20,18 @@ from conftest import cli_command
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import CollectorContext, CollectorUnavailable
 from perflab.collectors.syscalls import (
+    BUCKET_RELATIVE_ERROR,
+    CALLS,
+    CLASSES,
+    SUB_BITS,
+    SYNC_CALLS,
+    Agg,
     SyscallsCollector,
     SyscallsSettings,
     bpftrace_problem,
+    bucket_bounds,
+    bucket_of,
+    percentile_from_buckets,
     strace_problem,
 )
 from perflab.context import RunContext, SeriesSink
@@ -39,10 +48,12 @@ class ListSink(SeriesSink):
 
 
 def _trace(mechanism: str, target: Any, endpoint: Any, work: Callable[[], Any],
-           tmp: Path) -> tuple[ListSink, Any, RunContext, float]:
+           tmp: Path, keep: list[SyscallsCollector] | None = None) -> tuple[ListSink, Any, RunContext, float]:
     sink = ListSink()
     ctx = RunContext(run_number=1, run_dir=tmp, t0_ns=time.monotonic_ns(), series=sink)
     collector = SyscallsCollector("syscalls", SyscallsSettings(mechanism=mechanism, interval=0.5))
+    if keep is not None:
+        keep.append(collector)
     collector.start(CollectorContext(run=ctx, endpoint=endpoint, target=target))
     try:
         work()
@@ -60,18 +71,27 @@ def _commits(endpoint: Any, n: int) -> None:
             conn.execute("INSERT INTO sys_t VALUES (%s, repeat('x', 200))", (i,))
 
 
-def _tracers() -> list[int]:
-    """Live bpftrace and strace processes (perflab's: the test machine runs no others)."""
+def _tracers(parent: int | None = None) -> list[int]:
+    """Live bpftrace and strace processes; with `parent`, only those it started
+    (perflab starts its tracer itself): another experiment's are not a test's."""
     out = []
     for p in Path("/proc").glob("[0-9]*/comm"):
         try:
             if p.read_text().strip() in ("bpftrace", "strace"):
-                state = (p.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
+                fields = (p.parent / "stat").read_text().rsplit(")", 1)[1].split()
+                if fields[0] != "Z" and (parent is None or int(fields[1]) == parent):
                     out.append(int(p.parent.name))
-        except OSError:
+        except (OSError, IndexError, ValueError):
             continue
     return out
+
+
+def _alive(tracers: set[tuple[int, str | None]]) -> list[int]:
+    """Those of `tracers` (pid, start time) still alive: the same processes, not a reused pid."""
+    from perflab.guardian import start_time
+
+    return [pid for pid, start in tracers if start is not None and start_time(pid) == start
+            and pid in _tracers()]
 
 
 def _server_tree(pm: int | None) -> list[int]:
@@ -83,6 +103,75 @@ def _server_tree(pm: int | None) -> list[int]:
 def pids_gone(pids: set[int]) -> set[int]:
     """Pids that have exited since (a backend that closed): not checkable."""
     return {p for p in pids if not Path(f"/proc/{p}").exists()}
+
+
+def _percentiles_in_bounds(m: dict[str, float]) -> None:
+    """Every (call, class) row of a traced run: min <= p50 <= p99 <= max."""
+    rows = 0
+    for call in CALLS:
+        for cls in CLASSES:
+            p = f"syscalls.{cls}.{call}"
+            if m.get(f"{p}.count"):
+                rows += 1
+                lo, p50, p99, hi = (m[f"{p}.{s}_us"] for s in ("min", "p50", "p99", "max"))
+                assert lo <= p50 <= p99 <= hi, (p, lo, p50, p99, hi)
+    assert rows > 3
+
+
+def _bucketed(samples: Any) -> Agg:
+    agg = Agg()
+    for ns in samples:
+        agg.add(int(ns))
+    return agg
+
+
+def test_bucket_keys_cover_every_duration_with_the_stated_width() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(26)
+    values = [*range(0, 5000), *(int(v) for v in rng.integers(0, 2**40, 20000)), 2**40, 2**63 - 1]
+    for ns in values:
+        lo, hi = bucket_bounds(bucket_of(ns))
+        assert lo <= ns < hi, ns
+        assert hi - lo == 1 or (hi - lo) / lo <= BUCKET_RELATIVE_ERROR, (ns, lo, hi)
+    # below 2^(SUB_BITS + 1) ns every duration is its own bucket
+    assert all(bucket_bounds(bucket_of(ns)) == (ns, ns + 1) for ns in range(2 ** (SUB_BITS + 1)))
+    # keys grow with the duration (the histogram is read in key order)
+    keys = [bucket_of(ns) for ns in sorted(values)]
+    assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("distribution", ["lognormal", "exponential", "uniform", "tiny"])
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 1000, 100_000])
+def test_percentiles_from_buckets_are_inside_min_max_and_the_stated_error(distribution: str, n: int) -> None:
+    """The same samples bucketed as the BPF program buckets them: each
+    percentile from the histogram against numpy.percentile of the samples."""
+    import numpy as np
+
+    rng = np.random.default_rng(n)
+    raw = {"lognormal": lambda: rng.lognormal(np.log(20_000), 1.2, n),  # ns: a read, around 20 us
+           "exponential": lambda: rng.exponential(300_000, n),  # an fsync-like tail
+           "uniform": lambda: rng.uniform(5_000, 9_000_000, n),
+           "tiny": lambda: rng.uniform(0, 100, n)}[distribution]()  # inside the exact buckets
+    samples = np.floor(raw).astype(np.int64)  # the kernel's nanoseconds are integers
+    agg = _bucketed(samples)
+    assert agg.count == n and agg.min_ns == samples.min() and agg.max_ns == samples.max()
+    for q in (0.0, 0.01, 0.5, 0.9, 0.99, 0.999, 1.0):
+        exact = float(np.percentile(samples, q * 100))
+        got = percentile_from_buckets(agg.buckets, q, agg.min_ns, agg.max_ns)
+        assert agg.min_ns <= got <= agg.max_ns, (q, got)
+        assert abs(got - exact) <= BUCKET_RELATIVE_ERROR * exact + 1e-9, (distribution, n, q, got, exact)
+    # one sample: every percentile is it
+    if n == 1:
+        assert percentile_from_buckets(agg.buckets, 0.99, agg.min_ns, agg.max_ns) == samples[0]
+
+
+def test_the_old_log2_defect_is_gone() -> None:
+    """The issue's row: one pwrite64 of 13.56 us read p50 12, p99 15.92 from
+    its log2 bucket [8, 16) us. Now both are 13.56 us."""
+    agg = _bucketed([13_560])
+    for q in (0.5, 0.99):
+        assert percentile_from_buckets(agg.buckets, q, agg.min_ns, agg.max_ns) == 13_560
 
 
 def test_registered_and_not_default_on() -> None:
@@ -114,9 +203,19 @@ def test_bpftrace_wal_and_checkpoint_syncs_records_cross_check_and_only_the_serv
         dd.wait()
         time.sleep(0.6)  # an interval's print
 
-    sink, result, ctx, end_s = _trace("bpftrace", target, endpoint, work, workdir)
+    kept: list[SyscallsCollector] = []
+    sink, result, ctx, end_s = _trace("bpftrace", target, endpoint, work, workdir, kept)
     m = {k: v.value for k, v in result.metrics.items()}
     assert m["syscalls.mechanism_strace"] == 0
+    _percentiles_in_bounds(m)
+    # the kernel's histogram keys are Python's bucket_of: every recorded sync
+    # lands in the bucket the BPF program counted it in
+    records: dict[tuple[str, str], dict[int, int]] = {}
+    for call, cls, _, _, dur_ns in kept[0]._data.records:
+        slot = records.setdefault((call, cls), {})
+        slot[bucket_of(dur_ns)] = slot.get(bucket_of(dur_ns), 0) + 1
+    kernel = {key: agg.buckets for key, agg in kept[0]._data.aggs.items() if key[0] in SYNC_CALLS and agg.count}
+    assert records and records == kernel
     wal_syncs = m.get("syscalls.wal.fdatasync.count", 0) + m.get("syscalls.wal.fsync.count", 0)
     assert wal_syncs > 0, m
     assert m["syscalls.base.fsync.count"] > 0, m  # the checkpoint's
@@ -146,7 +245,7 @@ def test_bpftrace_wal_and_checkpoint_syncs_records_cross_check_and_only_the_serv
     assert any(e.kind == "syscalls-traced" and "bpftrace" in e.message for e in result.events)
     assert any("agree" in e.message for e in result.events), [e.message for e in result.events]
     assert m["syscalls.tracer_cpu_s"] >= 0
-    assert _tracers() == []
+    assert _tracers(os.getpid()) == []
 
 
 @needs_root
@@ -156,13 +255,14 @@ def test_strace_fallback_counts_wal_syncs(pg_target, workdir: Path) -> None:
     sink, result, ctx, end_s = _trace("strace", target, endpoint, lambda: _commits(endpoint, 100), workdir)
     m = {k: v.value for k, v in result.metrics.items()}
     assert m["syscalls.mechanism_strace"] == 1
+    _percentiles_in_bounds(m)
     assert m.get("syscalls.wal.fdatasync.count", 0) + m.get("syscalls.wal.fsync.count", 0) > 0, m
     assert m["syscalls.wal.writes"] > 0
     assert abs(m["syscalls.wal_sync_ratio"] - 1) <= 0.10, m
     records = [t for _, n, t, _ in sink.rows if n.startswith("call.") and not n.endswith(".pid")]
     assert records and records == sorted(records) and all(0 <= t <= end_s for t in records)
     assert any(e.kind == "syscalls-traced" and "strace" in e.message for e in result.events)
-    assert _tracers() == []
+    assert _tracers(os.getpid()) == []
 
 
 def test_unavailable_without_a_managed_server(workdir: Path) -> None:
@@ -212,8 +312,8 @@ def test_a_run_stores_the_trace_and_the_report_draws_it(workdir: Path, run_cli) 
     assert conn.execute("SELECT count(*) FROM series WHERE source = 'syscalls' AND name LIKE 'call.wal.%'"
                         ).fetchone()[0] > 0
     report = next(out.rglob("*.html")).read_text()
-    assert "System calls by file class" in report
-    assert "syscalls-successive-run1" in report
+    assert "System calls by storage layout" in report
+    assert 'id="fig-syscalls-successive"' in report
 
 
 def _start_run(workdir: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]:
@@ -223,7 +323,7 @@ def _start_run(workdir: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]
         run = subprocess.Popen(cli_command("run", _experiment(workdir, name, "120s"), "--out", out, "--quiet",
                                            "--no-report"), stdout=f, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not _tracers():
+    while not _tracers(run.pid):
         assert run.poll() is None, log.read_text()
         assert time.monotonic() < deadline, "the tracer did not start"
         time.sleep(0.05)
@@ -235,19 +335,22 @@ def _start_run(workdir: Path, name: str) -> tuple[subprocess.Popen[bytes], Path]
 @pytest.mark.skipif(bpftrace_problem() is not None, reason=str(bpftrace_problem()))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
 def test_no_tracer_left_after_ctrl_c_or_sigkill(workdir: Path, sig: int) -> None:
+    from perflab.guardian import start_time
+
     run, log = _start_run(workdir, f"sig{int(sig)}")
+    mine = {(pid, start_time(pid)) for pid in _tracers(run.pid)}  # this run's, never another's
     try:
-        assert _tracers()
+        assert _alive(mine)
         run.send_signal(sig)
         run.wait(timeout=60)
         deadline = time.monotonic() + 5  # the guardian's promise
-        while _tracers() and time.monotonic() < deadline:
+        while _alive(mine) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _tracers() == [], log.read_text()
+        assert _alive(mine) == [], log.read_text()
     finally:
         if run.poll() is None:
             run.kill()
-        for pid in _tracers():
+        for pid in _alive(mine):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -168,13 +168,18 @@ RESOURCE_COUNTERS = {
     "memory_failcnt": ("count", "times the server's memory hit target.resources.memory"),
     "memory_high_events": ("count", "times the server's memory went past target.resources.memory_high"),
     "memory_oom_kills": ("count", "server processes the OOM killer killed"),
+    "memory_reclaim_scanned": ("pages", "pages reclaim scanned in the server's cgroup (cgroup v2 memory.stat pgscan)"),
     "io_read_bytes": ("B", "bytes the server's cgroup read from block devices"),
     "io_write_bytes": ("B", "bytes the server's cgroup wrote to block devices"),
 }
 RESOURCE_LEVELS = {
     "memory_peak_bytes": ("B", "the server cgroup's highest memory use, page cache included, since it started"),
     "memory_current_bytes": ("B", "the server cgroup's memory use at the run's end, page cache included"),
+    "memory_limit_bytes": ("B", "the server cgroup's memory limit in force (target.resources.memory)"),
+    "memory_high_bytes": ("B", "the server cgroup's memory.high in force (target.resources.memory_high)"),
 }
+# A limit "bound" when the cgroup's memory reached this share of it.
+MEMORY_BOUND_SHARE = 0.9
 
 
 def resource_metrics(before: dict[str, float], after: dict[str, float], result: RunResult) -> None:
@@ -187,3 +192,38 @@ def resource_metrics(before: dict[str, float], after: dict[str, float], result: 
         elif name in RESOURCE_LEVELS:
             unit, text = RESOURCE_LEVELS[name]
             result.add_metric(f"resources.{name}", value, unit, text)
+
+
+def memory_bound(before: dict[str, float], after: dict[str, float]) -> str | None:
+    """Why the server's memory limit bound during the measured window, with
+    the figures; None when it did not (or there is no limit).
+
+    It bound when the limit was hit (v1 memory.failcnt, v2 memory.events max;
+    memory.events high for memory_high; an OOM kill), when reclaim scanned
+    pages in the cgroup (v2 memory.stat pgscan), or when the cgroup's memory,
+    page cache included, reached MEMORY_BOUND_SHARE (90%) of the limit in the
+    window. That use is the peak when the peak grew during the window;
+    otherwise the peak was reached earlier (the load phase, an earlier run on
+    the same server), and the window's use is known only at its two ends."""
+    limits = [after[k] for k in ("memory_limit_bytes", "memory_high_bytes") if after.get(k)]
+    if not limits:
+        return None
+    limit = min(limits)
+    reasons = []
+    for key, what in (("memory_failcnt", "the limit was hit {n:.0f} times (failcnt)"),
+                      ("memory_high_events", "memory.high was passed {n:.0f} times"),
+                      ("memory_oom_kills", "the OOM killer killed {n:.0f} processes"),
+                      ("memory_reclaim_scanned", "reclaim scanned {n:.0f} pages")):
+        n = after.get(key, 0.0) - before.get(key, 0.0)
+        if n > 0:
+            reasons.append(what.format(n=n))
+    peak = after.get("memory_peak_bytes")
+    if peak is not None and peak > before.get("memory_peak_bytes", 0.0):
+        used, how = peak, "peaked at"
+    else:
+        used, how = max(before.get("memory_current_bytes", 0.0), after.get("memory_current_bytes", 0.0)), "used"
+    if used >= MEMORY_BOUND_SHARE * limit:
+        reasons.append(f"{how} {used / 2**20:.0f} MiB, {100 * used / limit:.0f}% of it")
+    if not reasons:
+        return None
+    return f"the {limit / 2**20:.0f} MiB memory limit bound: " + "; ".join(reasons)

@@ -8,6 +8,7 @@ back from the store only. Every field is plain data so it serialises to JSON.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -17,14 +18,127 @@ from typing import Any
 DEFAULT_LEVEL = "default"
 
 
+# A factor level that is a table may carry this key: its label in every
+# table, figure, legend, `show` and `export`. It is removed before the level
+# is applied (spec.set_path), so it never reaches the target's settings.
+LABEL_KEY = "label"
+# Leaf keys whose value says enough alone ("ext4 1GB", not "type=ext4 size=1GB").
+VALUE_ONLY_KEYS = frozenset({"kind", "type", "size", "fs", "name", "version", "image"})
+
+
 def fmt_level(value: Any) -> str:
-    """A factor level as people read it: booleans as in the file, an empty or
-    unset value as `default`."""
+    """A factor level as people read it, the one function every table, figure,
+    legend, `show` and `export` uses: booleans as in the file, an empty or
+    unset value as `default`, a table as its label (`level_labels` gives one
+    to every table level when the file is loaded; a table stored without one
+    reads as its leaves, key=value), never a Python repr."""
     if value is None or value == "":
         return DEFAULT_LEVEL
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, dict):
+        label = value.get(LABEL_KEY)
+        if isinstance(label, str) and label.strip():
+            return label
+        return " ".join(_leaf_text(k, v, {}) for k, v in _leaves(without_label(value)).items()) or DEFAULT_LEVEL
+    if isinstance(value, (list, tuple)):
+        return ",".join(fmt_level(v) for v in value) or "[]"
     return str(value)
+
+
+def without_label(value: Any) -> Any:
+    """A level as it is applied: a table without its `label` key."""
+    if isinstance(value, dict) and LABEL_KEY in value:
+        return {k: v for k, v in value.items() if k != LABEL_KEY}
+    return value
+
+
+def _leaves(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):  # an empty table sets nothing: no leaf
+            out.update(_leaves(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _short_paths(paths: list[str]) -> dict[str, str]:
+    """Each path as its last component, or as many trailing components as it
+    takes to tell the paths apart (`pg17/bin`, `pg18/bin`)."""
+    distinct = list(dict.fromkeys(paths))
+    parts = {p: [x for x in p.split("/") if x] or [p] for p in distinct}
+    for n in range(1, max(len(v) for v in parts.values()) + 1):
+        short = {p: "/".join(v[-n:]) for p, v in parts.items()}
+        if len(set(short.values())) == len(distinct):
+            return short
+    return {p: p for p in distinct}
+
+
+def _leaf_text(key: str, value: Any, paths: dict[str, str]) -> str:
+    name = key.rsplit(".", 1)[-1]
+    if isinstance(value, str) and "/" in value:
+        return paths.get(value) or _short_paths([value])[value]
+    text = fmt_level(value)
+    return text if name in VALUE_ONLY_KEYS else f"{name}={text}"
+
+
+def level_labels(levels: list[Any]) -> list[str]:
+    """The label of each level of one factor, in order. A table level's own
+    `label` is kept; other table levels are named by what differs between the
+    factor's table levels: only the leaf keys whose values differ, a value
+    alone where its key says what it is (kind, type, size, ...), else
+    key=value, paths shortened to the components that tell them apart
+    ("ext4 1GB", "io_method=worker", "pg18/bin sendfile=off"). A factor with
+    one table level, or levels that differ only in their labels, shows every
+    leaf. Other levels read as fmt_level says."""
+    tables = [_leaves(without_label(v)) for v in levels if isinstance(v, dict)]
+    keys = list(dict.fromkeys(k for t in tables for k in t))
+    missing = object()
+
+    def differs(key: str) -> bool:
+        return len({repr(t.get(key, missing)) for t in tables}) > 1
+
+    shown = [k for k in keys if differs(k)] or keys
+    paths = {k: _short_paths([t[k] for t in tables if isinstance(t.get(k), str) and "/" in t[k]] or [""])
+             for k in shown}
+    labels = []
+    for value in levels:
+        own = value.get(LABEL_KEY) if isinstance(value, dict) else None
+        if isinstance(own, str) and own.strip():
+            labels.append(own)
+        elif isinstance(value, dict):
+            leaves = _leaves(without_label(value))
+            text = " ".join(_leaf_text(k, leaves[k], paths[k]) for k in shown if k in leaves)
+            labels.append(text or DEFAULT_LEVEL)
+        else:
+            labels.append(fmt_level(value))
+    # two levels whose leaves print alike (1 and "1"): told apart by their place
+    twice = {label for label in labels if labels.count(label) > 1}
+    for i, label in enumerate(labels):
+        if label in twice and isinstance(levels[i], dict) and not isinstance(levels[i].get(LABEL_KEY), str):
+            labels[i] = f"{label} (level {i + 1})"
+    return labels
+
+
+def labelled_levels(levels: list[Any]) -> list[Any]:
+    """A factor's levels with each table level's `label` set (its own, else
+    derived by level_labels): what the plan runs and the store keeps, so every
+    reader shows one label through fmt_level."""
+    labels = level_labels(levels)
+    return [{**without_label(v), LABEL_KEY: label} if isinstance(v, dict) else v
+            for v, label in zip(levels, labels, strict=True)]
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """A sort key that orders the numbers in names by value: Q2 before Q10,
+    Q1.2 before Q1.10, q9.sql before q10.sql; case is ignored first."""
+    parts = _DIGITS.split(str(name))
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p.lower()) for p in parts if p), str(name)
 
 
 def fmt_factors(factors: dict[str, Any], sep: str = " ") -> str:
@@ -110,7 +224,10 @@ class Flag(str, Enum):
     # The server's data or WAL was on a filesystem over a loop device (a file
     # on another filesystem), not on a disk of its own.
     LOOP_BACKED = "loop-backed"
-    # The server ran under a cgroup memory limit, which counts its page cache.
+    # The server's cgroup memory limit bound during the run: its memory
+    # (page cache counted) reached 90% of the limit, the limit was hit
+    # (failcnt, memory.events max/high, OOM kills) or reclaim was counted
+    # (hostrun.memory_bound).
     MEMORY_LIMITED = "memory-limited"
     # The transaction mix achieved is below its spec's minimums (TPC-C
     # clause 5.2.3: Payment 43%, Order-Status, Delivery, Stock-Level 4% each).
@@ -118,6 +235,19 @@ class Flag(str, Enum):
     # The driver ran in a network namespace over a shaped veth link
     # (driver.network): its latency includes the link's delay.
     SHAPED_LINK = "shaped-link"
+    # A closed-loop run had a second with no completions, or throughput below
+    # a tenth of its median for more than a second (workloads/stalls.py):
+    # its percentiles cannot show that; its events say where.
+    STALLED = "stalled"
+    # Processes neither perflab's nor the target's, and steal time, took more
+    # than 5% of one core while the workload ran (collectors/hostnoise.py).
+    NOISY_HOST = "noisy-host"
+    # The CPUs perflab and the target's processes share were under 5% idle
+    # while the workload ran (collectors/hostnoise.py).
+    CPU_SATURATED = "cpu-saturated"
+    # The run's mean power was below the idle power measured before it, so
+    # its energy above idle is negative (collectors/energy.py).
+    ENERGY_BELOW_IDLE = "energy-below-idle"
 
     def __str__(self) -> str:
         return self.value

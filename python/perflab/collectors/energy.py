@@ -84,7 +84,7 @@ from perflab.collectors.procfs import (
     read_text,
 )
 from perflab.endpoints import Capability
-from perflab.model import Event, Metric, QueryTime, RunResult
+from perflab.model import Event, Flag, Metric, QueryTime, RunResult
 from perflab.section import RunGroup, Section
 from perflab.units import Duration
 
@@ -647,6 +647,8 @@ class EnergyCollector(SamplingCollector):
         joules = sum(components.get(c, 0.0) for c in self.meter.total_of)
         result.add_metric(f"{p}.joules", joules, "J", f"energy over the run ({' + '.join(self.meter.total_of)})",
                           higher_is_better=False, method=method)
+        result.headline.append(f"{p}.joules")  # Results and Effects show it, with its interval
+        result.add_metric(f"{p}.seconds", seconds, "s", "the span the energy figures cover", method=method)
         if self._measured_s > 0:
             result.add_metric(f"{p}.watts_mean", self._measured_j / self._measured_s, "W",
                               "mean power over the measured window (warm-up excluded)",
@@ -670,9 +672,20 @@ class EnergyCollector(SamplingCollector):
             for c, w in sorted(self.idle_watts.items()):
                 result.add_metric(f"{p}.idle.{c}.watts", w, "W", f"{c} power at idle", higher_is_better=False,
                                   method=method)
-            result.add_metric(f"{p}.joules_above_idle", joules - idle_w * seconds, "J",
+            above = joules - idle_w * seconds
+            result.add_metric(f"{p}.joules_above_idle", above, "J",
                               "energy over the run less the idle power x its length", higher_is_better=False,
                               method=method)
+            if above < 0:
+                # the idle baseline measured more power than the run drew: the
+                # baseline caught other work, or the power moved by more than the
+                # run adds to it; the figure stays, flagged, with both powers
+                result.flags.append(Flag.ENERGY_BELOW_IDLE)
+                result.events.append(Event(0.0, "energy-below-idle", (
+                    f"{p}: the run's mean power {joules / seconds:.3f} W is below the idle baseline's {idle_w:.3f} W "
+                    f"(measured over {self._idle_s:g} s before the run): energy above idle {above:.3f} J. The baseline "
+                    "measured more than the run: other work ran during it, or the machine's power varies by more "
+                    "than the run adds; lengthen idle_baseline, or run on a quieter host")))
         return result
 
     def annotate(self, result: RunResult) -> None:
@@ -693,6 +706,8 @@ class EnergyCollector(SamplingCollector):
         total = result.metrics.get(f"{p}.joules")
         result.add_metric(f"{p}.queries.joules", in_queries, "J", "energy inside the queries' intervals",
                           higher_is_better=False, method=self.method)
+        if f"{p}.queries.joules" not in result.headline:  # the query set's energy: in Results and Effects
+            result.headline.append(f"{p}.queries.joules")
         if total is not None:
             result.add_metric(f"{p}.gaps.joules", total.value - in_queries, "J",
                               "energy outside every query (between, before and after them)",

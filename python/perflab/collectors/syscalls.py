@@ -27,12 +27,19 @@ file system. openat is classified from the fd it returns.
 
 What it counts: openat, read, pread64, preadv, write, pwrite64, pwritev,
 lseek, close, fsync, fdatasync and sync_file_range. Per call type and class
-the kernel keeps count, total, min and max duration and a log2 histogram in
-microseconds (in-kernel aggregates, printed every interval and at the end;
-no event per call: the sync records too are batched in a map per interval), so p50 and p99 are interpolated inside a
-power-of-two bucket, except for fsync and fdatasync, whose every call is
-recorded: those percentiles are exact. (io_method=io_uring in PostgreSQL 18
-issues its reads without these system calls: they are not seen.)
+the kernel keeps count, total, min and max duration and a log-linear
+histogram in nanoseconds (in-kernel aggregates, printed every interval and at
+the end; no event per call: the sync records too are batched in a map per
+interval). The histogram (`bucket_of`, computed the same way in the BPF
+program and in Python): durations below 2^(SUB_BITS+1) ns are their own
+bucket; above, each power of two is split into 2^SUB_BITS equal buckets
+(HdrHistogram's layout, with SUB_BITS = 5: 32 per octave). A bucket is at
+most 1/32 of its lower bound wide, so p50 and p99, placed inside their
+bucket and kept inside [min, max], are within 3.125% of the exact
+percentile of the same calls (`percentile_from_buckets`; the bound is
+proved there). fsync and fdatasync, whose every call is recorded, get exact
+percentiles. (io_method=io_uring in PostgreSQL 18 issues its reads without
+these system calls: they are not seen.)
 
 Where the fsync records go: the store's series table, source `syscalls`,
 one point per call: `call.<class>.<fsync|fdatasync>` = its duration in
@@ -117,6 +124,11 @@ STOP_TIMEOUT_S = 20.0
 # Map entries: fsync/fdatasync records per interval (more are dropped; the
 # counts and histograms still have them).
 RECORD_MAP_KEYS = 262144
+# The histogram's resolution: 2^SUB_BITS buckets per power of two, so a
+# bucket is at most 2^-SUB_BITS of its lower bound wide (3.125%): the
+# relative error bound of a percentile read from it.
+SUB_BITS = 5
+BUCKET_RELATIVE_ERROR = 2.0 ** -SUB_BITS
 
 
 class SyscallsSettings(CollectorSettings):
@@ -178,45 +190,88 @@ def _kdev(st_dev: int) -> int:
     return (os.major(st_dev) << 20) | os.minor(st_dev)
 
 
+def bucket_of(ns: int) -> int:
+    """The histogram key of a duration in ns, as the BPF program computes it
+    (`_bucket_bpf`): the value itself below 2^(SUB_BITS+1), else
+    (e - SUB_BITS) * 2^SUB_BITS + (ns >> (e - SUB_BITS)), e = floor(log2 ns)."""
+    ns = max(0, int(ns))
+    e = ns.bit_length() - 1
+    if e < SUB_BITS:
+        return ns
+    return ((e - SUB_BITS) << SUB_BITS) + (ns >> (e - SUB_BITS))
+
+
+def bucket_bounds(key: int) -> tuple[int, int]:
+    """[low, high) in ns of a histogram key: every duration with that key
+    is an integer in low .. high - 1."""
+    if key < 1 << (SUB_BITS + 1):
+        return key, key + 1
+    shift = (key >> SUB_BITS) - 1
+    mantissa = (1 << SUB_BITS) + (key & ((1 << SUB_BITS) - 1))
+    return mantissa << shift, (mantissa + 1) << shift
+
+
 @dataclass
 class Agg:
-    """One call type and class: count, total, min, max (ns), log2 histogram (us)."""
+    """One call type and class: count, total, min, max (ns), log-linear histogram (ns)."""
 
     count: int = 0
     total_ns: int = 0
     min_ns: int | None = None
     max_ns: int = 0
-    # (low us, high us, count), bpftrace's log2 buckets
-    buckets: list[tuple[float, float, int]] = field(default_factory=list)
+    # bucket_of(ns) -> calls
+    buckets: dict[int, int] = field(default_factory=dict)
 
     def add(self, dur_ns: int) -> None:
         self.count += 1
         self.total_ns += dur_ns
         self.min_ns = dur_ns if self.min_ns is None else min(self.min_ns, dur_ns)
         self.max_ns = max(self.max_ns, dur_ns)
-        us = dur_ns // 1000
-        low = 0 if us == 0 else 1 << (us.bit_length() - 1)
-        high = 0 if us == 0 else 2 * low - 1
-        for i, (lo, hi, c) in enumerate(self.buckets):
-            if lo == low:
-                self.buckets[i] = (lo, hi, c + 1)
-                return
-        self.buckets.append((low, high, 1))
-        self.buckets.sort()
+        key = bucket_of(dur_ns)
+        self.buckets[key] = self.buckets.get(key, 0) + 1
 
 
-def percentile_from_buckets(buckets: list[tuple[float, float, int]], q: float) -> float:
-    """The q-quantile (0..1) of a log2 histogram, linear inside its bucket."""
-    total = sum(c for _, _, c in buckets)
+def percentile_from_buckets(buckets: dict[int, int], q: float, low: float | None = None,
+                            high: float | None = None) -> float:
+    """The q-quantile (0..1), in ns, of the durations a histogram counts, as
+    numpy.percentile's default (linear between the order statistics at
+    q x (n - 1)) would give it from the durations themselves.
+
+    Each order statistic is placed inside its bucket (the k-th of c calls in
+    [lo, hi) at lo + (hi - 1 - lo) (k + 0.5) / c), then kept inside [low,
+    high] (the min and max, exact). Why the error is at most
+    BUCKET_RELATIVE_ERROR of the exact value: an order statistic s and its
+    estimate lie in the same bucket, so they differ by less than its width,
+    which is at most 2^-SUB_BITS of its lower bound <= s; the linear mix of two
+    order statistics with weights (1 - f, f) then errs by at most 2^-SUB_BITS x
+    ((1 - f) s_i + f s_i+1), the exact value. Clamping to [min, max], which
+    hold every duration, only brings an estimate nearer."""
+    total = sum(buckets.values())
     if total == 0:
         return math.nan
-    rank = q * total
-    seen = 0.0
-    for lo, hi, c in sorted(buckets):
-        if c and seen + c >= rank:
-            return lo + (hi + 1 - lo) * ((rank - seen) / c)
+    pos = min(max(q, 0.0), 1.0) * (total - 1)
+    i = int(pos)
+    frac = pos - i
+    wanted = [i] if frac == 0 or i + 1 >= total else [i, i + 1]
+    found: list[float] = []
+    seen = 0
+    for key in sorted(buckets):
+        c = buckets[key]
+        if not c:
+            continue
+        lo, hi = bucket_bounds(key)
+        while wanted and wanted[0] < seen + c:
+            k = wanted.pop(0) - seen
+            found.append(lo + (hi - 1 - lo) * (k + 0.5) / c)
+        if not wanted:
+            break
         seen += c
-    return buckets[-1][1]
+    value = found[0] if len(found) == 1 else found[0] + (found[1] - found[0]) * frac
+    if low is not None:
+        value = max(value, low)
+    if high is not None:
+        value = min(value, high)
+    return value
 
 
 def exact_percentile(values: list[float], q: float) -> float:
@@ -251,6 +306,18 @@ def _classify(fd_expr: str, dirs: dict[str, tuple[int, int]]) -> str:
   }}"""
 
 
+def _bucket_bpf() -> str:
+    """bpftrace statements that set $hb to bucket_of($d): $he = floor(log2 $d)
+    by halving the search (6 comparisons), then the top SUB_BITS + 1 bits.
+    (Names of their own: a probe's variable keeps its first type, and $v is
+    a dev_t in the classifier.)"""
+    k = SUB_BITS
+    steps = "".join(f"\n  if ($hx >= {1 << n}) {{ $he = $he + {n}; $hx = $hx >> {n}; }}" for n in (32, 16, 8, 4, 2))
+    return (f"\n  $hx = (uint64)$d; $he = (uint64)0;{steps}\n  if ($hx >= 2) {{ $he = $he + 1; }}"
+            f"\n  if ($he < {k}) {{ $hb = (uint64)$d; }}"
+            f" else {{ $hb = (($he - {k}) << {k}) + ((uint64)$d >> ($he - {k})); }}")
+
+
 def bpftrace_script(postmaster: int, pids: list[int], dirs: dict[str, tuple[int, int]], interval_ms: int) -> str:
     pred = f"(pid == {postmaster} || ((struct task_struct *)curtask)->real_parent->tgid == {postmaster} || @tr[pid])"
     seed = "".join(f" @tr[{p}] = 1;" for p in pids)
@@ -267,7 +334,8 @@ def bpftrace_script(postmaster: int, pids: list[int], dirs: dict[str, tuple[int,
             out.append(
                 "tracepoint:syscalls:sys_exit_openat /@t[tid]/ {\n  $d = nsecs - @t[tid];"
                 + "\n  $c = 0;\n  if (args->ret >= 0) {" + _classify("args->ret", dirs) + "\n  }"
-                + f"\n  @st[{n}, $c] = stats($d); @h[{n}, $c] = hist($d / 1000); @mn[{n}, $c] = min($d);"
+                + _bucket_bpf()
+                + f"\n  @st[{n}, $c] = stats($d); @h[{n}, $c, $hb] = count(); @mn[{n}, $c] = min($d);"
                 f" @mx[{n}, $c] = max($d);\n  delete(@t[tid]);\n}}")
             continue
         out.append(f"tracepoint:syscalls:sys_enter_{call} /{pred}/ {{" + _classify("args->fd", dirs)
@@ -280,7 +348,8 @@ def bpftrace_script(postmaster: int, pids: list[int], dirs: dict[str, tuple[int,
                f" else {{ @ra[@t[tid], tid] = ({n}, $c, pid, $d); }}") if sync else ""
         out.append(
             f"tracepoint:syscalls:sys_exit_{call} /@t[tid]/ {{\n  $d = nsecs - @t[tid]; $c = @c[tid];"
-            f"\n  @st[{n}, $c] = stats($d); @h[{n}, $c] = hist($d / 1000); @mn[{n}, $c] = min($d);"
+            + _bucket_bpf()
+            + f"\n  @st[{n}, $c] = stats($d); @h[{n}, $c, $hb] = count(); @mn[{n}, $c] = min($d);"
             f" @mx[{n}, $c] = max($d);{rec}\n  delete(@t[tid]); delete(@c[tid]);\n}}")
     out.append(f"interval:ms:{interval_ms} {{ @ep = 1 - @ep;"
                " if (@ep) { print(@ra); clear(@ra); } else { print(@rb); clear(@rb); }"
@@ -439,7 +508,7 @@ class SyscallsCollector(Collector):
 
     def _read_bpftrace(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        hists: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+        hists: dict[tuple[int, int], dict[int, int]] = defaultdict(dict)
         mins: dict[tuple[int, int], int] = {}
         maxs: dict[tuple[int, int], int] = {}
         for raw in self._proc.stdout:
@@ -452,9 +521,6 @@ class SyscallsCollector(Collector):
                 self._bpftrace_line(str(data))
             elif kind == "stats":
                 self._stats = {_key(k): (int(v["count"]), int(v["total"])) for k, v in data.get("@st", {}).items()}
-            elif kind == "hist":
-                hists = {_key(k): [(float(b.get("min", 0)), float(b.get("max", b.get("min", 0))), int(b["count"]))
-                                   for b in v if "min" in b] for k, v in data.get("@h", {}).items()}
             elif kind == "map":
                 for name in ("@ra", "@rb"):
                     batch = []
@@ -463,6 +529,11 @@ class SyscallsCollector(Collector):
                         batch.append((start_ns, int(n), int(c), int(pid), int(dur)))
                     for start_ns, n, c, pid, dur in sorted(batch):
                         self._record(CALLS[n], CLASSES[c], pid, start_ns, dur)
+                if "@h" in data:
+                    hists = defaultdict(dict)
+                    for k, v in data["@h"].items():
+                        n, c, b = (int(x) for x in k.split(","))
+                        hists[(n, c)][b] = int(v)
                 for name, store in (("@mn", mins), ("@mx", maxs)):
                     if name in data:
                         store.update({_key(k): int(v) for k, v in data[name].items()})
@@ -471,7 +542,7 @@ class SyscallsCollector(Collector):
                 agg = self._data.aggs[(CALLS[n], CLASSES[c])]
                 agg.count, agg.total_ns = count, total
                 agg.min_ns, agg.max_ns = mins.get((n, c)), maxs.get((n, c), 0)
-                agg.buckets = hists.get((n, c), [])
+                agg.buckets = dict(hists.get((n, c), {}))
         self._ended.set()
 
     def _bpftrace_line(self, text: str) -> None:
@@ -690,9 +761,13 @@ class SyscallsCollector(Collector):
             result.add_metric(f"{p}.max_us", agg.max_ns / 1000, "us", f"longest {call}, {cls}")
             values = exact.get((call, cls))
             for q, label in ((0.5, "p50"), (0.99, "p99")):
-                v = exact_percentile(values, q) if values else percentile_from_buckets(agg.buckets, q)
-                result.add_metric(f"{p}.{label}_us", v, "us", f"{label} {call} time, {cls}"
-                                  + ("" if values else " (inside a log2 bucket)"))
+                if values:
+                    v, how = exact_percentile(values, q), " (exact: every call recorded)"
+                else:
+                    v = percentile_from_buckets(agg.buckets, q, agg.min_ns, agg.max_ns) / 1000
+                    how = (f" (from a log-linear histogram: within {100 * BUCKET_RELATIVE_ERROR:g}% of the exact "
+                           "value, inside [min, max])")
+                result.add_metric(f"{p}.{label}_us", v, "us", f"{label} {call} time, {cls}{how}")
         for cls in CLASSES:
             for col, calls in COLUMNS.items():
                 total = sum(aggs[(c, cls)].count for c in calls if (c, cls) in aggs)
@@ -767,91 +842,123 @@ class SyscallsCollector(Collector):
 
     @classmethod
     def report_sections(cls, groups: list[RunGroup]) -> list[Section]:
-        counts: list[list[Any]] = []
-        latency: list[list[Any]] = []
-        mechanisms: set[str] = set()
-        checks: list[str] = []
-        for group in groups:
-            for run in group.runs:
-                m = run["metrics"]
-                if "syscalls.mechanism_strace" not in m:
-                    continue
-                mech = "strace" if m["syscalls.mechanism_strace"] else "bpftrace"
-                mechanisms.add(mech)
-                label = f"#{group.index} {group.label} run {run['id']}"
-                for c in CLASSES:
-                    row = [m.get(f"syscalls.{c}.{col}", 0) for col in COLUMNS]
-                    if any(row):
-                        counts.append([label, mech, c, *row])
-                for call in CALLS:
+        """The seed's three views, each one table or figure for the whole
+        experiment, a row (or line) per storage layout rather than per run:
+        fsync and fdatasync Num/Avg/Min/Max; the calls per file class; the
+        successive WAL syncs. The other factors are held at their first level
+        (the seed's "one point": 1 client, 200 transactions), and the
+        repetitions pooled."""
+        from perflab.analysis import pivot
+
+        traced = [{**run, "label": group.label, "read_series": group.read_series}
+                  for group in groups for run in group.runs if "syscalls.mechanism_strace" in run["metrics"]]
+        if not traced:
+            return []
+        mechanisms = {"strace" if r["metrics"]["syscalls.mechanism_strace"] else "bpftrace" for r in traced}
+        varied = pivot.varied(traced)
+        layout = [f for f in varied if "storage" in f or "wal" in f.rsplit(".", 1)[-1]] or varied
+        others = [f for f in varied if f not in layout]
+        first = {f: pivot.levels(traced, f)[0] for f in others}
+        held = [r for r in traced if all(r["factors"].get(f) == v for f, v in first.items())] or traced
+        where = (" Runs at " + pivot.combo_label(others, list(first.values())) + " (the first level of each "
+                 "other factor), repetitions pooled." if others and held is not traced else "")
+        layouts = pivot.group(held, layout)
+        layout_header = " / ".join(pivot.short_name(f) for f in layout) or "runs"
+
+        def name(values: tuple[Any, ...]) -> str:
+            return pivot.combo_label(layout, values, named=len(layout) > 1) if layout else "all runs"
+
+        sync_rows: list[list[Any]] = []
+        for call in SYNC_CALLS:
+            for values, runs in layouts:
+                counts, total_us, lows, highs = [], 0.0, [], []
+                for r in runs:
+                    m = r["metrics"]
+                    n_calls = sum(m.get(f"syscalls.{c}.{call}.count", 0.0) for c in CLASSES)
+                    counts.append(n_calls)
                     for c in CLASSES:
                         p = f"syscalls.{c}.{call}"
                         if m.get(f"{p}.count"):
-                            latency.append([label, call, c, m[f"{p}.count"]] +
-                                           [m.get(f"{p}.{s}_us") for s in ("mean", "min", "p50", "p99", "max")])
-                ratio = m.get("syscalls.wal_sync_ratio")
-                if ratio is not None:
-                    checks.append(f"run {run['id']}: {m.get('syscalls.wal_syncs', 0):.0f} WAL syncs traced, "
-                                  f"{m.get('syscalls.pg.pg_stat_wal.wal_sync', 0):.0f} in pg_stat_wal "
-                                  f"(ratio {ratio:.3f})")
-                cpu = m.get("syscalls.tracer_cpu_s")
-                if cpu is not None and run.get("seconds"):
-                    checks.append(f"run {run['id']}: {mech} used {cpu:.2f} s of CPU "
-                                  f"({100 * cpu / run['seconds']:.1f}% of one core)")
-        if not counts:
-            return []
+                            total_us += m[f"{p}.count"] * m.get(f"{p}.mean_us", 0.0)
+                            lows.append(m.get(f"{p}.min_us", math.nan))
+                            highs.append(m.get(f"{p}.max_us", math.nan))
+                whole = sum(counts)
+                if not whole:
+                    continue
+                sync_rows.append([f"{call}()", name(values), pivot.cell(counts),
+                                  total_us / whole if whole else None, min(lows) if lows else None,
+                                  max(highs) if highs else None, len(runs)])
+        class_rows: list[list[Any]] = []
+        for values, runs in layouts:
+            for c in CLASSES:
+                row = [pivot.center_of([r["metrics"].get(f"syscalls.{c}.{col}", 0.0) for r in runs])
+                       for col in COLUMNS]
+                if any(row):
+                    class_rows.append([name(values), c, *row, len(runs)])
+        checks = []
+        for r in traced:
+            m = r["metrics"]
+            ratio = m.get("syscalls.wal_sync_ratio")
+            if ratio is not None and abs(ratio - 1.0) > 0.05:
+                checks.append(f"run {r['id']}: {m.get('syscalls.wal_syncs', 0):.0f} WAL syncs traced, "
+                              f"{m.get('syscalls.pg.pg_stat_wal.wal_sync', 0):.0f} in pg_stat_wal (ratio {ratio:.3f})")
+        cpu = [(r["metrics"]["syscalls.tracer_cpu_s"], r["seconds"]) for r in traced
+               if r["metrics"].get("syscalls.tracer_cpu_s") is not None and r.get("seconds")]
         blocks: list[Block] = [
             Text("System calls of the server's process tree, traced with " + " and ".join(sorted(mechanisms))
                  + (" (strace stops every traced call: its figures include its own large overhead)"
                     if "strace" in mechanisms else "") + ". File classes: wal = pg_wal, base = base/, "
-                 "global = global/, other = everything else (sockets, pipes, other files)."),
-            Table(["run", "mechanism", "class", *COLUMNS], counts,
-                  caption="Calls per file class over the run (reads = read + pread64 + preadv; writes = write + "
-                  "pwrite64 + pwritev), as the seed's table of seeks by file class."),
-            Table(["run", "call", "class", "count", "mean (us)", "min (us)", "p50 (us)", "p99 (us)", "max (us)"],
-                  latency, caption="Time per call. fsync and fdatasync percentiles are exact (every call is "
-                  "recorded); the others are interpolated inside the kernel's log2 histogram buckets."),
+                 "global = global/, other = everything else (sockets, pipes, other files)." + where),
+            Table(["call", layout_header, "Num", "Avg (us)", "Min (us)", "Max (us)", "runs"], sync_rows,
+                  caption="fsync and fdatasync per storage layout, as the seed's table: Num the calls per run "
+                  "(mean over the runs, with its interval from 3 runs), Avg the mean time of every call of those "
+                  "runs, Min and Max the extremes over them (us, every call recorded)."),
+            Table([layout_header, "class", *COLUMNS, "runs"], class_rows,
+                  caption="Calls per file class and storage layout, the mean per run (reads = read + pread64 + "
+                  "preadv; writes = write + pwrite64 + pwritev), as the seed's table of calls by file class."),
         ]
+        if cpu:
+            share = max(c / sec for c, sec in cpu)
+            blocks.append(Text(f"The tracer used at most {100 * share:.1f}% of one core in any run."))
         if checks:
-            blocks.append(Text("; ".join(checks) + "."))
-        for group in groups:
-            reader = group.read_series
-            if reader is None:
-                continue
-            for run in group.runs:
-                if "syscalls.mechanism_strace" not in run["metrics"]:
+            blocks.append(Text("WAL syncs traced against pg_stat_wal, where they differ by more than 5%: "
+                               + "; ".join(checks) + "."))
+        lines: dict[str, list[float]] = {}
+        for values, runs in layouts:
+            for r in sorted(runs, key=lambda r: r["id"]):
+                reader = r["read_series"]
+                if reader is None:
                     continue
-                points: dict[str, list[tuple[float, float]]] = defaultdict(list)
-                for srow in reader(run["id"], "syscalls"):
-                    name = srow["name"]
-                    if name.startswith("call.") and not name.endswith(".pid"):
-                        points[name[len("call."):]].append((srow["t"], srow["value"]))
-                if points:
-                    blocks.append(SectionFigure(
-                        f"syscalls-successive-run{run['id']}", _successive_figure(points),
-                        f"Run {run['id']} (#{group.index} {group.label}): the time of each successive fsync and "
-                        "fdatasync call, by file class, in the order they were made (the seed's figure)."))
-        return [Section("System calls by file class", blocks)]
+                pts = sorted((row["t"], row["value"]) for row in reader(r["id"], "syscalls")
+                             if row["name"] in ("call.wal.fsync", "call.wal.fdatasync"))
+                if pts:
+                    lines[f"{name(values)} (run {r['id']})"] = [v for _, v in pts]
+                    break
+        if lines:
+            blocks.append(SectionFigure("syscalls-successive", _successive_figure(lines),
+                                        "The time of each successive WAL sync (fsync and fdatasync on pg_wal), a "
+                                        "line per storage layout, in the order the calls were made (the seed's "
+                                        "figure); for each layout its first run above."))
+        return [Section("System calls by storage layout", blocks, headline=True)]
 
 
-def _successive_figure(points: dict[str, list[tuple[float, float]]]) -> Any:
+def _successive_figure(lines: dict[str, list[float]]) -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(8.0, 3.2), layout="constrained")
+    fig = Figure(figsize=(9.0, 3.4), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.grid(True, color="#e3e6ec", linewidth=0.8)
     ax.set_axisbelow(True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    for name, pts in sorted(points.items()):
-        pts.sort()
-        ax.plot(range(1, len(pts) + 1), [v for _, v in pts], ".", markersize=2, label=name.replace(".", " "))
-    ax.set_xlabel("call number")
+    for label, values in lines.items():
+        ax.plot(range(1, len(values) + 1), values, linewidth=0.8, marker=".", markersize=2, label=label)
+    ax.set_xlabel("WAL sync call number")
     ax.set_ylabel("duration (us)")
     ax.set_yscale("log")
-    ax.legend(fontsize=8, frameon=False)
+    fig.legend(loc="outside right upper", fontsize=7, frameon=False)
     return fig
 
 

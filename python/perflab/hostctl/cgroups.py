@@ -405,6 +405,11 @@ def _write(path: Path, value: str) -> None:
         os.close(fd)
 
 
+# cgroup v1 reads an unset memory.limit_in_bytes as PAGE_COUNTER_MAX pages
+# (9223372036854771712 with 4 KiB pages): anything this large is no limit.
+V1_NO_LIMIT = 2**62
+
+
 def _read_ints(path: Path) -> list[int]:
     try:
         return [int(x) for x in path.read_text().split()]
@@ -495,6 +500,7 @@ class ServerCgroup:
         self._hierarchies: dict[str, Hierarchy] = {}
         self._dirs: dict[str, Path] = {}  # logical controller -> its cgroup directory
         self._limits: dict[str, dict[str, str]] = {}  # logical controller -> file -> value written
+        self._made: list[Path] = []  # the directories this process made (never one it found)
         self._created = False
 
     # -- making it
@@ -526,6 +532,9 @@ class ServerCgroup:
             self._make()
             self._verify()
         except BaseException:
+            # A directory that appeared meanwhile (another perflab's of the same
+            # name) is not ours: only what this process made is emptied and removed.
+            self._dirs = {c: d for c, d in self._dirs.items() if d in self._made}
             self.remove(kill=True)
             raise
 
@@ -539,7 +548,8 @@ class ServerCgroup:
             for name in sorted(names - enabled):
                 _write(parent / "cgroup.subtree_control", f"+{name}")
         for d in self.directories():
-            d.mkdir()
+            d.mkdir()  # FileExistsError: someone else's, left alone (see create)
+            self._made.append(d)
         for controller in self._hierarchies:
             for file, value in self._limit_values(controller):
                 self._limits.setdefault(controller, {})[file] = value
@@ -640,6 +650,12 @@ class ServerCgroup:
         - memory_high_events: times usage went past memory_high (v2 only);
         - memory_oom_kills: tasks the OOM killer killed in this cgroup
           (v1 memory.oom_control oom_kill; v2 memory.events oom_kill);
+        - memory_limit_bytes, memory_high_bytes: the limits in force, as the
+          kernel holds them (v1 memory.limit_in_bytes; v2 memory.max,
+          memory.high; absent when unlimited);
+        - memory_reclaim_scanned: pages reclaim scanned in this cgroup (v2
+          memory.stat pgscan; v1's memory.stat has no reclaim counter: there
+          memory_failcnt is the sign that the limit made the kernel reclaim);
         - io_read_bytes, io_write_bytes: bytes read/written on block devices
           (v1 blkio.throttle.io_service_bytes; v2 io.stat rbytes/wbytes).
         """
@@ -668,6 +684,11 @@ class ServerCgroup:
                 out["memory_failcnt"] = float(events.get("max", 0))
                 out["memory_high_events"] = float(events.get("high", 0))
                 out["memory_oom_kills"] = float(events.get("oom_kill", 0))
+                for key, file in (("memory_limit_bytes", "memory.max"), ("memory_high_bytes", "memory.high")):
+                    if limit := _read_ints(d / file):  # "max" (no limit) reads as none
+                        out[key] = float(limit[0])
+                if "pgscan" in (stat := _flat_keyed(d / "memory.stat")):
+                    out["memory_reclaim_scanned"] = float(stat["pgscan"])
             else:
                 for key, file in (("memory_peak_bytes", "memory.max_usage_in_bytes"),
                                   ("memory_current_bytes", "memory.usage_in_bytes"),
@@ -675,6 +696,8 @@ class ServerCgroup:
                     if value := _read_ints(d / file):
                         out[key] = float(value[0])
                 out["memory_oom_kills"] = float(_flat_keyed(d / "memory.oom_control").get("oom_kill", 0))
+                if (limit := _read_ints(d / "memory.limit_in_bytes")) and limit[0] < V1_NO_LIMIT:
+                    out["memory_limit_bytes"] = float(limit[0])
         if "io" in self._dirs:
             d, v2 = self._dirs["io"], self._hierarchies["io"].version == 2
             read = write = 0
@@ -739,4 +762,5 @@ class ServerCgroup:
         if left:
             raise CgroupError(f"could not remove {', '.join(map(str, left))}: tasks {_procs(left)} are still inside")
         self._created = False
+        self._made = []
         journal().remove(self.key)
