@@ -7,62 +7,123 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perflab.errors import UserError
 from perflab.report.compare import compare
 from synthetic_store import build_store
 
+scipy_stats = pytest.importorskip("scipy.stats")
+
 
 def _rows(text: str, metric: str) -> list[str]:
     return [line for line in text.splitlines() if f" {metric} (" in line]
 
 
-def test_a_faster_b_is_significant_with_mann_whitney(tmp_path: Path) -> None:
+def _cols(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def test_a_faster_b_is_significant_with_welch_on_logs(tmp_path: Path) -> None:
     a = build_store(tmp_path / "a", clients=[1, 4], sync=["on"], repetitions=5, seed=1, histograms=False)
     b = build_store(tmp_path / "b", clients=[1, 4], sync=["on"], repetitions=5, seed=2, tps_scale=1.10,
                     histograms=False)
     text = compare([a, b])
     tps = _rows(text, "tps")
     assert len(tps) == 2
-    for line in tps:
-        # 5 runs each, fully separated: exact two-sided p = 2 / C(10, 5) = 0.00794
-        assert "Mann-Whitney U, exact" in line and "0.00794" in line and line.rstrip().endswith("B better")
-        ratio = float(re.search(r"\s(1\.\d{3}) \[", line).group(1))
-        assert 1.05 < ratio < 1.15
+    da, db = load_values(a), load_values(b)
+    for line, clients in zip(tps, (1, 4), strict=True):
+        cols = _cols(line)
+        assert cols[6] == "Welch t on logs" and cols[-1] == "B better"
+        # the p-value is Welch's on the logarithms, as scipy computes it
+        expected = scipy_stats.ttest_ind(np.log(db[clients]), np.log(da[clients]), equal_var=False).pvalue
+        assert float(cols[7]) == pytest.approx(expected, rel=5e-3)  # printed to 3 digits
+        ratio = float(cols[4].split()[0])
+        assert ratio == pytest.approx(scipy_stats.gmean(db[clients]) / scipy_stats.gmean(da[clients]), abs=1e-3)
     # latency is lower-is-better: lower latency in B is also "B better"
-    assert all(line.rstrip().endswith("B better") for line in _rows(text, "latency_mean_ms"))
+    assert all(_cols(line)[-1] == "B better" for line in _rows(text, "latency_mean_ms"))
+    # built one after the other: compare says so, and shows each side's noise
+    assert "A and B did not run interleaved" in text
+    assert "A's noise: 10 runs" in text and "B's noise: 10 runs" in text
+    assert "tps repetitions spread" in text and "noise floor x0.9" in text
+    # synthetic stores have no host-noise measurement: said, not taken for a quiet host
+    assert "host noise not measured (its runs predate the measurement)" in text
 
 
-def test_no_difference_is_shown_as_tilde(tmp_path: Path) -> None:
-    a = build_store(tmp_path / "a", clients=[2], sync=["on", "off"], repetitions=4, seed=3, histograms=False)
-    b = build_store(tmp_path / "b", clients=[2], sync=["on", "off"], repetitions=4, seed=3, histograms=False)
-    text = compare([a, b])
-    rows = _rows(text, "tps") + _rows(text, "latency_mean_ms")
-    assert len(rows) == 4 and all(line.rstrip().endswith("~") for line in rows)
-    assert "%" not in "".join(rows)  # never a bare percentage
+def load_values(path: Path) -> dict[int, list[float]]:
+    from perflab.report.data import load
+    from perflab.store import Store
+
+    store = Store.open(path)
+    try:
+        data = load(store)
+    finally:
+        store.close()
+    out: dict[int, list[float]] = {}
+    for run in data.runs:
+        out.setdefault(run["factors"]["workload.clients"], []).append(data.values[run["id"]]["tps"])
+    return out
 
 
-def test_small_samples_name_the_bootstrap_and_single_runs_are_not_tested(tmp_path: Path) -> None:
-    a = build_store(tmp_path / "a", clients=[1], sync=["on"], repetitions=3, seed=1, histograms=False)
-    b = build_store(tmp_path / "b", clients=[1], sync=["on"], repetitions=3, seed=2, tps_scale=1.5,
+def test_a_difference_within_both_experiments_noise_is_inconclusive(tmp_path: Path) -> None:
+    """Two sequential experiments that differ by 4%, each with a run-to-run
+    spread of 3%: the noise floor (2.8 x the spread, ISO 5725-6) is larger
+    than the difference, so no verdict, whatever the test's p-value."""
+    a = build_store(tmp_path / "a", clients=[2], sync=["on"], repetitions=6, seed=21, tps_noise=0.03,
                     histograms=False)
-    assert "bootstrap 95% CI of the ratio excludes 1" in _rows(compare([a, b]), "tps")[0]
-    c = build_store(tmp_path / "c", clients=[1], sync=["on"], repetitions=1, seed=4, histograms=False)
-    line = _rows(compare([a, c]), "tps")[0]
-    assert "none (n=1)" in line and line.rstrip().endswith("n=1")
-
-
-def test_a_tilde_row_never_says_its_ci_excludes_1_and_the_legend_explains_the_dash(tmp_path: Path) -> None:
-    a = build_store(tmp_path / "a", clients=[1], sync=["on"], repetitions=3, seed=5, histograms=False)
-    b = build_store(tmp_path / "b", clients=[1], sync=["on"], repetitions=3, seed=5, histograms=False)
+    b = build_store(tmp_path / "b", clients=[2], sync=["on"], repetitions=6, seed=22, tps_noise=0.03,
+                    tps_scale=1.04, histograms=False)
     text = compare([a, b])
     line = _rows(text, "tps")[0]
-    assert line.rstrip().endswith("~")
-    assert "bootstrap 95% CI of the ratio includes 1" in line and "excludes" not in line
-    # p is a dash for the bootstrap rows, and the legend says why rather than speak of p alone
-    assert " – " in line
-    assert "a percentile interval gives no p-value: p is shown as –" in text
+    cols = _cols(line)
+    ratio, floor = float(cols[4].split()[0]), float(cols[9].split("-x")[1])
+    assert 1.0 < ratio < floor  # a real difference, within the floor
+    assert cols[-1].startswith("inconclusive") and "better" not in line and "worse" not in line
+    assert 'order = "random"' in text and "as a factor" in text
+
+
+def test_sequential_experiments_beside_host_noise_are_inconclusive(tmp_path: Path) -> None:
+    """A 25% difference with quiet repetitions, but B ran after A and its host
+    was flagged noisy: the difference may be the host's, so no verdict."""
+    a = build_store(tmp_path / "a", clients=[2], sync=["on"], repetitions=4, seed=1, histograms=False)
+    b = build_store(tmp_path / "b", clients=[2], sync=["on"], repetitions=4, seed=2, tps_scale=0.75,
+                    histograms=False, flag_runs={1: ["noisy-host"], 3: ["noisy-host", "cpu-saturated"]})
+    text = compare([a, b])
+    line = _rows(text, "tps")[0]
+    assert _cols(line)[-1] == "inconclusive (ran one after the other on a host flagged noisy)"
+    assert "B's noise: 4 runs" in text and "host: 2 noisy-host, 1 cpu-saturated of 4 runs" in text
+    # the same difference without the flags is a verdict
+    c = build_store(tmp_path / "c", clients=[2], sync=["on"], repetitions=4, seed=2, tps_scale=0.75,
+                    histograms=False)
+    assert _cols(_rows(compare([a, c]), "tps")[0])[-1] == "B worse"
+
+
+def test_no_difference_is_inconclusive_never_a_bare_percentage(tmp_path: Path) -> None:
+    a = build_store(tmp_path / "a", clients=[2], sync=["on", "off"], repetitions=4, seed=3, histograms=False)
+    b = build_store(tmp_path / "b", clients=[2], sync=["on", "off"], repetitions=4, seed=4, histograms=False)
+    text = compare([a, b])
+    rows = _rows(text, "tps") + _rows(text, "latency_mean_ms")
+    assert len(rows) == 4 and all(_cols(line)[-1].startswith("inconclusive") for line in rows)
+    assert "better" not in "".join(rows) and "worse" not in "".join(rows)
+
+
+def test_fewer_than_three_runs_a_side_get_no_test_and_no_verdict(tmp_path: Path) -> None:
+    a = build_store(tmp_path / "a", clients=[1], sync=["on"], repetitions=2, seed=1, histograms=False)
+    b = build_store(tmp_path / "b", clients=[1], sync=["on"], repetitions=2, seed=2, tps_scale=1.5,
+                    histograms=False)
+    cols = _cols(_rows(compare([a, b]), "tps")[0])
+    assert cols[4].count("[") == 0  # the ratio, no interval
+    assert cols[6] == "none: fewer than 3 runs a side" and cols[7] == "–" and cols[-1] == "too few runs"
+
+
+def test_a_zero_over_zero_ratio_is_undefined(tmp_path: Path) -> None:
+    a = build_store(tmp_path / "a", clients=[1], sync=["on"], repetitions=3, seed=1, histograms=False,
+                    zero_failures=True)
+    b = build_store(tmp_path / "b", clients=[1], sync=["on"], repetitions=3, seed=2, histograms=False,
+                    zero_failures=True)
+    cols = _cols(_rows(compare([a, b]), "queries_failed")[0])
+    assert cols[4] == "undefined" and cols[-1] == "undefined" and cols[7] == "–"
 
 
 def test_differences_in_the_files_and_unmatched_combinations_are_said(tmp_path: Path) -> None:
@@ -70,8 +131,30 @@ def test_differences_in_the_files_and_unmatched_combinations_are_said(tmp_path: 
     b = build_store(tmp_path / "b", clients=[2, 4], sync=["on"], repetitions=2, histograms=False)
     text = compare([a, b])
     assert "experiment files differ in: factors.workload.clients: [1, 2] -> [2, 4]" in text
-    assert "2 combination(s) ran in only one of the two" in text
+    assert "2 combination(s) not matched: clients=1, synchronous_commit=on (only in A); " \
+           "clients=4, synchronous_commit=on (only in B)" in text
     assert len(_rows(text, "tps")) == 1
+
+
+def test_runs_whose_other_factors_differ_are_never_pooled(tmp_path: Path) -> None:
+    """A varies synchronous_commit; B does not. Where B's file fixes it, A's
+    runs at that level are matched; where it does not, nothing is pooled."""
+    a = build_store(tmp_path / "a", clients=[1, 2], sync=["on", "off"], repetitions=3, seed=1, histograms=False)
+    b = build_store(tmp_path / "b", clients=[1, 2], repetitions=3, seed=2, histograms=False, sync_fixed="off")
+    text = compare([a, b])
+    tps = _rows(text, "tps")
+    assert len(tps) == 2 and "runs that differ in the other factors are never pooled" in text
+    # matched against A's synchronous_commit=off runs only (B/A near 1; "on" is 40% slower in the model)
+    for line in tps:
+        assert 0.95 < float(_cols(line)[4].split()[0]) < 1.05
+    # reversed: B (now A) fixes it, so the same matching holds
+    assert len(_rows(compare([b, a]), "tps")) == 2
+    # B whose file says nothing about synchronous_commit: A's two levels are not pooled, and it says so
+    c = build_store(tmp_path / "c", clients=[1, 2], repetitions=3, seed=2, histograms=False, sync_fixed="off",
+                    state_sync=False)
+    with pytest.raises(UserError, match=r"clients=1 \(A holds 2 combinations differing in "
+                                        r"target.settings.synchronous_commit: not pooled\)"):
+        compare([a, c])
 
 
 def test_nothing_in_common_is_a_user_error(tmp_path: Path) -> None:
@@ -88,7 +171,7 @@ def test_html_comparison_is_self_contained(tmp_path: Path) -> None:
     out = tmp_path / "cmp" / "compare.html"
     compare([a, b], out)
     html = out.read_text()
-    assert "B worse" in html and "default-src 'none'" in html
+    assert "B worse" in html and "did not run interleaved" in html and "default-src 'none'" in html
     assert not re.search(r"""(?:src|href)\s*=\s*["']?(?:https?:|//)""", html)
     assert (tmp_path / "cmp" / "compare-figures" / "compare-1.svg").is_file()
     # the caption names where the figure is, beside the page
@@ -102,7 +185,7 @@ def test_cli_compare_prints_the_table_and_bad_dirs_exit_2(tmp_path: Path) -> Non
     ok = subprocess.run([sys.executable, "-m", "perflab.cli", "compare", str(a), str(b)],
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "B/A [95% CI]" in ok.stdout
+    assert "B/A [95% CI]" in ok.stdout and "too few runs" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "perflab.cli", "compare", str(a), str(tmp_path)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2

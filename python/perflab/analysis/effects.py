@@ -3,61 +3,180 @@ with its confidence interval and a verdict, each test named. Used by
 `perflab compare` (two experiments) and by the report (one factor's levels
 inside an experiment), so both say the same thing the same way.
 
-- Mann-Whitney U when both sides have at least MWU_MIN_N runs (with fewer,
-  its smallest possible two-sided p is above 0.05, so it could never say
-  "different"); its p-value is given.
-- With 2 or 3 runs a side, whether the bootstrap 95% CI of the ratio includes
-  1 (no p-value: a percentile interval gives none).
-- With a single run on a side, no test.
+The test is chosen by the figures and their number (perflab.analysis.stats
+cites each method):
+
+- a ratio with a side that is zero, not a number or of mixed sign is
+  "undefined": never better or worse, and not tested;
+- fewer than MIN_VERDICT_N runs on a side: the ratio alone, no test, no
+  verdict ("too few runs");
+- positive figures (rates, latencies, energy): Welch's t test on the
+  logarithms; the ratio is that of the geometric means, its 95% interval the
+  exponentiated Welch interval of the difference of mean logs. Valid at any n
+  for log-normal runs;
+- figures that may be zero or negative: the exact permutation test of the
+  difference of means (every relabelling; random ones beyond
+  EXACT_PERMUTATION_MAX); the ratio of the means gets a percentile bootstrap
+  interval only from BOOTSTRAP_MIN_N runs a side, where it is sound.
+
+`settle` then turns p-values into verdicts for a set of comparisons:
+Benjamini-Hochberg adjusted p-values (q) against SIGNIFICANCE, and no change
+called where the ratio lies within the noise floor of identical set-ups.
+Two levels that resolve to one set-up are no effect (`same_setup`): the
+report counts their runs in the noise floor instead.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from perflab.analysis.stats import DEFAULT_SEED, Interval, mann_whitney_u, ratio_interval
+import numpy as np
 
-SIGNIFICANCE = 0.05
-MWU_MIN_N = 4
+from perflab.analysis.stats import (
+    BOOTSTRAP_MIN_N,
+    CONFIDENCE,
+    DEFAULT_SEED,
+    EXACT_PERMUTATION_MAX,
+    MIN_VERDICT_N,
+    SIGNIFICANCE,
+    WIDE_FACTOR,
+    Interval,
+    NoiseFloor,
+    benjamini_hochberg,
+    permutation_test,
+    ratio_interval,
+    welch,
+)
+
 # Verdicts: "better" / "worse" (B against A, by the metric's direction),
-# "differs" (no direction known), "~" (no significant difference), "n=1".
-NOT_TESTED = "n=1"
+# "differs" (no direction known), "~" (no significant difference), "within
+# noise" (significant, but no larger than the noise floor), "too few runs",
+# "undefined" (the ratio has no meaning).
 NO_DIFFERENCE = "~"
+WITHIN_NOISE = "within noise"
+TOO_FEW = "too few runs"
+UNDEFINED = "undefined"
+SAME_SETUP = "same set-up"  # two levels that resolve to one set-up: their spread is noise, not an effect
+NOT_TESTED = (TOO_FEW, UNDEFINED, SAME_SETUP)
 
 LEGEND = (
-    f"{NO_DIFFERENCE} = no significant difference: Mann-Whitney U p >= {SIGNIFICANCE} with {MWU_MIN_N} or more "
-    f"runs a side; with 2-{MWU_MIN_N - 1} runs a side, the ratio's bootstrap 95% CI includes 1 (a percentile "
-    "interval gives no p-value: p is shown as –); n=1 = not tested. "
-    "Ratio CI: two-sample percentile bootstrap, 10,000 resamples."
+    f"Verdicts need {MIN_VERDICT_N} or more runs a side (else \"{TOO_FEW}\"). Positive figures: Welch's t test on "
+    "the logarithms (Welch 1947); the ratio is that of the geometric means with the Welch 95% interval. Figures that "
+    "can be 0: exact permutation test of the difference of means (Fisher 1935; every relabelling); their ratio gets a "
+    f"percentile bootstrap interval only from {BOOTSTRAP_MIN_N} runs a side. Verdicts use Benjamini-Hochberg adjusted "
+    f"p-values (q < {SIGNIFICANCE}) over all the comparisons shown; the intervals are not adjusted. "
+    f"{NO_DIFFERENCE} = no significant difference; \"{WITHIN_NOISE}\" = significant but within the noise floor of "
+    f"identical set-ups; \"{UNDEFINED}\" = a side is 0 or not a number, so the ratio means nothing; "
+    f"\"{SAME_SETUP}\" = both levels ran one set-up (their runs count in the noise floor, not as an effect)."
 )
 
 
 @dataclass(frozen=True)
 class Effect:
-    ratio: Interval  # mean(B) / mean(A)
+    ratio: Interval  # B / A (geometric means for positive figures, else means)
     method: str
     p_value: float | None
     verdict: str
+    direction: str = ""  # what a significant change would be called: "better", "worse", "differs"
+    q_value: float | None = None  # Benjamini-Hochberg adjusted, once settled
+
+    @property
+    def tested(self) -> bool:
+        return self.p_value is not None
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    x = np.asarray([v for v in values if v is not None], dtype=float)
+    return x[np.isfinite(x)]
+
+
+def undefined_reason(a: Sequence[float], b: Sequence[float]) -> str | None:
+    """Why B / A has no meaning, or None: a side without finite values, all
+    zero (0/0 when both), or with a mean that is not positive."""
+    xa, xb = _finite(a), _finite(b)
+    for side, x, raw in (("A", xa, a), ("B", xb, b)):
+        if len(x) == 0:
+            return f"{side} has no finite value" if len(raw) else f"{side} has no runs"
+    zero_a, zero_b = not xa.any(), not xb.any()
+    if zero_a and zero_b:
+        return "0/0"
+    if zero_a or zero_b:
+        return f"{'A' if zero_a else 'B'} is 0"
+    if xa.mean() <= 0 or xb.mean() <= 0:
+        return "a mean is not positive"
+    return None
 
 
 def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None,
-           seed: int = DEFAULT_SEED) -> Effect:
-    ratio = ratio_interval(a, b, seed=seed)
-    if min(len(a), len(b)) < 2:
-        return Effect(ratio, "none (n=1)", None, NOT_TESTED)
-    if min(len(a), len(b)) >= MWU_MIN_N:
-        result = mann_whitney_u(a, b)
-        significant = result.p_value < SIGNIFICANCE
-        method, p = result.method, result.p_value
+           seed: int = DEFAULT_SEED, confidence: float = CONFIDENCE) -> Effect:
+    """B against A, tested as the module says; the verdict is that of this one
+    comparison at SIGNIFICANCE (settle() makes it that of a set)."""
+    reason = undefined_reason(a, b)
+    if reason is not None:
+        return Effect(Interval(math.nan, math.nan, math.nan, confidence, f"undefined ({reason})"),
+                      f"none: ratio undefined ({reason})", None, UNDEFINED)
+    xa, xb = _finite(a), _finite(b)
+    positive = bool((xa > 0).all() and (xb > 0).all())
+    if positive:
+        estimate = math.exp(float(np.log(xb).mean() - np.log(xa).mean()))
     else:
-        significant = ratio.excludes(1.0)
-        # the method says what was looked at; the verdict says what was found
-        method = f"bootstrap 95% CI of the ratio {'excludes' if significant else 'includes'} 1"
-        p = None
-    if not significant:
-        return Effect(ratio, method, p, NO_DIFFERENCE)
-    if higher_is_better is None:
-        return Effect(ratio, method, p, "differs")
-    b_higher = ratio.estimate > 1.0
-    return Effect(ratio, method, p, "better" if b_higher == higher_is_better else "worse")
+        estimate = float(xb.mean() / xa.mean())
+    b_higher = estimate > 1.0
+    direction = "differs" if higher_is_better is None else ("better" if b_higher == higher_is_better else "worse")
+    if min(len(xa), len(xb)) < MIN_VERDICT_N:
+        return Effect(Interval(estimate, math.nan, math.nan, confidence, f"none (fewer than {MIN_VERDICT_N} a side)"),
+                      f"none: fewer than {MIN_VERDICT_N} runs a side", None, TOO_FEW, direction)
+    if positive:
+        w = welch(np.log(xa), np.log(xb), confidence)
+        ratio = Interval(estimate, math.exp(w.low), math.exp(w.high), confidence,
+                         "Welch t interval on logs (ratio of geometric means)",
+                         too_wide=w.high - w.low > math.log(WIDE_FACTOR))
+        method, p = "Welch t on logs", w.p_value
+    else:
+        test = permutation_test(xa, xb, seed=seed)
+        if min(len(xa), len(xb)) >= BOOTSTRAP_MIN_N:
+            boot = ratio_interval(xa, xb, confidence, seed=seed)
+            ratio = Interval(estimate, boot.low, boot.high, confidence, boot.method)
+        else:
+            ratio = Interval(estimate, math.nan, math.nan, confidence, "none (bootstrap needs "
+                             f"{BOOTSTRAP_MIN_N} a side)")
+        method, p = test.method, test.p_value
+        if math.comb(len(xa) + len(xb), len(xa)) <= EXACT_PERMUTATION_MAX and \
+                2.0 / math.comb(len(xa) + len(xb), len(xa)) >= SIGNIFICANCE:
+            method += f" (cannot reach p < {SIGNIFICANCE} at {len(xa)}/{len(xb)} runs)"
+    verdict = direction if p < SIGNIFICANCE else NO_DIFFERENCE
+    return Effect(ratio, method, p, verdict, direction)
+
+
+def same_setup(found: Effect) -> Effect:
+    """What a comparison of two levels that ran one set-up says: no test (any
+    difference between them is the experiment's noise); the ratio is kept."""
+    return Effect(replace(found.ratio, low=math.nan, high=math.nan, method="none (one set-up)"),
+                  "none: both levels ran one set-up", None, SAME_SETUP, found.direction)
+
+
+def settle(found: Sequence[Effect], floors: Sequence[NoiseFloor | None] | None = None,
+           alpha: float = SIGNIFICANCE) -> list[Effect]:
+    """The verdicts of a set of comparisons: Benjamini-Hochberg adjusted
+    p-values over the tested ones, a change called where q < alpha and the
+    ratio lies outside its noise floor (floors[i], if any)."""
+    tested = [i for i, e in enumerate(found) if e.p_value is not None]
+    q_values = benjamini_hochberg([found[i].p_value for i in tested])  # type: ignore[misc]
+    q_of = dict(zip(tested, q_values, strict=True))
+    out = []
+    for i, e in enumerate(found):
+        if i not in q_of:
+            out.append(e)
+            continue
+        q = q_of[i]
+        floor = floors[i] if floors is not None else None
+        if q >= alpha:
+            verdict = NO_DIFFERENCE
+        elif floor is not None and floor.contains(e.ratio.estimate):
+            verdict = WITHIN_NOISE
+        else:
+            verdict = e.direction
+        out.append(replace(e, q_value=q, verdict=verdict))
+    return out

@@ -17,13 +17,25 @@ References
   "Confidence intervals for the mean of a log-normal distribution", Journal
   of Statistics Education 13(1); Zhou & Gao (1997), Statistics in Medicine
   16:783-790.
+- Interval of a geometric mean (the t interval of the mean of the logarithms,
+  exponentiated): Limpert, Stahel & Abbt (2001), "Log-normal distributions
+  across the sciences", BioScience 51(5):341-352; Bland & Altman (1996),
+  "Transformations, means, and confidence intervals", BMJ 312:1079.
+- Welch's t test: Welch (1947), Biometrika 34:28-35 (Welch-Satterthwaite df).
+- Exact permutation (randomisation) test: Fisher (1935), *The Design of
+  Experiments*, sec. 21; Good (2005), *Permutation, Parametric and Bootstrap
+  Tests of Hypotheses*, ch. 3; Monte Carlo p-value (1 + b) / (1 + R): Phipson &
+  Smyth (2010), Stat. Appl. Genet. Mol. Biol. 9(1):39.
+- False discovery rate: Benjamini & Hochberg (1995), JRSS B 57(1):289-300.
+- Repeatability limit r = 1.96 sqrt(2) s_r = 2.8 s_r: ISO 5725-6:1994, sec. 4.1.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -58,9 +70,26 @@ OUTLIER_MIN_N = 5
 # documentation and most lab practice treat as an unstable benchmark).
 HIGH_CV = 0.05
 
-# Fewer repetitions than this and a 95% interval means little (with n = 2 the
-# t quantile is 12.7): the report says so and suggests how many to run.
+# Fewer repetitions than this and no interval is computed at all (with n = 2
+# the t quantile is 12.7: a storage sweep of 2 repetitions printed "tps 428.9
+# [0.53, 424,636]"): the report shows the values and says how many to run.
 MIN_MEANINGFUL_N = 3
+MIN_INTERVAL_N = MIN_MEANINGFUL_N
+# An interval that informs nothing: a positive figure's upper bound more than
+# WIDE_FACTOR times its lower, or any interval wider than WIDE_FACTOR times the
+# range of its values. The report prints "too few runs" instead of its bounds.
+WIDE_FACTOR = 10.0
+# Fewest runs on each side of a comparison for a test and a verdict.
+MIN_VERDICT_N = 3
+REPETITIONS_NOTE = f"an interval and a verdict need {MIN_INTERVAL_N} or more runs: experiment.repetitions"
+SIGNIFICANCE = 0.05
+# An exact permutation test enumerates every relabelling up to this many
+# (9 + 9 runs: 48,620); beyond, PERMUTATION_RESAMPLES random ones.
+EXACT_PERMUTATION_MAX = 50_000
+PERMUTATION_RESAMPLES = 9_999
+# ISO 5725-6 repeatability limit: two single results of one set-up differ by
+# more than 1.96 * sqrt(2) * s_r with probability 5%.
+REPEATABILITY_K = 2.8
 # The precision the suggestion aims at: a 95% CI half-width of 5% of the mean.
 TARGET_HALF_WIDTH = 0.05
 MAX_SUGGESTED_N = 100
@@ -163,10 +192,16 @@ class Interval:
     low: float
     high: float
     confidence: float
-    method: str  # "student-t", "bootstrap-percentile", "none (n=1)"
+    method: str  # "student-t", "bootstrap-percentile", "none (n=1)", ...
+    too_wide: bool = False  # bounds too far apart to inform (WIDE_FACTOR): "too few runs"
 
     def excludes(self, value: float) -> bool:
         return not (self.low <= value <= self.high)
+
+    @property
+    def shown(self) -> bool:
+        """Bounds worth printing and drawing: finite and not too wide."""
+        return math.isfinite(self.low) and math.isfinite(self.high) and not self.too_wide
 
 
 def _values(values: Values) -> np.ndarray:
@@ -230,21 +265,62 @@ def bootstrap_interval(
     return Interval(mean, float(low), float(high), confidence, "bootstrap-percentile")
 
 
-def mean_interval(values: Values, confidence: float = CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
-    """The report's interval of a mean: Student t when n < BOOTSTRAP_MIN_N (the
-    usual case of 3-10 repetitions), the seeded percentile bootstrap otherwise,
-    which does not assume the runs' figures are normal. When every value is
-    positive (TPS, a latency) and the t interval would reach below zero (few,
-    spread runs), the log-normal interval is used instead: a quantity that
-    cannot be negative gets no negative bound. (The bootstrap's bounds are
-    means of resamples, never below the smallest value.)"""
+def geometric_interval(values: Values, confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the geometric mean of positive values: the Student t
+    interval of the mean of y = ln x, exponentiated,
+    exp(ybar +- t_{(1+c)/2, n-1} s_y / sqrt(n))  (Limpert et al. 2001; Bland &
+    Altman 1996). Exact for log-normal figures (TPS, latencies and energy are
+    near enough), it can never reach zero, and it is asymmetric as their spread
+    is. The estimate is the geometric mean exp(ybar). Below MIN_INTERVAL_N
+    values there is no interval."""
     x = _values(values)
-    if len(x) < BOOTSTRAP_MIN_N:
-        t = t_interval(x, confidence)
-        if len(x) > 1 and t.low < 0 and (x > 0).all():
-            return lognormal_interval(x, confidence)
-        return t
-    return bootstrap_interval(x, confidence, seed=seed)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no values")
+    if (x <= 0).any():
+        raise ValueError("the interval of a geometric mean needs positive values")
+    y = np.log(x)
+    centre = float(y.mean())
+    if n < MIN_INTERVAL_N:
+        return Interval(math.exp(centre), math.nan, math.nan, confidence, _no_interval(n))
+    half = t_ppf((1.0 + confidence) / 2.0, n - 1) * float(y.std(ddof=1)) / math.sqrt(n)
+    return Interval(math.exp(centre), math.exp(centre - half), math.exp(centre + half), confidence,
+                    "t interval of the mean of logs (geometric mean)", too_wide=2.0 * half > math.log(WIDE_FACTOR))
+
+
+def _no_interval(n: int) -> str:
+    return f"none (n={n}; an interval needs {MIN_INTERVAL_N})"
+
+
+def mean_interval(values: Values, confidence: float = CONFIDENCE, seed: int = DEFAULT_SEED) -> Interval:
+    """The report's interval, chosen by the values and their number:
+
+    - fewer than MIN_INTERVAL_N values: none (the report shows the values);
+    - all positive (rates, latencies, energy): the interval of the geometric
+      mean (geometric_interval), never below zero;
+    - otherwise (a figure that can be 0 or negative) the Student t interval of
+      the mean, cut at 0 when no value is negative (the mean cannot be; cutting
+      keeps the coverage), and from BOOTSTRAP_MIN_N values the percentile
+      bootstrap (below that it cannot reach beyond the sample's range and
+      under-covers).
+
+    too_wide is set when the interval informs nothing (WIDE_FACTOR)."""
+    x = _values(values)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no values")
+    if n < MIN_INTERVAL_N:
+        return Interval(float(x.mean()), math.nan, math.nan, confidence, _no_interval(n))
+    if (x > 0).all():
+        return geometric_interval(x, confidence)
+    if n < BOOTSTRAP_MIN_N:
+        ci = t_interval(x, confidence)
+        if (x >= 0).all() and ci.low < 0:
+            ci = replace(ci, low=0.0, method="student-t, cut at 0")
+    else:
+        ci = bootstrap_interval(x, confidence, seed=seed)
+    spread = float(x.max() - x.min())
+    return replace(ci, too_wide=ci.high - ci.low > WIDE_FACTOR * spread)
 
 
 def repetitions_for(values: Values, half_width: float = TARGET_HALF_WIDTH, confidence: float = CONFIDENCE) -> int:
@@ -261,8 +337,8 @@ def repetitions_for(values: Values, half_width: float = TARGET_HALF_WIDTH, confi
 
 
 def ratio_interval(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Values,
+    b: Values,
     confidence: float = CONFIDENCE,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -341,6 +417,7 @@ class Summary:
     maximum: float
     outlier_indices: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
 
 
 def summarize(values: Sequence[float], seed: int = DEFAULT_SEED, high_cv: float = HIGH_CV) -> Summary:
@@ -357,13 +434,13 @@ def summarize(values: Sequence[float], seed: int = DEFAULT_SEED, high_cv: float 
         warnings.append(
             f"{len(out)} outlier(s): |modified z| > {MODIFIED_Z_THRESHOLD} (Iglewicz & Hoaglin)"
         )
-    if len(x) == 1:
-        warnings.append("n=1: no interval; repeat the run (experiment.repetitions)")
-    elif len(x) < MIN_MEANINGFUL_N:
+    if len(x) < MIN_INTERVAL_N:
         warnings.append(
-            f"n={len(x)}: the interval means little; about {repetitions_for(x)} repetitions would give "
-            f"+-{TARGET_HALF_WIDTH * 100:.0f}% at this CV (experiment.repetitions)"
+            f"n={len(x)}: no interval (an interval needs {MIN_INTERVAL_N} repetitions; about "
+            f"{repetitions_for(x)} would give +-{TARGET_HALF_WIDTH * 100:.0f}% at this CV: experiment.repetitions)"
         )
+    elif interval.too_wide:
+        warnings.append(f"too few runs: the 95% interval spans more than x{WIDE_FACTOR:g} (experiment.repetitions)")
     return Summary(
         n=len(x),
         mean=float(x.mean()),
@@ -374,6 +451,7 @@ def summarize(values: Sequence[float], seed: int = DEFAULT_SEED, high_cv: float 
         maximum=float(x.max()),
         outlier_indices=out,
         warnings=warnings,
+        values=[float(v) for v in x],
     )
 
 
@@ -452,3 +530,147 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float]) -> TestResult:
     z = (abs(u1 - mu) - 0.5) / sigma  # 0.5: continuity correction
     p = min(1.0, 2.0 * (1.0 - normal_cdf(max(z, 0.0))))
     return TestResult(u1, p, "Mann-Whitney U, normal approximation with tie correction")
+
+
+# --------------------------------------------------------------------- two samples at small n
+
+
+@dataclass(frozen=True)
+class WelchResult:
+    """Welch's t test of mean(b) - mean(a), with the difference's interval."""
+
+    difference: float
+    low: float
+    high: float
+    statistic: float
+    df: float
+    p_value: float
+    confidence: float
+    method: str = "Welch t"
+
+
+def welch(a: Values, b: Values, confidence: float = CONFIDENCE) -> WelchResult:
+    """Welch's unequal-variance t test (Welch 1947): t = (mean_b - mean_a) / se,
+    se^2 = s_a^2/n_a + s_b^2/n_b, df by Welch-Satterthwaite; two-sided p and the
+    interval difference +- t_{(1+c)/2, df} se. Each side needs 2 values."""
+    xa, xb = _values(a), _values(b)
+    if len(xa) < 2 or len(xb) < 2:
+        raise ValueError("Welch's test needs two values a side")
+    diff = float(xb.mean() - xa.mean())
+    va, vb = float(xa.var(ddof=1)) / len(xa), float(xb.var(ddof=1)) / len(xb)
+    se2 = va + vb
+    if se2 == 0:  # both sides constant: the difference is known exactly
+        return WelchResult(diff, diff, diff, math.copysign(math.inf, diff) if diff else 0.0, math.nan,
+                           0.0 if diff else 1.0, confidence)
+    se = math.sqrt(se2)
+    df = se2 * se2 / (va * va / (len(xa) - 1) + vb * vb / (len(xb) - 1))
+    t = diff / se
+    p = min(1.0, 2.0 * (1.0 - t_cdf(abs(t), df)))
+    half = t_ppf((1.0 + confidence) / 2.0, df) * se
+    return WelchResult(diff, diff - half, diff + half, t, df, p, confidence)
+
+
+def permutation_test(a: Values, b: Values, seed: int = DEFAULT_SEED,
+                     resamples: int = PERMUTATION_RESAMPLES) -> TestResult:
+    """Two-sided permutation test of mean(b) - mean(a) (Fisher 1935; Good 2005):
+    every relabelling of the pooled values when there are at most
+    EXACT_PERMUTATION_MAX of them (exact), else `resamples` random ones with
+    p = (1 + b) / (1 + R) each side (Phipson & Smyth 2010). Two-sided p is twice
+    the smaller one-sided p, at most 1, as scipy.stats.permutation_test gives
+    it. It assumes only that the runs are exchangeable under no effect. Its
+    smallest p is 2 / C(n_a + n_b, n_a): with 3 runs a side 0.1, so it can
+    never find a difference there (the report says so)."""
+    xa, xb = _values(a), _values(b)
+    na, nb = len(xa), len(xb)
+    if na == 0 or nb == 0:
+        raise ValueError("both samples need values")
+    pooled = np.concatenate([xa, xb])
+    total = float(pooled.sum())
+    observed = float(xb.mean() - xa.mean())
+    count = math.comb(na + nb, na)
+    if count <= EXACT_PERMUTATION_MAX:
+        index = np.fromiter(itertools.chain.from_iterable(itertools.combinations(range(na + nb), na)),
+                            dtype=np.int64, count=count * na).reshape(count, na)
+        exact, adjustment, draws = True, 0, count
+    else:
+        rng = np.random.default_rng(seed)
+        index = np.argsort(rng.random((resamples, na + nb)), axis=1)[:, :na]
+        exact, adjustment, draws = False, 1, resamples
+    sum_a = pooled[index].sum(axis=1)
+    null = (total - sum_a) / nb - sum_a / na
+    gamma = abs(observed) * np.finfo(float).eps * 100  # equal up to rounding counts as equal
+    less = (int((null <= observed + gamma).sum()) + adjustment) / (draws + adjustment)
+    greater = (int((null >= observed - gamma).sum()) + adjustment) / (draws + adjustment)
+    p = min(1.0, 2.0 * min(less, greater))
+    method = ("exact permutation test (all relabellings)" if exact
+              else f"permutation test ({resamples:,} random relabellings)")
+    return TestResult(observed, p, method)
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values): q_(i) = min over j >= i
+    of p_(j) m / j, at most 1 (Benjamini & Hochberg 1995). Calling a finding
+    where q < alpha keeps the expected share of false findings among all the
+    findings at or below alpha."""
+    p = np.asarray(p_values, dtype=float)
+    m = len(p)
+    if m == 0:
+        return []
+    order = np.argsort(p)
+    scaled = p[order] * m / np.arange(1, m + 1)
+    q_sorted = np.minimum.accumulate(scaled[::-1])[::-1]
+    q = np.empty(m)
+    q[order] = np.minimum(q_sorted, 1.0)
+    return [float(v) for v in q]
+
+
+# --------------------------------------------------------------------- noise floor
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """The spread of runs of identical set-ups (repetitions, and levels that
+    resolve to one set-up), on the log scale: ratios within [1/factor, factor]
+    are what one set-up gives run to run."""
+
+    sd_log: float  # pooled standard deviation of ln(value)
+    df: int  # its degrees of freedom: sum of (n_i - 1)
+    groups: int  # groups of identical set-ups with two or more runs
+    largest_ratio: float  # the largest max/min inside one group, as observed
+
+    @property
+    def factor(self) -> float:
+        """The ISO 5725-6 repeatability limit as a ratio: exp(2.8 s_r). Two
+        single runs of one set-up differ by more than this 5% of the time."""
+        return math.exp(REPEATABILITY_K * self.sd_log)
+
+    @property
+    def percent(self) -> float:
+        return (self.factor - 1.0) * 100.0
+
+    def contains(self, ratio: float) -> bool:
+        """Whether a ratio is within the floor (no change can be told)."""
+        return math.isfinite(ratio) and ratio > 0 and abs(math.log(ratio)) <= math.log(self.factor)
+
+
+def noise_floor(groups: Sequence[Sequence[float]]) -> NoiseFloor | None:
+    """The pooled spread of groups of runs of identical set-ups: s_r^2 =
+    sum (n_i - 1) s_i^2 / sum (n_i - 1) over ln(value) (the repeatability
+    standard deviation of ISO 5725-2, on the log scale so it is relative).
+    None without a group of two or more values, or when a value is 0 or
+    negative (a relative spread needs positive figures)."""
+    ss, df, used, largest = 0.0, 0, 0, 1.0
+    for group in groups:
+        x = _values(group)
+        if (x <= 0).any():
+            return None
+        if len(x) < 2:
+            continue
+        y = np.log(x)
+        ss += float(((y - y.mean()) ** 2).sum())
+        df += len(y) - 1
+        used += 1
+        largest = max(largest, float(x.max() / x.min()))
+    if df == 0:
+        return None
+    return NoiseFloor(math.sqrt(ss / df), df, used, largest)
