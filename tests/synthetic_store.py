@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from perflab.host import host_facts
-from perflab.model import Event, Histogram, QueryTime, RunResult, SeriesPoint
+from perflab.model import Event, Histogram, QueryTime, RunResult, SeriesPoint, labelled_levels
 from perflab.plan import PlannedRun
 from perflab.store import Store
 
@@ -31,7 +31,7 @@ seed = 7
 [target]
 kind = "postgres"
 [target.settings]
-shared_buffers = "128MB"
+shared_buffers = "128MB"{settings_lines}
 
 [workload]
 kind = "sql"
@@ -41,6 +41,15 @@ duration = "10s"
 [factors]
 {factor_lines}
 """
+
+
+def _toml(value: Any) -> str:
+    """A value as TOML (inline tables for dicts)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def _encode_histogram(latencies_us: np.ndarray) -> Histogram:
@@ -65,14 +74,37 @@ def build_store(
     histograms: bool = True,
     queries: int = 0,
     seed: int = 1,
+    tps_noise: float = 0.015,
+    zero_failures: bool = False,
+    sync_described: dict[str, str] | None = None,
+    flag_runs: dict[int, list[str]] | None = None,
+    sync_fixed: str | None = None,
+    state_sync: bool = True,
+    table_factor: tuple[str, list[dict[str, Any]]] | None = None,
 ) -> Path:
+    """tps_noise: the runs' relative spread (SD of a normal factor);
+    zero_failures: a headline metric "queries_failed" that is 0 in every run
+    (a 0/0 ratio); sync_described: how the target describes each
+    synchronous_commit level (PostgreSQL shows "true" as "on": two levels, one
+    set-up); flag_runs: flags to store on runs by run number; sync_fixed:
+    synchronous_commit of every run, not a factor: set in the file's
+    [target.settings] (with state_sync=False, the file does not say it);
+    table_factor: (path, levels) a factor whose levels are tables, after the others."""
     rng = np.random.default_rng(seed)
-    factors = {"workload.clients": list(clients), "target.settings.synchronous_commit": list(sync)}
-    factor_lines = "\n".join(f'"{k}" = {json.dumps(v)}' for k, v in factors.items())
+    factors: dict[str, list[Any]] = {"workload.clients": list(clients)}
+    if sync_fixed is None:
+        factors["target.settings.synchronous_commit"] = list(sync)
+    if table_factor is not None:
+        factors[table_factor[0]] = table_factor[1]
+    factor_lines = "\n".join(f'"{k}" = {_toml(v)}' for k, v in factors.items())  # the file, as written
+    if table_factor is not None:  # the plan's levels: each table with its label, as spec.load gives them
+        factors[table_factor[0]] = labelled_levels(table_factor[1])
+    settings_lines = "" if sync_fixed is None or not state_sync else f"\nsynchronous_commit = {json.dumps(sync_fixed)}"
     store = Store.create(
         out_dir,
         name=name,
-        spec_text=SPEC.format(name=name, repetitions=repetitions, factor_lines=factor_lines),
+        spec_text=SPEC.format(name=name, repetitions=repetitions, factor_lines=factor_lines,
+                              settings_lines=settings_lines),
         spec_path=str(out_dir / "experiment.toml"),
         seed=7,
         factors=list(factors),
@@ -90,11 +122,15 @@ def build_store(
     for run in plan:
         store.start_run(run.number, 0)
         n_clients = run.factors["workload.clients"]
-        sync_on = run.factors["target.settings.synchronous_commit"] == "on"
+        sync_level = run.factors.get("target.settings.synchronous_commit", sync_fixed)
+        described = (sync_described or {}).get(sync_level, sync_level)
+        sync_on = described == "on"  # the model follows what the server ran
         base = (300.0 if sync_on else 520.0) * min(n_clients, 2) * (1 + 0.15 * np.log2(max(n_clients / 2, 1)))
-        tps = base * tps_scale * (1 - degrade_pct_per_run / 100.0) ** (run.repetition - 1) * rng.normal(1.0, 0.015)
+        tps = base * tps_scale * (1 - degrade_pct_per_run / 100.0) ** (run.repetition - 1) * rng.normal(1.0, tps_noise)
         latency_ms = n_clients / tps * 1000.0
-        result = RunResult(headline=["tps", "latency_mean_ms"])
+        result = RunResult(headline=["tps", "latency_mean_ms"] + (["queries_failed"] if zero_failures else []))
+        if zero_failures:
+            result.add_metric("queries_failed", 0.0, "queries", "queries that failed", False)
         result.add_metric("tps", tps, "tx/s", "transactions per second, connection set-up excluded", True)
         result.add_metric("latency_mean_ms", latency_ms, "ms", "mean transaction latency", False)
         result.add_metric("process.backend.cpu_s", 10.0 * min(n_clients, 2) * 0.6, "s", "", None)
@@ -116,13 +152,14 @@ def build_store(
         result.events.append(Event(0.0, "measure-start", "warm-up ended"))
         if client_bound_from is not None and n_clients >= client_bound_from:
             result.flags.append("client-bound")
+        result.flags += (flag_runs or {}).get(run.number, [])
         target: dict[str, Any] = {
             "kind": "postgres",
             "version": "PostgreSQL 15.8 (synthetic)",
-            "key_settings": {"shared_buffers": "128MB", "synchronous_commit": run.factors[
-                "target.settings.synchronous_commit"], "fsync": "on"},
+            "key_settings": {"shared_buffers": "128MB", "synchronous_commit": described, "fsync": "on"},
             "effective_settings": {"shared_buffers": "128MB", "max_connections": "100",
-                                   "synchronous_commit": run.factors["target.settings.synchronous_commit"]},
+                                   "synchronous_commit": described},
+            "requested_settings": {"synchronous_commit": sync_level},
             "postmaster_pid": 1000 + run.number,
         }
         if run.number in fail_runs:

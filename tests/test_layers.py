@@ -16,11 +16,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
 LAYERS: list[set[str]] = [
     {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
      "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
-     "perflab.host", "perflab.progress", "perflab.guardian", "perflab.hostctl"},
+     "perflab.host", "perflab.progress", "perflab.guardian", "perflab.hostctl", "perflab.cache"},
     {"perflab.analysis", "perflab.targets", "perflab.store", "perflab.drivers"},
     {"perflab.workloads", "perflab.collectors"},
     {"perflab.spec", "perflab.plan"},
-    {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report"},
+    {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report", "perflab.clean"},
     {"perflab.cli"},
 ]
 

@@ -10,10 +10,11 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import cli_command
-from perflab.analysis.stats import t_interval
+from perflab.analysis.stats import WIDE_FACTOR
 from perflab.errors import UserError
 from perflab.report import write_report
 from perflab.report.figures import new_figure
@@ -22,6 +23,8 @@ from perflab.section import Figure, Section, Table, Text
 from perflab.store import Store
 from perflab.workloads.sql import SqlWorkload
 from synthetic_store import build_store
+
+scipy_stats = pytest.importorskip("scipy.stats")
 
 EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:|//)""", re.IGNORECASE)
 
@@ -59,13 +62,16 @@ def test_results_table_holds_mean_ci_n_cv_from_the_store(durability_report: tupl
         tps = [m["value"] for r in runs for m in store.metrics(r["id"]) if m["name"] == "tps"]
     finally:
         store.close()
-    ci = t_interval(tps)
+    # the interval of the geometric mean: scipy's t interval of the mean of the logs, exponentiated
+    y = np.log(tps)
+    low, high = np.exp(scipy_stats.t.interval(0.95, len(y) - 1, loc=y.mean(), scale=scipy_stats.sem(y)))
     data = _embedded(html)
     combo = next(c for c in data["combinations"] if c["index"] == 3)
     summary = combo["summaries"]["tps"]
-    assert summary["n"] == 5 and summary["ci_method"] == "student-t"
-    assert summary["ci_low"] == pytest.approx(ci.low) and summary["ci_high"] == pytest.approx(ci.high)
-    assert f"[{fmt(ci.low)}, {fmt(ci.high)}]" in html
+    assert summary["n"] == 5 and summary["ci_method"] == "t interval of the mean of logs (geometric mean)"
+    assert summary["ci_low"] == pytest.approx(low) and summary["ci_high"] == pytest.approx(high)
+    assert f"[{fmt(low)}, {fmt(high)}]" in html
+    assert "Limpert, Stahel &amp; Abbt 2001" in html  # the method is cited where the intervals are
     assert len(data["runs"]) == 40
 
 
@@ -233,7 +239,7 @@ def test_a_baseline_that_is_no_level_is_refused(tmp_path: Path, run_cli) -> None
 
 
 def test_a_default_level_shows_as_default(tmp_path: Path) -> None:
-    out = build_store(tmp_path / "out", clients=[1, 2], sync=["", "off"], repetitions=2, histograms=False)
+    out = build_store(tmp_path / "out", clients=[1, 2], sync=["", "off"], repetitions=3, histograms=False)
     html = write_report(out).read_text()
     assert "synchronous_commit = off against default" in html
     assert "<td>default</td>" in html
@@ -244,27 +250,141 @@ def test_a_default_level_shows_as_default(tmp_path: Path) -> None:
 
 def test_no_interval_of_a_positive_figure_goes_below_zero(tmp_path: Path) -> None:
     """Three spread runs (a noisy disk): the t interval of their mean TPS would
-    start below zero."""
+    start below zero; the interval of the geometric mean cannot. Wider still,
+    the report says "too few runs" instead of bounds."""
     import sqlite3
 
-    out = build_store(tmp_path / "out", clients=[1, 2], sync=["on"], repetitions=3, histograms=False)
+    out = build_store(tmp_path / "out", clients=[1, 2, 4], sync=["on"], repetitions=3, histograms=False)
     db = sqlite3.connect(out / "perflab.sqlite")
+    values = (350.0, 800.0, 500.0, 340.0, 780.0, 520.0, 293.0, 977.0, 100.0)
     with db:
-        for run_id, tps in zip(range(1, 7), (293.0, 977.0, 533.0, 310.0, 1500.0, 420.0), strict=True):
+        for run_id, tps in zip(range(1, 10), values, strict=True):
             db.execute("UPDATE metric SET value = ? WHERE run_id = ? AND name = 'tps'", (tps, run_id))
     db.close()
     html = write_report(out).read_text()
     combos = _embedded(html)["combinations"]
-    assert all(c["summaries"]["tps"]["ci_low"] > 0 for c in combos)
-    assert {c["summaries"]["tps"]["ci_method"] for c in combos} == {"log-normal (modified Cox)"}
+    for combo, tps in zip(combos, (values[0:3], values[3:6]), strict=False):
+        y = np.log(tps)
+        assert scipy_stats.t.interval(0.95, 2, loc=np.mean(tps), scale=scipy_stats.sem(tps))[0] < 0
+        low = np.exp(scipy_stats.t.interval(0.95, 2, loc=y.mean(), scale=scipy_stats.sem(y))[0])
+        assert combo["summaries"]["tps"]["ci_low"] == pytest.approx(low) and low > 0
+    # 293, 977, 100: the interval would span x1,000; it is not printed
+    assert combos[2]["summaries"]["tps"]["ci_too_wide"] and combos[2]["summaries"]["tps"]["ci_low"] is None
+    results = html[html.index('id="results"'):html.index('id="scaling"')]
+    assert ">too few runs</td>" in results and f"too few runs: an interval spans more than x{WIDE_FACTOR:g}" in results
     assert not re.search(r"\[-\d", html)  # no printed interval starts below zero
-    assert "log-normal interval (modified Cox, Olsson 2005)" in html
 
 
-def test_two_runs_say_the_interval_means_little(tmp_path: Path) -> None:
-    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=2, histograms=False)
+def test_two_runs_a_level_print_no_interval_draw_no_band_give_no_verdict(tmp_path: Path) -> None:
+    from perflab.analysis.scaling import scaling_curves
+    from perflab.report.data import load
+    from perflab.report.figures import scaling_figure
+
+    out = build_store(tmp_path / "out", clients=[1, 2, 4], sync=["on", "off"], repetitions=2, histograms=False)
     html = write_report(out).read_text()
-    assert re.search(r"n=2: the interval means little; run about \d+ repetitions for \+-5%", html)
+    results = html[html.index('id="results"'):html.index('id="scaling"')]
+    # the values themselves, and how many runs an interval needs; no bounds
+    assert results.count("the runs&#x27; values: an interval needs 3 runs") == 12  # 6 combinations x 2 metrics
+    assert len(re.findall(r">n=2: [\d,.]+; [\d,.]+</td>", results)) == 12
+    assert "[" not in re.sub(r"<[^>]+>", "", results.split("<table")[1].split("</table>")[0])
+    assert re.search(r"n=2: no interval \(needs 3 runs\); about \d+ repetitions for \+-5%", results)
+    assert all(s["ci_low"] is None for c in _embedded(html)["combinations"] for s in c["summaries"].values())
+    # no verdict: every comparison says too few runs, and the answers say how many were not tested
+    effects_html = html[html.index('id="effects"'):html.index('id="results"')]
+    assert ">better<" not in effects_html and ">worse<" not in effects_html
+    # 2 metrics x (2 clients levels x 2 sync contexts + 1 sync level x 3 clients contexts)
+    assert effects_html.count(">too few runs<") == 2 * (2 * 2 + 3)
+    assert "tps: not tested: 7 comparison(s) with fewer than 3 runs a side" in effects_html
+    # no band in the scaling figure: only the runs as points, and the mean line
+    store = Store.open(out)
+    try:
+        data = load(store)
+    finally:
+        store.close()
+    rows = [(r["factors"], data.values[r["id"]]["tps"]) for r in data.runs]
+    fig = scaling_figure(scaling_curves(rows, "workload.clients"), "workload.clients", "tps", "95% CI")
+    ax = fig.axes[0]
+    kinds = {type(c).__name__ for c in ax.collections}
+    assert kinds == {"PathCollection"}  # scatter points; fill_between would add a PolyCollection
+    assert sum(len(c.get_offsets()) for c in ax.collections) == len(rows)  # every run is a point
+    fig.clear()
+
+
+def test_a_scaling_axis_fits_the_runs_not_the_bands() -> None:
+    from perflab.analysis.scaling import scaling_curves
+    from perflab.report.figures import scaling_figure
+
+    # 3 runs a point, one of them wide (its band is not drawn) and one narrow (drawn)
+    rows = [({"workload.clients": 1}, v) for v in (100.0, 110.0, 105.0)]
+    rows += [({"workload.clients": 2}, v) for v in (150.0, 400.0, 60.0)]
+    fig = scaling_figure(scaling_curves(rows, "workload.clients"), "workload.clients", "tps", "95% CI")
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    assert 0 <= low <= 60.0 and 400.0 <= high <= 400.0 * 1.1
+    assert {type(c).__name__ for c in ax.collections} >= {"PathCollection"}
+    fig.clear()
+
+
+def test_a_zero_over_zero_ratio_says_undefined(tmp_path: Path) -> None:
+    out = build_store(tmp_path / "out", clients=[1], sync=["on", "off"], repetitions=3, histograms=False,
+                      zero_failures=True)
+    html = write_report(out).read_text()
+    effects_html = html[html.index('id="effects"'):html.index('id="results"')]
+    row = re.search(r"<tr[^>]*>(?:(?!</tr>).)*queries_failed(?:(?!</tr>).)*</tr>", effects_html, re.S)
+    assert row and ">undefined<" in row.group(0)
+    assert "better" not in row.group(0) and "worse" not in row.group(0) and "nan" not in row.group(0)
+
+
+def test_levels_that_resolve_to_one_set_up_give_the_noise_floor(tmp_path: Path) -> None:
+    """synchronous_commit = true is "on" as the server reports it: two levels,
+    one set-up. The report finds them from the stored target descriptions,
+    pools their runs into the noise floor and calls no change between them."""
+    out = build_store(tmp_path / "out", clients=[2], sync=["on", "true", "off"], repetitions=3, histograms=False,
+                      sync_described={"true": "on"}, tps_noise=0.02)
+    html = write_report(out).read_text()
+    results = html[html.index('id="results"'):html.index('id="scaling"')]
+    assert "Noise floor" in results and "ISO 5725-6" in results
+    assert "1 group(s) of combinations resolve to the same set-up" in results
+    assert re.search(r"<li>#1 clients=2, synchronous_commit=on; #2 clients=2, synchronous_commit=true: largest "
+                     r"ratio tps x1\.\d+", results)
+    # the floor's figure is that of the pooled groups, computed here with numpy
+    store = Store.open(out)
+    try:
+        tps = {r["id"]: m["value"] for r in store.runs() for m in store.metrics(r["id"]) if m["name"] == "tps"}
+    finally:
+        store.close()
+    groups = [[tps[i] for i in range(1, 7)], [tps[i] for i in range(7, 10)]]
+    ss = sum(((np.log(g) - np.log(g).mean()) ** 2).sum() for g in groups)
+    sd = np.sqrt(ss / (5 + 2))
+    assert f"x{np.exp(-2.8 * sd):.3f} - x{np.exp(2.8 * sd):.3f}" in results
+    effects_html = html[html.index('id="effects"'):html.index('id="results"')]
+    # "true" against "on" is no effect: it is not tested, and says why
+    assert "tps: not tested: 1 comparison(s) between levels that ran one set-up" in effects_html
+    row = re.search(r"<tr[^>]*><td>synchronous_commit</td><td>true</td><td>on</td>(?:(?!</tr>).)*tps(?:(?!</tr>).)*"
+                    r"</tr>", effects_html, re.S)
+    assert row and ">same set-up<" in row.group(0) and "[" not in row.group(0)
+    assert re.search(r"<li>synchronous_commit = off against on: tps x1\.\d+, 95% CI \[[^]]+\]: better</li>",
+                     effects_html)
+    assert "adjusted for the false discovery rate (Benjamini &amp; Hochberg 1995)" in effects_html
+
+
+def test_zero_rules_of_two_types_are_one_set_up(tmp_path: Path) -> None:
+    """The netfilter study's 0 rules under two rule types: the router's own
+    description (as stored per run) says the type did not change what ran."""
+    from perflab.report.data import setup_key
+    from perflab.targets.router import RouterSettings, RouterTarget
+
+    def run(count: int, kind: str, frame: int = 256) -> dict:
+        target = RouterTarget(RouterSettings(kind="router", rules={"count": count, "type": kind, "backend": "nft"}),
+                              tmp_path)
+        target.install_s = 0.01 * count  # a timing differs run to run
+        return {"factors": {"target.rules.count": count, "target.rules.type": kind, "workload.frame_size": frame},
+                "target": json.loads(json.dumps(target.describe()))}
+
+    assert setup_key(run(0, "nomatch-address")) == setup_key(run(0, "nomatch-port"))
+    assert setup_key(run(500, "nomatch-address")) != setup_key(run(500, "nomatch-port"))
+    assert setup_key(run(0, "nomatch-address")) != setup_key(run(500, "nomatch-address"))
+    assert setup_key(run(0, "nomatch-address")) != setup_key(run(0, "nomatch-port", frame=1518))
 
 
 def test_a_figure_measured_in_fewer_runs_says_its_own_n(tmp_path: Path) -> None:
@@ -280,7 +400,7 @@ def test_a_figure_measured_in_fewer_runs_says_its_own_n(tmp_path: Path) -> None:
     db.close()
     html = write_report(out).read_text()
     results = html[html.index('id="results"'):html.index('id="scaling"')]
-    assert '<td class="num" title="none (n=1), n=1">n=1: no interval</td>' in results
+    assert ">n=1: 12.5</td>" in results
 
 
 def test_settings_perflab_sets_per_run_are_not_differences(tmp_path: Path) -> None:

@@ -38,6 +38,9 @@ def test_report_loads_clean_and_stays_inside_the_file(tmp_path: Path, browser: C
     # the inline script ran: it read the embedded data
     assert browser.evaluate("document.documentElement.getAttribute('data-runs')") == "24"
     assert browser.evaluate("document.querySelectorAll('figure svg').length") >= 5
+    # the first screen answers the question: the summary, one row per combination (4 clients x 2 sync)
+    assert browser.evaluate("document.querySelector('section').id") == "summary"
+    assert browser.evaluate("document.querySelectorAll('#summary tbody tr').length") == 8
     shot = browser.screenshot(ARTIFACTS / "report-first-screen.png")
     assert shot.stat().st_size > 10_000
     # sorting a column by clicking its header works, and raises nothing
@@ -73,10 +76,12 @@ def test_the_results_and_effects_tables_fit_a_1400_px_window(tmp_path: Path) -> 
     report = write_report(out)
     with Chromium(CHROMIUM, width=1400, height=1000) as wide:
         assert wide.load(report.as_uri()).problems == []
+        wide.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")  # the folded ones too
         overflow = wide.evaluate(
-            "Array.from(document.querySelectorAll('#results .scroll, #effects .scroll'))"
+            "Array.from(document.querySelectorAll('#summary .scroll, #results .scroll, #effects .scroll'))"
             ".map(b => b.querySelector('table').scrollWidth - b.clientWidth)"
         )
-        assert len(overflow) == 2 and max(overflow) <= 0, overflow
+        # the summary's table, results, its noise floor, effects
+        assert len(overflow) == 4 and max(overflow) <= 0, overflow
         assert wide.evaluate("document.documentElement.scrollWidth <= window.innerWidth") is True
         wide.screenshot(ARTIFACTS / "report-1400px.png")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import start_run_until
+from conftest import journaled_network_objects, start_run_until
 from perflab.hostctl import netfilter, netns
 from perflab.store import Store
 
@@ -81,7 +81,7 @@ def test_linear_rules_cost_throughput_a_set_does_not_and_the_packets_cross_them(
     # The report fits goodput against the rule count, the no-rule runs the x = 0 of every line.
     run_cli("report", out)
     html = (out / "report.html").read_text()
-    assert "Throughput lost per rule" in html and "set (nft)" in html and "nomatch-address (iptables-legacy)" in html
+    assert "Throughput lost per 1000 rules" in html and "set (nft)" in html and "nomatch-address (iptables-legacy)" in html
     assert (out / "figures" / "stream-rules.svg").exists()
 
 
@@ -107,17 +107,23 @@ def test_sigkill_mid_run_leaves_no_namespace_veth_or_rule(workdir: Path, namespa
                              rules="{ count = 100 }")
     out = workdir / "out"
     # The three namespaces exist for the whole run (the veths are in them,
-    # not in this namespace, once set up); the rules go in right after.
-    run = start_run_until(experiment, out, lambda: len(set(netns.leftovers()) - namespaces_as_found) >= 3
-                          and list(out.glob("runs/001")))
+    # not in this namespace, once set up); the rules go in right after. Only
+    # the run's own (from its journal) are looked at, never another experiment's.
+    made: set[str] = set()
+
+    def ready() -> bool:
+        made.update(journaled_network_objects(out))
+        return len(made) >= 3 and set(netns.leftovers()) >= made and bool(list(out.glob("runs/001")))
+
+    run = start_run_until(experiment, out, ready)
     try:
         time.sleep(1.5)
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
         deadline = time.monotonic() + GONE_WITHIN_S
-        while set(netns.leftovers()) - namespaces_as_found and time.monotonic() < deadline:
+        while set(netns.leftovers()) & made and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert sorted(set(netns.leftovers()) - namespaces_as_found) == []
+        assert sorted(set(netns.leftovers()) & made) == []
     finally:
         if run.poll() is None:
             run.kill()

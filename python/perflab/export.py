@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from perflab.errors import UserError
+from perflab.model import fmt_level
 from perflab.store import Store
 
 FORMATS = ("csv", "json", "parquet")
@@ -42,7 +43,8 @@ def _run_columns(store: Store) -> tuple[list[str], Callable[[dict[str, Any]], di
     def run_part(run: dict[str, Any]) -> dict[str, Any]:
         row = {"run": run["id"], "combination": run["combination"], "repetition": run["repetition"],
                "status": run["status"]}
-        row.update({f: run["factors"].get(f) for f in factors})
+        # a table level as its label (the one the report and `show` print); other levels as they are
+        row.update({f: fmt_level(v) if isinstance(v := run["factors"].get(f), dict) else v for f in factors})
         return row
 
     return ["run", "combination", "repetition", "status", *factors], run_part

@@ -48,6 +48,9 @@ Block = Text | Table | Figure
 class Section:
     title: str
     blocks: list[Block] = field(default_factory=list)
+    # The workload's (or collector's) headline: the study's own table, shown
+    # in the report's summary.
+    headline: bool = False
 
 
 @dataclass

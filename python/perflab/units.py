@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -112,3 +113,20 @@ def format_size(nbytes: float) -> str:
             return f"{nbytes / factor:.3g}{unit}"
     return f"{nbytes:.0f}B"
 
+
+def format_number(value: Any, digits: int = 4) -> str:
+    """A number as people read it (the report, `show`, the study tables):
+    thousands separated from 10^(digits-1), `digits` significant digits below;
+    '–' for missing or not finite. numpy's scalars count as numbers."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    value = float(value)
+    if not math.isfinite(value):
+        return "–"
+    if value == 0:
+        return "0"
+    if abs(value) >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"

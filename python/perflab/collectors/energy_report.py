@@ -12,6 +12,7 @@ import json
 import statistics
 from typing import Any
 
+from perflab.model import natural_key
 from perflab.section import Figure, RunGroup, Section, Table, Text
 
 MAX_GROUPS_DRAWN = 6
@@ -31,6 +32,7 @@ def sections(groups: list[RunGroup]) -> list[Section]:
     if not groups:
         return []
     rows = []
+    below_idle: list[str] = []
     per_query: dict[str, dict[str, dict[str, list[float]]]] = {}  # group -> query -> component -> joules
     delay: list[tuple[int, str, frozenset[str], float, float]] = []  # (index, label, query names, s, J)
     sources: set[str] = set()
@@ -50,6 +52,12 @@ def sections(groups: list[RunGroup]) -> list[Section]:
                          m.get("energy.queries.joules"), m.get("energy.gaps.joules"),
                          ", ".join(f"{k.split('.')[2]} {v:.3g}" for k, v in sorted(m.items())
                                    if k.startswith("energy.component.") and k.endswith(".joules"))])
+            above = m.get("energy.joules_above_idle")
+            if above is not None and above < 0:
+                seconds = m.get("energy.seconds")
+                run_w = f"{m['energy.joules'] / seconds:.3f} W" if seconds else "less"
+                below_idle.append(f"run {run['id']}: {above:.3f} J above idle: the run's mean power ({run_w}) "
+                                  f"was below the idle baseline's {m.get('energy.idle_watts', float('nan')):.3f} W")
             for q in qs:
                 parts = json.loads(q["energy_json"]) if q.get("energy_json") else {}
                 slot = per_query.setdefault(label, {}).setdefault(q["query"], {})
@@ -67,6 +75,10 @@ def sections(groups: list[RunGroup]) -> list[Section]:
          "by component J"], rows,
         "energy per run: total (the components the source adds up), above the idle baseline (idle power x the "
         "run's length taken off), inside the queries' intervals and in the gaps between them")]
+    if below_idle:
+        blocks.append(Text("Flagged energy-below-idle (the idle baseline, measured just before the run, drew more "
+                           "than the run: other work during the baseline, or power that varies by more than the "
+                           "run adds): " + "; ".join(below_idle) + "."))
     if per_query:
         blocks.append(_per_query_figure(per_query, source_text))
     else:
@@ -79,7 +91,89 @@ def sections(groups: list[RunGroup]) -> list[Section]:
         blocks.append(Table(["combination", "query time s", "energy in queries J"],
                             [[label, seconds, joules] for _, label, _, seconds, joules in delay],
                             f"energy-delay points: means over repetitions; source: {source_text}"))
-    return [Section("Energy per query", blocks)]
+    return [*_headline(groups), Section("Energy per query", blocks)]
+
+
+def _headline(groups: list[RunGroup]) -> list[Section]:
+    """Joules per query set and per component for each combination of the
+    resources (every other varied factor), over the repetitions with their
+    intervals; and each query's energy against its time, one figure."""
+    from perflab.analysis import pivot
+
+    runs = [{**r, "group": g} for g in groups for r in g.runs if "energy.joules" in r["metrics"]]
+    if not runs:
+        return []
+    varied = pivot.varied(runs)
+    query_set = [f for f in varied if f.endswith(".queries") or f.endswith(".kind")]
+    resources = [f for f in varied if f not in query_set]
+    components = _ordered({k.split(".")[2] for r in runs for k in r["metrics"]
+                           if k.startswith("energy.component.") and k.endswith(".joules")})
+    col_groups = pivot.group(runs, query_set)
+    headers = [*(pivot.short_name(f) for f in resources), "component",
+               *(pivot.combo_label(query_set, v, named=False) if query_set else "joules" for v, _ in col_groups)]
+    rows: list[list[Any]] = []
+    for values, grp in pivot.group(runs, resources):
+        ids = {r["id"] for r in grp}
+        for name, key in [("total", "energy.joules"), ("in queries", "energy.queries.joules"),
+                          *((c, f"energy.component.{c}.joules") for c in components)]:
+            cells = [pivot.cell([r["metrics"][key] for r in col if r["id"] in ids and key in r["metrics"]])
+                     for _, col in col_groups]
+            if any(c != "–" for c in cells):
+                rows.append([*(pivot.level_text(v) for v in values), name, *cells])
+    blocks: list[Any] = [
+        Text("Joules per run for each query set (columns) and each combination of the other factors (rows), total "
+             "and by component, over the repetitions. " + pivot.INTERVAL_NOTE.format(center="mean")),
+        Table(headers, rows, "Energy (J) per query set, component and resource combination"),
+    ]
+    scatter = _energy_time_figure(runs, query_set, resources)
+    if scatter is not None:
+        blocks.append(scatter)
+    return [Section("Energy per resource combination", blocks, headline=True)]
+
+
+def _energy_time_figure(runs: list[dict[str, Any]], query_set: list[str], resources: list[str]) -> Figure | None:
+    """Each query's energy against its time: a point per query run, a colour
+    per resource combination, a panel per query set, on log axes."""
+    from perflab.analysis import pivot
+
+    panels = pivot.group(runs, query_set)
+    combos = [values for values, _ in pivot.group(runs, resources)]
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 2.2, 3.4), squeeze=False,
+                             layout="constrained")
+    drawn = False
+    for ax, (values, panel_runs) in zip(axes[0], panels, strict=True):
+        for i, combo in enumerate(combos):
+            xs, ys = [], []
+            for r in panel_runs:
+                if tuple(r["factors"].get(f) for f in resources) != tuple(combo):
+                    continue
+                for q in _queries(r["group"], r["id"]):
+                    if q.get("energy_j") is not None and q.get("seconds"):
+                        xs.append(q["seconds"])
+                        ys.append(q["energy_j"])
+            if xs:
+                ax.scatter(xs, ys, s=6, color=f"C{i % 10}", label=pivot.combo_label(resources, combo) if
+                           resources else "runs")
+                drawn = True
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(pivot.combo_label(query_set, values) if query_set else "", fontsize=8)
+        ax.set_xlabel("query time, s")
+        ax.set_ylabel("query energy, J")
+    if not drawn:
+        plt.close(fig)
+        return None
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:
+        for h_, l_ in zip(*ax.get_legend_handles_labels(), strict=True):
+            if l_ not in labels:
+                handles.append(h_)
+                labels.append(l_)
+    fig.legend(handles, labels, loc="outside right upper", fontsize=6, frameon=False)
+    return Figure("energy-per-query-time", fig,
+                  "each query's energy against its time: a point per query run, a colour per combination of the "
+                  "other factors, a panel per query set")
 
 
 def _ordered(components: set[str]) -> list[str]:
@@ -101,7 +195,7 @@ def _per_query_figure(per_query: dict[str, dict[str, dict[str, list[float]]]], s
     fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.6 * len(shown)), squeeze=False)
     for ax, label in zip(axes[:, 0], shown, strict=True):
         queries = per_query[label]
-        names = sorted(queries)
+        names = sorted(queries, key=natural_key)  # Q2 before Q10
         components = _ordered({c for q in queries.values() for c in q})
         bottom = [0.0] * len(names)
         for c in components:
@@ -111,7 +205,8 @@ def _per_query_figure(per_query: dict[str, dict[str, dict[str, list[float]]]], s
         ax.set_xticks(range(len(names)), names, fontsize=7, rotation=60 if len(names) > 12 else 0)
         ax.set_ylabel(f"J ({source})")
         ax.set_title(label, fontsize=9)
-        ax.legend(fontsize=7, ncol=len(components))
+        if components:
+            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars
     fig.tight_layout()
     return Figure("energy-per-query", fig,
                   f"joules per query execution by component (mean over executions and repetitions); source: {source}")
@@ -143,7 +238,8 @@ def _power_figure(groups: list[RunGroup], source: str) -> Figure | None:
                 ax.axvline(q["started_s"], color="grey", linewidth=0.5, alpha=0.6)
         ax.set_ylabel(f"W ({source})")
         ax.set_title(f"#{g.index} {g.label}, run {run['id']}: grey lines mark each query's start", fontsize=9)
-        ax.legend(fontsize=7, ncol=4)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the lines
     ax.set_xlabel("seconds on the run's clock")
     fig.tight_layout()
     if not drawn:
@@ -165,7 +261,7 @@ def _energy_delay_figure(points: list[tuple[int, str, frozenset[str], float, flo
             if point_names == names:
                 ax.scatter([seconds], [joules])
                 ax.annotate(f"#{index}", (seconds, joules), fontsize=8, xytext=(3, 3), textcoords="offset points")
-        listed = sorted(names)
+        listed = sorted(names, key=natural_key)
         title = f"{len(listed)} queries: {listed[0]} .. {listed[-1]}" if len(listed) > 1 else listed[0]
         ax.set_title(title, fontsize=8)
         ax.set_xlabel("query time per run, s")

@@ -36,6 +36,12 @@ from perflab.collectors.procfs import (
     require_readable,
 )
 from perflab.model import RunResult
+from perflab.section import RunGroup, Section
+
+# Panels in the every-run figure; beyond, the runs are in runs/NNN/telemetry.png.
+MAX_RUN_PANELS = 48
+CPU_PARTS = (("us_pct", "us (user)", "#2e8b57"), ("sy_pct", "sy (system)", "#c0392b"),
+             ("wa_pct", "wa (I/O wait)", "#f39c12"), ("st_pct", "st (steal)", "#8e44ad"))
 
 PROC_FILES = ("/proc/stat", "/proc/meminfo", "/proc/vmstat", "/proc/loadavg")
 VMSTAT_COUNTERS = ("pgpgin", "pgpgout", "pswpin", "pswpout")
@@ -199,3 +205,68 @@ class VmstatCollector(SamplingCollector):
         result.add_metric(f"{p}.avail_kib_min", self._min_avail_kib, "KiB", "least available memory sampled")
         result.add_metric(f"{p}.dirty_kib_max", self._max_dirty_kib, "KiB", "most dirty page cache sampled")
         return result
+
+    @classmethod
+    def report_sections(cls, groups: list[RunGroup]) -> list[Section]:
+        """vmstat's CPU shares for every run, a small multiple each on one
+        time axis and one 0-100% scale, in the order the runs ran (the
+        DBT-3 durability study read each run's vmstat side by side), so a run
+        that drifts shows beside the others rather than only in its own
+        runs/NNN/telemetry.png."""
+        runs = sorted(((run, g) for g in groups for run in g.runs if g.read_series is not None),
+                      key=lambda pair: pair[0]["id"])
+        if len(runs) < 2:
+            return []
+        series: list[tuple[dict[str, Any], RunGroup, dict[str, tuple[list[float], list[float]]]]] = []
+        for run, g in runs[:MAX_RUN_PANELS]:
+            assert g.read_series is not None
+            lines: dict[str, tuple[list[float], list[float]]] = {}
+            for row in g.read_series(run["id"], "vmstat"):
+                if row["name"] in {p for p, _, _ in CPU_PARTS}:
+                    ts, vs = lines.setdefault(row["name"], ([], []))
+                    ts.append(float(row["t"]))
+                    vs.append(float(row["value"]))
+            if lines and min(len(ts) for ts, _ in lines.values()) >= 2:  # one sample draws no area
+                series.append((run, g, lines))
+        if len(series) < 2:
+            return []
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import numpy as np
+        from matplotlib.figure import Figure as MplFigure
+
+        from perflab.section import Figure, Text
+
+        cols = min(6, len(series))
+        nrows = (len(series) + cols - 1) // cols
+        fig = MplFigure(figsize=(2.1 * cols + 1.4, 1.5 * nrows + 0.6), layout="constrained")
+        axes = fig.subplots(nrows, cols, sharex=True, sharey=True, squeeze=False)
+        for i, (run, g, lines) in enumerate(series):
+            ax = axes[i // cols][i % cols]
+            first = next(iter(lines.values()))[0]
+            bottom = np.zeros(len(first))
+            for name, label, colour in CPU_PARTS:
+                ts, vs = lines.get(name, (first, [0.0] * len(first)))
+                if len(vs) != len(first):
+                    continue
+                top = bottom + np.asarray(vs)
+                ax.fill_between(first, bottom, top, color=colour, linewidth=0, label=label if i == 0 else None)
+                bottom = top
+            ax.set_ylim(0, 100)
+            ax.set_title(f"#{run['id']} {g.label}"[:48], fontsize=6)
+            ax.tick_params(labelsize=6)
+        for j in range(len(series), nrows * cols):
+            axes[j // cols][j % cols].set_visible(False)
+        fig.supxlabel("seconds since the run's start", fontsize=7)
+        fig.supylabel("% of CPU (all CPUs)", fontsize=7)
+        fig.legend(loc="outside upper center", ncol=len(CPU_PARTS), fontsize=7)
+        blocks: list[Any] = [Figure("vmstat-every-run", fig,
+                                    "vmstat CPU for every run (stacked us, sy, wa, st; the rest is idle), one "
+                                    "panel per run in the order they ran, on shared axes")]
+        if len(series) < min(len(runs), MAX_RUN_PANELS):
+            blocks.append(Text("Runs with fewer than two vmstat samples are left out."))
+        if len(runs) > MAX_RUN_PANELS:
+            blocks.append(Text(f"The first {MAX_RUN_PANELS} of {len(runs)} runs are drawn; every run's own "
+                               "figure is in runs/NNN/telemetry.png."))
+        return [Section("vmstat, every run", blocks)]

@@ -4,28 +4,38 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perflab.analysis import degradation, effects, scaling
+from perflab.analysis.degradation import Degradation
 from perflab.analysis.stats import (
     BOOTSTRAP_MIN_N,
     BOOTSTRAP_RESAMPLES,
     HIGH_CV,
-    MIN_MEANINGFUL_N,
+    MIN_INTERVAL_N,
+    MIN_VERDICT_N,
     MODIFIED_Z_THRESHOLD,
+    REPETITIONS_NOTE,
+    SIGNIFICANCE,
     TARGET_HALF_WIDTH,
+    WIDE_FACTOR,
+    NoiseFloor,
+    Summary,
     repetitions_for,
 )
 from perflab.collectors import COLLECTORS
-from perflab.model import Flag, fmt_factors, fmt_level
+from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
+from perflab.model import Flag, fmt_factors, fmt_level, without_label
 from perflab.report import figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, flatten, representative_run
 from perflab.section import Figure, RunGroup, Section, Table, Text
 from perflab.store import Store
+from perflab.targets.confine import format_bytes
 from perflab.workloads import WORKLOADS
 
 # Bounds that keep a report of hundreds of runs readable and quick to write;
@@ -78,6 +88,11 @@ class ReportBuilder:
             svg = figures.save(fig, self.figures_dir, name)
         finally:
             fig.clear()
+            # a workload's figure made with pyplot stays in pyplot's list until closed (past 20,
+            # matplotlib warns); closing one pyplot never had is a no-op
+            pyplot = sys.modules.get("matplotlib.pyplot")
+            if pyplot is not None:
+                pyplot.close(fig)
         return h.figure(svg, caption, name)
 
     def metric_label(self, name: str) -> str:
@@ -86,11 +101,26 @@ class ReportBuilder:
 
     def ci_note(self) -> str:
         return (
-            f"95% CI: Student t when n < {BOOTSTRAP_MIN_N}, else percentile bootstrap "
-            f"({BOOTSTRAP_RESAMPLES:,} resamples, seed {self.data.experiment['seed']}); when a Student t "
-            "interval of positive figures (TPS, latency) would reach below zero, the log-normal interval "
-            "(modified Cox, Olsson 2005) instead, which cannot"
+            f"95% CI: none below {MIN_INTERVAL_N} runs (the runs' values are shown instead). Positive figures "
+            "(rates, latencies, energy): the interval of the geometric mean, the Student t interval of the mean "
+            "of the logarithms exponentiated (Limpert, Stahel & Abbt 2001; Bland & Altman 1996), never below "
+            f"zero. Figures that can be 0 or negative: Student t when n < {BOOTSTRAP_MIN_N} (cut at 0 when no "
+            f"value is negative), else percentile bootstrap ({BOOTSTRAP_RESAMPLES:,} resamples, seed "
+            f"{self.data.experiment['seed']}). An interval whose upper bound is more than x{WIDE_FACTOR:g} its "
+            f"lower (or wider than x{WIDE_FACTOR:g} the values' range) reads \"too few runs\""
         )
+
+    def ci_text(self, s: Summary) -> str:
+        """A summary's interval as the tables print it: the values themselves
+        below MIN_INTERVAL_N, "too few runs" when it is too wide to inform."""
+        if s.n < MIN_INTERVAL_N:
+            return f"n={s.n}: " + "; ".join(h.fmt(v) for v in s.values)
+        if s.interval.too_wide:
+            return "too few runs"
+        return h.fmt_interval(s.interval)
+
+    def noise_floors(self) -> dict[str, NoiseFloor | None]:
+        return {name: self.data.noise_floor(name) for name in self.data.headline}
 
     def done_runs(self) -> list[dict[str, Any]]:
         return [r for r in self.data.runs if r["status"] == "done"]
@@ -99,6 +129,7 @@ class ReportBuilder:
 
     def render(self) -> str:
         builders: list[Callable[[], list[SectionHtml]]] = [
+            self.summary,
             self.factor_effects,
             self.results,
             self.failures,
@@ -107,6 +138,7 @@ class ReportBuilder:
             self.telemetry,
             self.degradation,
             self.workload_sections,
+            self.history,
             self.experiment,
             self.plan,
         ]
@@ -147,7 +179,39 @@ class ReportBuilder:
             + f'<div class="sub">created {h.esc(exp["created_at"])} · perflab {h.esc(host.get("perflab", "?"))}'
             f" · {h.esc(host_line)}</div>"
             f'<div class="sub counts">runs: {count_html}</div>'
+            f'<div class="sub counts">{h.esc(self.flag_counts())}</div>'
         )
+
+    def flag_counts(self) -> str:
+        """How many finished runs carry each flag, with the figure behind the
+        measured ones (host noise, idle, energy below idle)."""
+        done = self.done_runs()
+        counts: dict[str, int] = {}
+        for r in done:
+            for f in r["flags"]:
+                counts[f] = counts.get(f, 0) + 1
+        values = self.data.values
+
+        def extreme(flag: str, metric: str, pick: Callable[..., float]) -> float | None:
+            found = [values[r["id"]][metric] for r in done if flag in r["flags"] and metric in values.get(r["id"], {})]
+            return pick(found) if found else None
+
+        figures = {
+            Flag.NOISY_HOST.value: (extreme(Flag.NOISY_HOST, "host.noise_cores", max),
+                                    f"other processes + steal up to {{:.2f}} cores; threshold {NOISY_HOST_CORES}"),
+            Flag.CPU_SATURATED.value: (extreme(Flag.CPU_SATURATED, "host.shared_idle_pct", min),
+                                       f"idle down to {{:.1f}}%; threshold {SATURATED_IDLE_PCT:g}%"),
+            Flag.ENERGY_BELOW_IDLE.value: (extreme(Flag.ENERGY_BELOW_IDLE, "energy.joules_above_idle", min),
+                                           "above idle down to {:.3g} J"),
+        }
+        parts = []
+        for flag, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            value, text = figures.get(flag, (None, ""))
+            parts.append(f"{flag} {n} of {len(done)}" + (f" ({text.format(value)})" if value is not None else ""))
+        noise = [values[r["id"]]["host.noise_cores"] for r in done if "host.noise_cores" in values.get(r["id"], {})]
+        quiet = (f"; host noise in every run: at most {max(noise):.3f} cores (noisy-host above {NOISY_HOST_CORES})"
+                 if noise and Flag.NOISY_HOST.value not in counts else "")
+        return "flags on finished runs: " + ("; ".join(parts) if parts else "none") + quiet
 
     def embedded_data(self) -> dict[str, Any]:
         d = self.data
@@ -189,9 +253,11 @@ class ReportBuilder:
                             name: {
                                 "n": s.n,
                                 "mean": s.mean,
-                                "ci_low": s.interval.low,
-                                "ci_high": s.interval.high,
+                                "ci_low": s.interval.low if s.interval.shown else None,
+                                "ci_high": s.interval.high if s.interval.shown else None,
                                 "ci_method": s.interval.method,
+                                "ci_too_wide": s.interval.too_wide,
+                                "values": s.values,
                                 "cv": s.cv,
                                 "warnings": s.warnings,
                             }
@@ -203,6 +269,97 @@ class ReportBuilder:
             }
         )
 
+    # ------------------------------------------------------------------ summary
+
+    def headline_section(self) -> tuple[str, Section] | None:
+        """The study's headline section: the first a workload marks
+        `headline`, else the first a collector marks; with its anchor."""
+        for listing in (self.workload_section_list(), self.collector_section_list()):
+            for anchor, _, sections in listing:
+                if isinstance(sections, str):
+                    continue
+                for i, section in enumerate(sections, start=1):
+                    if getattr(section, "headline", False):
+                        return f"{anchor}-{i}", section
+        return None
+
+    def summary(self) -> list[SectionHtml]:
+        """The first screen answers the question: what was varied (each
+        factor's levels by label, in the file's order), the study's headline
+        table (a workload's headline section, else one row per combination
+        of the Results), and the flags (failed, noisy or otherwise marked runs)."""
+        d = self.data
+        meta = d.spec.get("experiment", {}) if isinstance(d.spec.get("experiment"), dict) else {}
+        reps, order = meta.get("repetitions", 1), meta.get("order", "sequential")
+        varied = {f: levels for f, levels in d.factor_values.items() if len(levels) >= 2}
+        if d.factor_values:
+            items = "".join(
+                f"<li><b>{h.esc(f)}</b>: {h.esc(' | '.join(fmt_level(v) for v in levels))}"
+                + (" (one level: fixed)" if len(levels) < 2 else "") + "</li>"
+                for f, levels in d.factor_values.items())
+            what = (f"<p>Varied: {len(varied)} factor(s), {len(d.combinations)} combination(s) x {reps} "
+                    f"repetition(s), run in {h.esc(order)} order.</p><ul class=\"varied\">{items}</ul>")
+        else:
+            what = f"<p>Nothing varied: {reps} repetition(s) of one set-up.</p>"
+        parts = [what]
+        found = self.headline_section()
+        shown_table = False
+        if found is not None:
+            anchor, section = found
+            blocks: list[Text | Table | Figure] = [b for b in section.blocks if isinstance(b, (Table, Text))]
+            shown_table = any(isinstance(b, Table) for b in blocks)
+            parts.append(f"<h3>{h.esc(section.title)}</h3>" + self.render_section(Section(section.title, blocks)))
+            if any(isinstance(b, Figure) for b in section.blocks):
+                parts.append(f'<p class="note">Its figures: <a href="#{h.esc(anchor)}">{h.esc(section.title)}</a>.</p>')
+        if not shown_table:
+            parts.append("<h3>Results</h3>" + self.summary_table())
+        parts.append("<h3>Flags</h3>" + self.summary_flags())
+        return [("summary", "Summary", "".join(parts))]
+
+    def summary_table(self) -> str:
+        """One row per combination: the varied factors' levels and each
+        headline metric's mean with its interval (or the runs' values)."""
+        d = self.data
+        if not d.combinations:
+            return h.note("The plan is empty.")
+        shown = [f for f, levels in d.factor_values.items() if len(levels) >= 2] or list(d.factor_values)
+        headers = [*[_short(f) for f in shown], "runs"]
+        for name in d.headline:
+            headers += [self.metric_label(name), "95% CI"]
+        rows = []
+        for combo in d.combinations:
+            row: list[Any] = [*[fmt_level(combo.factors.get(f)) for f in shown],
+                              f"{len(combo.run_ids)}" + (f" ({len(combo.failed_ids)} failed)" if combo.failed_ids else "")]
+            for name in d.headline:
+                s = combo.summaries.get(name)
+                row += ["–", "–"] if s is None else [s.mean, h.td(self.ci_text(s), "num")]
+            rows.append(row)
+        return h.table(headers, rows, caption="Each row is one combination of the factors over its finished "
+                       "repetitions (Results has the CV, warnings and noise floor; Effects tests each level against "
+                       "its baseline).")
+
+    def summary_flags(self) -> str:
+        """Failed runs and each flag, with the combinations that carry it."""
+        d = self.data
+        failed = [r for r in d.runs if r["status"] == "failed"]
+        items = []
+        if failed:
+            items.append(f'<li class="bad">{len(failed)} failed run(s): '
+                         + ", ".join(f"#{r['id']}" for r in failed) + ' (<a href="#failures">Failures</a>)</li>')
+        by_flag: dict[str, list[int]] = {}
+        for combo in d.combinations:
+            for r in combo.run_ids:
+                for flag in d.runs_by_id[r]["flags"]:
+                    by_flag.setdefault(flag, [])
+                    if combo.index not in by_flag[flag]:
+                        by_flag[flag].append(combo.index)
+        for flag, combos in sorted(by_flag.items()):
+            n = sum(1 for r in d.runs if r["status"] == "done" and flag in r["flags"])
+            items.append(f'<li class="warn">{h.esc(flag)}: {n} run(s), in combination(s) '
+                         + h.esc(", ".join(f"#{c}" for c in combos)) + "</li>")
+        listing = f"<ul>{''.join(items)}</ul>" if items else "<p>No run failed and no run is flagged.</p>"
+        return listing + h.note(self.flag_counts() + ". What each flag means is under Results.")
+
     # ------------------------------------------------------------------ effects
 
     def baseline_level(self, factor: str) -> Any:
@@ -210,8 +367,11 @@ class ReportBuilder:
         file names in [experiment.baseline], else the first."""
         named = self.data.spec.get("experiment", {}).get("baseline", {})
         levels = self.data.factor_values[factor]
-        if isinstance(named, dict) and factor in named and named[factor] in levels:
-            return named[factor]
+        if isinstance(named, dict) and factor in named:
+            # a table level is stored with its label; the file may name it without one
+            for level in levels:
+                if without_label(level) == without_label(named[factor]):
+                    return level
         return levels[0]
 
     def effect_rows(self) -> list[tuple[str, Any, Any, dict[str, Any], str, effects.Effect, float, float, int, int]]:
@@ -221,6 +381,8 @@ class ReportBuilder:
         combination of the other factors (an effect may differ between them)."""
         d = self.data
         out = []
+        # levels that resolve to one set-up are no effect: their runs are the noise floor's
+        setup_of = {r: i for i, group in enumerate(d.setups()) for c in group for r in c.run_ids}
         for factor, levels in d.factor_values.items():
             if len(levels) < 2:
                 continue
@@ -248,9 +410,16 @@ class ReportBuilder:
                         if not a or not b:
                             continue
                         found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"])
+                        if found.verdict != effects.UNDEFINED and \
+                                len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and a_ids[0] in setup_of:
+                            found = effects.same_setup(found)
                         out.append((factor, level, base, context, name, found, sum(a) / len(a), sum(b) / len(b),
                                     len(a), len(b)))
-        return out
+        # one report, many comparisons: Benjamini-Hochberg over all of them,
+        # and no change called within the metric's noise floor
+        floors = self.noise_floors()
+        settled = effects.settle([row[5] for row in out], [floors.get(row[4]) for row in out])
+        return [(*row[:5], found, *row[6:]) for row, found in zip(out, settled, strict=True)]
 
     def factor_effects(self) -> list[SectionHtml]:
         """The answer to "does this factor matter?": each level against the
@@ -264,39 +433,74 @@ class ReportBuilder:
         if not rows_found:
             return [("effects", "Effects", h.note("No factor level has finished runs beside its baseline's."))]
         answers, rows, classes = [], [], []
+        untested: dict[str, int] = {}
         first_metric = d.headline[0] if d.headline else None
         for factor, level, base, context, name, found, mean_a, mean_b, n_a, n_b in rows_found:
             where = fmt_factors(context, ", ") or "all runs"
             ratio = found.ratio
-            ci = f"[{ratio.low:.3f}, {ratio.high:.3f}]" if math.isfinite(ratio.low) else "–"
+            ci = (f"[{ratio.low:.3f}, {ratio.high:.3f}]" if ratio.shown else
+                  f"too wide (over x{WIDE_FACTOR:g}): too few runs" if ratio.too_wide else "–")
+            estimate = "undefined" if found.verdict == effects.UNDEFINED else f"{ratio.estimate:.3f}"
             if name == first_metric:
-                verdict = {"better": "better", "worse": "worse", "differs": "different", "~": "no significant change",
-                           "n=1": "not tested (n=1)"}.get(found.verdict, found.verdict)
-                answers.append(
-                    f"{_short(factor)} = {fmt_level(level)} against {fmt_level(base)}"
-                    + (f" (at {where})" if context else "")
-                    + f": {name} x{ratio.estimate:.3f}, 95% CI {ci}: {verdict}"
-                )
+                if not found.tested:
+                    untested[found.verdict] = untested.get(found.verdict, 0) + 1
+                else:
+                    verdict = {"better": "better", "worse": "worse", "differs": "different",
+                               effects.NO_DIFFERENCE: "no significant change",
+                               effects.WITHIN_NOISE: "within the noise floor, no change called"}.get(
+                                   found.verdict, found.verdict)
+                    if found.verdict == effects.NO_DIFFERENCE and ratio.too_wide:
+                        verdict = "no significant change, and too few runs to rule one out"
+                    answers.append(
+                        f"{_short(factor)} = {fmt_level(level)} against {fmt_level(base)}"
+                        + (f" (at {where})" if context else "")
+                        + f": {name} x{estimate}, "
+                        + (f"95% CI wider than x{WIDE_FACTOR:g}" if ratio.too_wide else f"95% CI {ci}")
+                        + f": {verdict}"
+                    )
             verdict_class = {"better": "good", "worse": "bad"}.get(found.verdict, "")
             rows.append([
                 _short(factor), fmt_level(level), fmt_level(base), where, f"{name} ({d.metrics[name].unit})",
-                h.td(f"{ratio.estimate:.3f} {ci}", "num"), h.td(found.verdict, verdict_class),
-                mean_a, mean_b, f"{n_a}/{n_b}", found.method, "–" if found.p_value is None else f"{found.p_value:.3g}",
+                h.td(f"{estimate} {ci}" if found.verdict != effects.UNDEFINED else "undefined", "num"),
+                h.td(found.verdict, verdict_class),
+                mean_a, mean_b, f"{n_a}/{n_b}", found.method,
+                "–" if found.p_value is None or found.q_value is None else f"{found.p_value:.3g} ({found.q_value:.3g})",
             ])
-            classes.append("" if found.verdict in ("~", "n=1") else "changed")
+            classes.append("changed" if found.verdict in ("better", "worse", "differs") else "")
+        untested_why = {
+            effects.UNDEFINED: "with a ratio undefined (a side is 0 or not a number)",
+            effects.TOO_FEW: f"with fewer than {MIN_VERDICT_N} runs a side",
+            effects.SAME_SETUP: "between levels that ran one set-up (their spread is in the noise floor)",
+        }
+        if untested and first_metric:
+            answers.append(
+                f"{first_metric}: not tested: "
+                + "; ".join(f"{n} comparison(s) {untested_why[v]}" for v, n in sorted(untested.items()))
+                + (f" ({REPETITIONS_NOTE})" if effects.TOO_FEW in untested else "")
+            )
         listing = "".join(f"<li>{h.esc(a)}</li>" for a in answers)
         named = self.data.spec.get("experiment", {}).get("baseline")
         how = ("the baseline is the level named in [experiment.baseline]" if named else
                "the baseline is each factor's first level (name another in [experiment.baseline])")
+        changed = sum(1 for c in classes if c)
         body = (
             f'<ul class="answers">{listing}</ul>'
-            + h.table(
-                ["factor", "level", "baseline", "other factors", "metric", "level / baseline [95% CI]", "verdict",
-                 "baseline mean", "level mean", "n", "test", "p"],
-                rows, row_classes=classes,
-                caption=f"Each level of each factor against the baseline, at each combination of the other "
-                f"factors; {how}. better/worse follow the metric's direction. {effects.LEGEND}",
-            )
+            # the full list of pairwise comparisons, folded: the answers above say what it found
+            + h.details(
+                f"all {len(rows)} pairwise comparisons (each level against its baseline, per metric; "
+                f"{changed} changed)",
+                h.table(
+                    ["factor", "level", "baseline", "other factors", "metric", "ratio [95% CI]", "verdict",
+                     "baseline mean", "level mean", "n", "test", "p (q, BH)"],
+                    rows, row_classes=classes,
+                    caption=f"Each level of each factor against the baseline (ratio = level / baseline), at each "
+                    f"combination of the other factors; {how}. better/worse follow the metric's direction. "
+                    f"{effects.LEGEND}",
+                ))
+            + h.note(f"{sum(1 for r in rows_found if r[5].tested)} comparisons were tested in this report; their "
+                     "p-values are adjusted for the false discovery rate (Benjamini & Hochberg 1995) and a change "
+                     f"is called where q < {SIGNIFICANCE} and the ratio is outside the metric's noise floor "
+                     "(Results: Noise floor).")
         )
         # A memory limit or a scratch filesystem as a factor: what its levels mean, beside their effects.
         conditions = [n for n in self.condition_notes()
@@ -321,14 +525,14 @@ class ReportBuilder:
                 out.append((f"{name}: " if many else "") + ", ".join(found))
         if combo.failed_ids:
             out.append("failed " + ", ".join(f"#{i}" for i in combo.failed_ids))
-        if len(combo.run_ids) == 1:
-            out.append("n=1: no interval")
-        elif 1 < len(combo.run_ids) < MIN_MEANINGFUL_N:
+        if 0 < len(combo.run_ids) < MIN_INTERVAL_N:
             # the summaries say how many repetitions their CV asks for; the most any asks
             needed = max((repetitions_for(self.data.values_of(combo, name)) for name in combo.summaries),
-                         default=MIN_MEANINGFUL_N)
-            out.append(f"n={len(combo.run_ids)}: the interval means little; run about {needed} repetitions "
-                       f"for +-{TARGET_HALF_WIDTH * 100:.0f}%")
+                         default=MIN_INTERVAL_N)
+            out.append(f"n={len(combo.run_ids)}: no interval (needs {MIN_INTERVAL_N} runs); about {needed} "
+                       f"repetitions for +-{TARGET_HALF_WIDTH * 100:.0f}%")
+        elif any(s.interval.too_wide for s in combo.summaries.values()):
+            out.append(f"too few runs: an interval spans more than x{WIDE_FACTOR:g}")
         return out
 
     def results(self) -> list[SectionHtml]:
@@ -354,12 +558,18 @@ class ReportBuilder:
                     continue
                 # a metric measured in fewer of the runs (a load, done once and
                 # reused) says its own n, not the combination's
-                ci_text = h.fmt_interval(s.interval) if s.n > 1 else "n=1: no interval"
-                if 1 < s.n < len(combo.run_ids):
+                ci_text = self.ci_text(s)
+                if s.n >= MIN_INTERVAL_N and s.n < len(combo.run_ids):
                     ci_text += f" (n={s.n})"
+                if s.n < MIN_INTERVAL_N:
+                    title = f"the runs' values: an interval needs {MIN_INTERVAL_N} runs ({s.interval.method})"
+                elif s.interval.too_wide:
+                    title = f"{s.interval.method}: spans more than x{WIDE_FACTOR:g}, so not printed; n={s.n}"
+                else:
+                    title = f"{s.interval.method}, n={s.n}"
                 row += [
                     s.mean,
-                    h.td(ci_text, "num", title=f"{s.interval.method}, n={s.n}"),
+                    h.td(ci_text, "" if s.n < MIN_INTERVAL_N else "num", title=title),
                     h.td(h.fmt_pct(s.cv * 100, 1, signed=False), "num warn" if s.cv > HIGH_CV else "num"),
                 ]
             row.append(h.td(", ".join(sorted(combo.flags)), "flag") if combo.flags else "")
@@ -385,7 +595,48 @@ class ReportBuilder:
                 notes.append(h.note(f"{name}: {info.description}"))
         notes += self.condition_notes()
         table = h.table(headers, rows, row_classes=classes)
-        return [("results", "Results", table + "".join(notes))]
+        return [("results", "Results", table + "".join(notes) + self.noise_section())]
+
+    def noise_section(self) -> str:
+        """The experiment's own noise floor: the spread of runs of identical
+        set-ups (repetitions, and levels that resolve to one set-up)."""
+        d = self.data
+        floors = self.noise_floors()
+        rows: list[list[Any]] = []
+        for name, floor in floors.items():
+            if floor is None:
+                positive = all(v > 0 for r in d.values.values() if (v := r.get(name)) is not None)
+                rows.append([name, "–", "–", "–", "–", "no two runs of one set-up: the noise is not measured"
+                             if positive else "values of 0 or below: no relative floor (the tests alone decide)"])
+                continue
+            rows.append([name, h.td(f"{floor.sd_log * 100:.2f}%", "num"), floor.df, floor.groups,
+                         h.td(f"x{floor.largest_ratio:.3f}", "num"),
+                         h.td(f"x{1 / floor.factor:.3f} - x{floor.factor:.3f}", "num")])
+        parts = ["<h3>Noise floor</h3>", h.table(
+            ["metric", "run-to-run spread (SD of ln)", "df", "set-ups", "largest max/min in one set-up",
+             "noise floor (no change called within)"], rows,
+            caption="Runs of identical set-ups: each combination's repetitions, pooled with those of combinations "
+            "that resolve to the same set-up. Spread: the pooled standard deviation of ln(value) (ISO 5725-2 "
+            "repeatability, on the log scale: about the CV). Noise floor: the repeatability limit exp(2.8 s) "
+            "(ISO 5725-6), the ratio two runs of one set-up exceed only 5% of the time; an effect within it is "
+            "not called a change, whatever its test says.")]
+        equivalent = d.equivalent_levels()
+        if equivalent:
+            items = []
+            for group in equivalent:
+                labels = "; ".join(f"#{c.index} {c.label()}" for c in group)
+                spread = []
+                for name in d.headline:
+                    means = [s.interval.estimate for c in group if (s := c.summaries.get(name)) is not None]
+                    if len(means) > 1 and min(means) > 0:
+                        spread.append(f"{name} x{max(means) / min(means):.3f}")
+                items.append(f"<li>{h.esc(labels)}" + (f": largest ratio {h.esc(', '.join(spread))}" if spread else "")
+                             + "</li>")
+            parts.append(h.note(
+                f"{len(equivalent)} group(s) of combinations resolve to the same set-up (their runs stored the same "
+                "target description and the same other factors), so their runs are pooled as repetitions:"))
+            parts.append(f"<ul>{''.join(items)}</ul>")
+        return "".join(parts)
 
     def condition_notes(self) -> list[str]:
         """What flagged conditions mean, once, where the figures are."""
@@ -393,11 +644,21 @@ class ReportBuilder:
         notes = []
         if Flag.MEMORY_LIMITED in flags:
             notes.append(h.note(
-                "memory-limited: the server ran under a cgroup memory limit (target.resources.memory or "
-                "memory_high). The limit counts the page cache the server's reads and writes bring in, not only "
+                "memory-limited: the server's cgroup memory limit (target.resources.memory or memory_high) bound "
+                "during the run: its memory reached 90% of the limit, the limit was hit (failcnt, memory.events), "
+                "or reclaim was counted; each such run has an event with the figures. A run under a limit that did "
+                "not bind is not flagged. The limit counts the page cache the server's reads and writes bring in, not only "
                 "its private memory: a limit of 1 GB leaves the server less than 1 GB of cache beyond shared "
                 "memory, and reading beyond it is reclaimed within the cgroup. Huge pages are not charged to it (they are "
                 "the hugetlb controller's): with huge_pages on, shared memory is outside the limit.", "warn"))
+        if Flag.NOISY_HOST in flags or Flag.CPU_SATURATED in flags:
+            notes.append(h.note(
+                f"noisy-host: while the workload ran, processes neither perflab's nor the target's (kernel threads "
+                f"and interrupts aside), plus steal time, took more than {NOISY_HOST_CORES} of a core "
+                "(host.noise_cores; the run's host-noise event names the busiest). cpu-saturated: the CPUs perflab "
+                f"and the server share were under {SATURATED_IDLE_PCT:g}% idle (host.shared_idle_pct): the driver "
+                "and the server competed for them. Either makes a run's figures depend on the machine's state as "
+                "much as on its factors.", "warn"))
         if Flag.LOOP_BACKED in flags:
             notes.append(h.note(
                 "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "
@@ -459,7 +720,7 @@ class ReportBuilder:
                     continue
                 shown = curves[:MAX_LINES_PER_FIGURE]
                 label = self.metric_label(name)
-                fig = figures.scaling_figure(shown, factor, label, "95% CI")
+                fig = figures.scaling_figure(shown, factor, label, f"95% CI, from {MIN_INTERVAL_N} runs")
                 caption = f"{label} against {factor}; one line per value of the other factors; band: {self.ci_note()}."
                 if len(curves) > len(shown):
                     caption += f" {len(curves) - len(shown)} more lines are in the results table."
@@ -485,10 +746,14 @@ class ReportBuilder:
     # ------------------------------------------------------------------ latency
 
     def latency(self) -> list[SectionHtml]:
-        parts = self.latency_spectrum() + self.driver_series()
+        spectrum = self.latency_spectrum()
+        series = self.driver_series()
+        parts = spectrum + series
         if not parts:
             parts = [h.note("No latency histograms and no driver series were stored by this workload.")]
-        return [("latency", "Latency", "".join(parts))]
+        # the title says what is in it: the driver's series are throughput (goodput, req/s) as well as latency
+        title = "Latency and the driver's series" if series else "Latency"
+        return [("latency", title, "".join(parts))]
 
     def latency_spectrum(self) -> list[str]:
         d = self.data
@@ -560,10 +825,13 @@ class ReportBuilder:
         # latency series first: that is what this section is about
         keys = sorted((k for k in per_name if k not in flat), key=lambda k: (0 if "latency" in k[1] else 1, k))
         for source, name in keys[:MAX_SERIES_FIGURES]:
-            fig = figures.series_figure(per_name[(source, name)], name, f"{source}: {name} over time")
+            # the workload's own name for the series (an HTTP run's "tps" is req/s)
+            shown = (WORKLOADS.get(source).series_labels if source in WORKLOADS else {}).get(name, name)
+            fig = figures.series_figure(per_name[(source, name)], shown, f"{source}: {shown} over time")
             caption = (
-                f"{source}.{name} over the run, after warm-up, for the run of each combination "
-                "nearest its median (the others are in the store: perflab export --table series)."
+                f"{source}.{name}" + (f" ({shown})" if shown != name else "") + " over the run, after warm-up, for "
+                "the run of each combination nearest its median (the others are in the store: perflab export "
+                "--table series)."
             )
             parts.append(self.figure(fig, f"series-{source}-{name}", caption))
         if len(keys) > MAX_SERIES_FIGURES:
@@ -581,19 +849,32 @@ class ReportBuilder:
                          read_series=self.store.series, read_queries=self.store.queries)
                 for combo in d.combinations]
 
+    def collector_section_list(self) -> list[tuple[str, str, list[Section] | str]]:
+        """(anchor, collector, its sections or the error note) per collector, asked once."""
+        if "_collector_sections" in self.__dict__:
+            return list(self.__dict__["_collector_sections"])
+        groups = self.run_groups()
+        out: list[tuple[str, str, list[Section] | str]] = []
+        for name in COLLECTORS.in_registration_order():
+            try:
+                out.append((f"telemetry-{name}", name, COLLECTORS.get(name).report_sections(groups)))
+            except Warning:  # a warning made an error (the tests' filter): not the section's to swallow
+                raise
+            except Exception as exc:  # the rest of the report is still worth writing
+                out.append((f"telemetry-{name}", name, h.note(
+                    f"the {name} collector's report section failed: {type(exc).__name__}: {exc}", "bad")))
+        self.__dict__["_collector_sections"] = out
+        return list(out)
+
     def telemetry(self) -> list[SectionHtml]:
         d = self.data
         parts = []
-        groups = self.run_groups()
-        for name in COLLECTORS.in_registration_order():
-            try:
-                sections = COLLECTORS.get(name).report_sections(groups)
-            except Exception as exc:  # the rest of the report is still worth writing
-                parts.append(h.note(f"the {name} collector's report section failed: {type(exc).__name__}: {exc}",
-                                    "bad"))
+        for anchor, _, sections in self.collector_section_list():
+            if isinstance(sections, str):
+                parts.append(sections)
                 continue
-            for section in sections:
-                parts.append(f"<h3>{h.esc(section.title)}</h3>" + self.render_section(section))
+            for i, section in enumerate(sections, start=1):
+                parts.append(f'<h3 id="{h.esc(anchor)}-{i}">{h.esc(section.title)}</h3>' + self.render_section(section))
         bound = [r for r in d.runs if Flag.CLIENT_BOUND in r["flags"]]
         if bound:
             parts.append(h.note(
@@ -649,7 +930,8 @@ class ReportBuilder:
                 if len(ids) < DEGRADATION_MIN_RUNS:
                     continue
                 values = [d.values[r][name] for r in ids]
-                result = degradation.assess(values, d.metrics[name].higher_is_better, seed=d.experiment["seed"])
+                result = degradation.assess(values, d.metrics[name].higher_is_better, seed=d.experiment["seed"],
+                                            positions=[d.runs_by_id[r]["repetition"] for r in ids])
                 assessed.append((combo, name, ids, result))
         rows = []
         for combo, name, ids, r in assessed:
@@ -668,7 +950,9 @@ class ReportBuilder:
                 ["#", "combination", "metric", "runs", "first", "last", "last vs first", "slope per run (95% CI)",
                  "change points", "verdict"],
                 rows,
-                caption="Repetitions of each combination in the order they ran. Trend: OLS slope per run with "
+                caption="Repetitions of each combination in plan order, each at its repetition number (a run "
+                "resumed after an interruption, or retried, keeps its place; a failed run leaves a gap). Trend: OLS "
+                "slope per repetition with "
                 "its Student t 95% CI (real when it excludes 0). Change points: E-divisive (Matteson & James "
                 f"2014, as Apache Otava), permutation test with {degradation.PERMUTATIONS} permutations, "
                 f"kept at p < {degradation.SIGNIFICANCE}.",
@@ -681,9 +965,9 @@ class ReportBuilder:
         for combo, name, ids, r in ranked[:MAX_DEGRADATION_DETAILS]:
             info = d.metrics[name]
             parts.append(f"<h3>#{combo.index} {h.esc(combo.label())}: {h.esc(name)}</h3>")
-            detail_rows = [[f"#{run_id}", i + 1, v, h.td(h.fmt_pct(c), "num")]
-                           for i, (run_id, v, c) in enumerate(zip(ids, r.values, r.change_pct, strict=True))]
-            parts.append(h.table(["run", "repetition", f"{name} ({info.unit})", "change from first"], detail_rows))
+            detail_rows = self.degradation_rows(combo, name, ids, r)
+            parts.append(h.table(["run", "repetition", f"{name} ({info.unit})", "change from first", "note"],
+                                 detail_rows))
             parts.append(h.note(r.verdict, "warn" if r.change_points or (r.trend and r.trend.significant) else "note"))
             fig = figures.degradation_figure(r, [f"#{i}" for i in ids], self.metric_label(name),
                                              f"#{combo.index} {combo.label()}: {name} run after run")
@@ -691,28 +975,108 @@ class ReportBuilder:
                                      "Metric per run in order, its OLS trend, and change points (dotted)."))
         return [("degradation", "Degradation", "".join(parts))]
 
+    def run_marks(self) -> dict[int, list[str]]:
+        """By run: resumed, retried, fresh load (the store's attempts and effects)."""
+        if not hasattr(self, "_run_marks"):
+            self._run_marks = self.store.run_marks()
+        return self._run_marks
+
+    def degradation_rows(self, combo: Combination, name: str, ids: list[int],
+                         r: Degradation) -> list[list[Any]]:
+        """The OSDL-style rows of one combination: every run of it in plan
+        order at its repetition number, those without a value (failed, not
+        run yet) too, each marked when it was resumed, retried or on a fresh load."""
+        d = self.data
+        by_id = dict(zip(ids, zip(r.values, r.change_pct, strict=True), strict=True))
+        marks = self.run_marks()
+        rows = []
+        for run in sorted((x for x in d.runs if x["combination"] == d.runs_by_id[ids[0]]["combination"]),
+                          key=lambda x: x["id"]):
+            note = marks.get(run["id"], [])
+            if run["id"] in by_id:
+                v, c = by_id[run["id"]]
+                rows.append([f"#{run['id']}", run["repetition"], v, h.td(h.fmt_pct(c), "num"),
+                             h.td(", ".join(note), "warn" if note else "")])
+            else:
+                why = {"failed": "failed: no value", "done": f"no {name}"}.get(run["status"], f"{run['status']}: no value")
+                rows.append([f"#{run['id']}", run["repetition"], "–", "–", h.td(", ".join([why, *note]), "warn")])
+        return rows
+
+    # ------------------------------------------------------------------ history
+
+    def history(self) -> list[SectionHtml]:
+        """The sessions that ran the experiment (start, stop, how it stopped,
+        what a resume found and did) and every earlier attempt of a run."""
+        sessions = self.store.sessions()
+        attempts = self.store.attempts()
+        if not sessions and not attempts:
+            return []
+        rows = [[s["id"], s["command"], s["pid"], s["started_at"], s["ended_at"] or "–",
+                 h.td(s["ended"] or ("running" if s["ended_at"] is None else ""),
+                      "" if (s["ended"] or "").startswith("finished") else "warn"),
+                 s["note"] or ""] for s in sessions]
+        parts = [h.table(["session", "command", "pid", "started (UTC)", "ended (UTC)", "how it ended", "what it did"],
+                         rows, caption="Each perflab process that ran part of the experiment. A killed one has no "
+                         "end time: it was found dead by the next resume.")]
+        if attempts:
+            arows = [[f"#{a['run_id']}", a["attempt"], a["status"], a["started_at"] or "–", a["ended_at"] or "–",
+                      "–" if a["seconds"] is None else f"{a['seconds']:.1f}",
+                      (a["error"] or "").splitlines()[0][:160] if a["error"] else "", a["files"] or "–"]
+                     for a in attempts]
+            parts.append("<h3>Earlier attempts</h3>" + h.table(
+                ["run", "attempt", "status", "started (UTC)", "ended (UTC)", "seconds", "cause", "files"], arows,
+                caption="Attempts that did not finish (killed, interrupted) or failed and were run again; each "
+                "run's figures are from its last attempt. A killed attempt's end is its last sign of life "
+                "(its newest file)."))
+        effects = [e for e in self.store.effects() if e["kind"] != "load" or e["data"].get("reload")]
+        if effects:
+            erows = [[f"#{e['run_id']}", e["attempt"], e["kind"], json.dumps(e["data"], sort_keys=True), e["at"]]
+                     for e in effects]
+            parts.append("<h3>Changes to the data</h3>" + h.details(
+                f"what runs recorded they would change in the target's data ({len(erows)})",
+                h.table(["run", "attempt", "kind", "what", "at (UTC)"], erows,
+                        caption="Recorded before the change was made: a run run again first undoes what its "
+                        "earlier attempt changed (TPC-H refresh pairs), or says what it left (tpcb history)."),
+                open_=len(erows) <= 12))
+        return [("history", "Experiment history", "".join(parts))]
+
     # ------------------------------------------------------------------ workloads
 
-    def workload_sections(self) -> list[SectionHtml]:
+    def workload_section_list(self) -> list[tuple[str, str, list[Section] | str]]:
+        """(anchor, kind, its sections or the error body) per workload kind,
+        asked once: the summary shows the headline section, the workload's
+        place below shows them all."""
+        if "_workload_sections" in self.__dict__:
+            return list(self.__dict__["_workload_sections"])
         d = self.data
         by_kind: dict[str, list[dict[str, Any]]] = {}
         for run in d.runs:
             kind = d.workload_kind(run)
             if kind is not None:
                 by_kind.setdefault(kind, []).append(run)
-        out = []
+        out: list[tuple[str, str, list[Section] | str]] = []
         for kind, runs in sorted(by_kind.items()):
             if kind not in WORKLOADS:
                 continue
             try:
-                sections = WORKLOADS.get(kind).report_sections(self.store, runs)
+                out.append((f"workload-{kind}", kind, WORKLOADS.get(kind).report_sections(self.store, runs)))
+            except Warning:  # a warning made an error (the tests' filter): not the section's to swallow
+                raise
             except Exception as exc:  # the rest of the report is still worth writing
                 body = h.note(f"the {kind} workload's report section failed: {type(exc).__name__}: {exc}", "bad")
                 body += h.details("traceback", h.pre(traceback.format_exc()))
-                out.append((f"workload-{kind}", f"{kind}: error", body))
+                out.append((f"workload-{kind}", kind, body))
+        self.__dict__["_workload_sections"] = out
+        return list(out)
+
+    def workload_sections(self) -> list[SectionHtml]:
+        out = []
+        for anchor, kind, sections in self.workload_section_list():
+            if isinstance(sections, str):
+                out.append((anchor, f"{kind}: error", sections))
                 continue
             for i, section in enumerate(sections, start=1):
-                out.append((f"workload-{kind}-{i}", section.title, self.render_section(section)))
+                out.append((f"{anchor}-{i}", section.title, self.render_section(section)))
         return out
 
     def render_section(self, section: Section) -> str:
@@ -747,7 +1111,25 @@ class ReportBuilder:
         seed = exp["seed"]
         order = d.spec.get("experiment", {}).get("order", "sequential")
         parts.append(h.note(f"Plan order: {order} (seed {seed}); factors: {', '.join(exp['factors']) or 'none'}."))
+        parts.append(self.left_behind())
         return [("experiment", "Experiment", "".join(parts))]
+
+    def left_behind(self) -> str:
+        """What the experiment made outside its output directory (perflab's
+        schemas in databases it did not create), and how to remove it."""
+        rows = self.store.leftovers(removed=True)
+        if not rows:
+            return ""
+        table = h.table(
+            ["what", "name", "where", "size", "contents", "measured", "state"],
+            [[r["kind"], r["name"], r["location"], format_bytes(r["bytes"]), r["detail"], r["measured_at"] or "-",
+              f"removed {r['removed_at']}" if r["removed_at"] else "left"] for r in rows], css_class="kv")
+        left = [r for r in rows if not r["removed_at"]]
+        say = (f"{len(left)} left: remove with `perflab clean {self.store.dir}`." if left
+               else "All of it was removed by `perflab clean`.")
+        return ("<h3>Left outside the output directory</h3>"
+                + h.note("Schemas of perflab's own (marked as this experiment's) in databases it did not create; "
+                         "nothing else there was created, changed or dropped. " + say) + table)
 
     def settings_tables(self, targets: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         """Effective server settings as target.describe() recorded them: the
@@ -792,7 +1174,8 @@ class ReportBuilder:
                 r["id"], r["combination"], r["repetition"], *[fmt_level(r["factors"].get(f)) for f in factor_names],
                 r["status"], r["started_at"] or "", r["seconds"] if r["seconds"] is not None else "–",
                 *[d.values.get(r["id"], {}).get(n, "–") for n in d.headline[:1]],
-                h.td(", ".join(r["flags"]), "flag") if r["flags"] else "", error,
+                h.td(", ".join([*self.run_marks().get(r["id"], []), *r["flags"]]), "flag")
+                if r["flags"] or r["id"] in self.run_marks() else "", error,
             ])
             classes.append("failed" if r["status"] == "failed" else "")
         headers = ["run", "#", "rep", *[_short(f) for f in factor_names], "status", "started (UTC)", "seconds",

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from perflab.analysis.stats import Summary, summarize
-from perflab.model import fmt_factors, fmt_level
+from perflab.analysis.stats import NoiseFloor, Summary, noise_floor, summarize
+from perflab.model import fmt_factors, fmt_level, labelled_levels
 from perflab.store import Store
 
 if sys.version_info >= (3, 11):
@@ -72,6 +72,33 @@ def combination_key(factors: dict[str, Any]) -> str:
     return json.dumps(factors, sort_keys=True, default=str)
 
 
+# What a target's description (target.describe(), stored per run) holds that
+# differs run to run without being part of the set-up: how it is reached,
+# process ids, paths, namespace names, timings, free-text notes, and the
+# settings as requested (the effective ones are what ran). A target may list
+# in its description's "setup_ignores" the keys that did not change what ran.
+VOLATILE_KEYS = frozenset({"endpoint", "notes", "namespaces", "connection_settings", "requested_settings"})
+VOLATILE_SUFFIXES = ("pid", "_dir", "_path", "_s")
+
+
+def setup_key(run: dict[str, Any]) -> str | None:
+    """The run's set-up as stored: every factor that is not the target's, and
+    the target as it described itself, less what is volatile. Two runs with one
+    key ran one set-up, whatever their factor values said (0 rules of one type
+    or another; "true" for "on"). None when the run stored no description."""
+    target = run.get("target")
+    if not isinstance(target, dict):
+        return None
+    # keys the target says did not change what ran (a router's rule type with no rules)
+    ignores = {str(k) for k in target.get("setup_ignores") or []} | {"setup_ignores"}
+    described = {k: v for k, v in flatten("", target, {}).items()
+                 if not VOLATILE_KEYS.intersection(k.split("."))
+                 and not k.rsplit(".", 1)[-1].endswith(VOLATILE_SUFFIXES)
+                 and k not in ignores and not k.startswith("setup_ignores")}
+    others = {f: v for f, v in run["factors"].items() if f != "target" and not f.startswith("target.")}
+    return json.dumps([others, described], sort_keys=True, default=str)
+
+
 @dataclass
 class ReportData:
     experiment: dict[str, Any]
@@ -93,6 +120,32 @@ class ReportData:
 
     def values_of(self, combo: Combination, metric: str) -> list[float]:
         return [self.values[r][metric] for r in combo.run_ids if metric in self.values.get(r, {})]
+
+    def setups(self) -> list[list[Combination]]:
+        """Combinations grouped by set-up: the combinations of one group ran
+        one set-up (their done runs all have one setup_key). A combination
+        whose runs disagree, or stored no description, is a group of its own."""
+        cached = self.__dict__.get("_setups")
+        if cached is not None:
+            return list(cached)
+        groups: dict[str, list[Combination]] = {}
+        for combo in self.combinations:
+            keys = {setup_key(self.runs_by_id[r]) for r in combo.run_ids}
+            key = keys.pop() if len(keys) == 1 else None
+            groups.setdefault(key if key is not None else f"combination {combo.index}", []).append(combo)
+        self.__dict__["_setups"] = list(groups.values())
+        return list(groups.values())
+
+    def equivalent_levels(self) -> list[list[Combination]]:
+        """Groups of two or more combinations that resolve to one set-up."""
+        return [g for g in self.setups() if len(g) > 1]
+
+    def noise_floor(self, metric: str) -> NoiseFloor | None:
+        """The spread of `metric` over runs of identical set-ups: each
+        combination's repetitions, with those of combinations that resolve to
+        the same set-up pooled into one group."""
+        groups = [[v for c in group for v in self.values_of(c, metric)] for group in self.setups()]
+        return noise_floor(groups)
 
 
 def load(store: Store, seed: int | None = None) -> ReportData:
@@ -144,6 +197,7 @@ def load(store: Store, seed: int | None = None) -> ReportData:
     for name, seen in factor_values.items():
         listed = file_levels.get(name)
         if isinstance(listed, list):
+            listed = labelled_levels(listed)  # as the plan stored them: each table level with its label
             factor_values[name] = [v for v in listed if v in seen] + [v for v in seen if v not in listed]
     summary_seed = experiment["seed"] if seed is None else seed
     for combo in combos.values():

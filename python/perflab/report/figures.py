@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import math
 import re
+import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from perflab.analysis.degradation import Degradation
-from perflab.analysis.scaling import Curve
+from perflab.analysis.scaling import Curve, CurvePoint
 
 # Percentiles of the latency spectrum, p50..p99.99 as the issue asks, drawn on a
 # "nines" axis (x = -log10(1 - q)) so the tail is as wide as the body.
@@ -27,9 +29,20 @@ WIDTH_IN, HEIGHT_IN = 7.2, 3.9
 # Up to this many factor values, each gets its own tick on a scaling axis.
 MAX_VALUE_TICKS = 12
 PNG_DPI = 110
+# Legends go beside the plot (legend_outside): labels wrapped at this many
+# characters; the inches a character and a line of the legend's font take.
+LEGEND_WRAP = 40
+LEGEND_FONT_PT = 7.5
+LEGEND_CHAR_IN = 0.06
+LEGEND_LINE_IN = 0.14
+LEGEND_GAP_IN = 0.05
 # Figure file names are made from metric, histogram and series names, which
 # may hold dots or other marks ("latency.tpcb-like", "ins.mean_ms").
 NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+class FigureWarning(UserWarning):
+    """matplotlib warned while drawing a report figure: a bug of the figure."""
 
 
 def new_figure(width_in: float = WIDTH_IN, height_in: float = HEIGHT_IN) -> Figure:
@@ -57,16 +70,23 @@ def save(fig: Figure, figures_dir: Path, name: str) -> str:
     """Write figures/<name>.svg and .png; return the SVG element for inlining."""
     name = file_name(name)
     figures_dir.mkdir(parents=True, exist_ok=True)
-    # A salt per figure keeps the ids matplotlib gives clip paths and markers
-    # distinct between the SVGs inlined in one page; no date keeps files stable.
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", metadata={"Date": None})
-    svg = buf.getvalue()
-    (figures_dir / f"{name}.svg").write_text(svg)
-    # The layout was solved for the SVG; keep it rather than solve it again.
-    fig.set_layout_engine("none")
-    fig.savefig(figures_dir / f"{name}.png", dpi=PNG_DPI, metadata={"Software": None})
+    # What matplotlib warns while drawing (a layout it could not apply, a
+    # legend that does not fit) is a defect of the figure: said again as a
+    # FigureWarning naming it, which the tests make an error.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # A salt per figure keeps the ids matplotlib gives clip paths and markers
+        # distinct between the SVGs inlined in one page; no date keeps files stable.
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": name}):
+            buf = io.StringIO()
+            fig.savefig(buf, format="svg", metadata={"Date": None})
+        svg = buf.getvalue()
+        (figures_dir / f"{name}.svg").write_text(svg)
+        # The layout was solved for the SVG; keep it rather than solve it again.
+        fig.set_layout_engine("none")
+        fig.savefig(figures_dir / f"{name}.png", dpi=PNG_DPI, metadata={"Software": None})
+    for found in dict.fromkeys(str(w.message) for w in caught):
+        warnings.warn(f"figure {name}: {found}", FigureWarning, stacklevel=2)
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
 
@@ -77,19 +97,40 @@ def _log_x_helps(xs: Sequence[float]) -> bool:
 
 
 def scaling_figure(curves: list[Curve], factor: str, metric_label: str, ci_note: str) -> Figure:
+    """Every run as a point, the mean as a line, and the 95% band only where
+    an interval is shown (from MIN_INTERVAL_N runs, not too wide). The y axis
+    fits the runs' values, never the bands: a band beyond them is clipped."""
     fig = new_figure()
     ax = fig.add_subplot()
     _style(ax)
     xs_all: list[float] = []
+    ys_all: list[float] = []
     for curve in curves:
         xs = [p.x for p in curve.points]
         xs_all += xs
         means = [p.summary.mean for p in curve.points]
-        (line,) = ax.plot(xs, means, marker="o", markersize=4, linewidth=1.6, label=curve.label)
-        lows = [p.summary.interval.low for p in curve.points]
-        highs = [p.summary.interval.high for p in curve.points]
-        if all(math.isfinite(v) for v in lows + highs):
-            ax.fill_between(xs, lows, highs, color=line.get_color(), alpha=0.18, linewidth=0)
+        (line,) = ax.plot(xs, means, linewidth=1.4, label=curve.label)
+        for p in curve.points:
+            ys_all += p.summary.values
+            ax.scatter([p.x] * len(p.summary.values), p.summary.values, s=12, color=line.get_color(), alpha=0.75,
+                       linewidths=0, zorder=3)
+        # one band per run of consecutive points that have an interval
+        segments: list[list[CurvePoint]] = [[]]
+        for p in curve.points:
+            if p.summary.interval.shown:
+                segments[-1].append(p)
+            elif segments[-1]:
+                segments.append([])
+        for segment in segments:
+            if not segment:
+                continue
+            ax.fill_between([q.x for q in segment], [q.summary.interval.low for q in segment],
+                            [q.summary.interval.high for q in segment], color=line.get_color(), alpha=0.18,
+                            linewidth=0)
+            if len(segment) == 1:  # a lone point's interval as an error bar
+                ci = segment[0].summary.interval
+                ax.errorbar([segment[0].x], [ci.estimate], yerr=[[ci.estimate - ci.low], [ci.high - ci.estimate]],
+                            color=line.get_color(), capsize=3, linewidth=1, fmt="none")
     ticks = sorted(set(xs_all))
     if _log_x_helps(ticks):
         ax.set_xscale("log", base=2)
@@ -104,11 +145,18 @@ def scaling_figure(curves: list[Curve], factor: str, metric_label: str, ci_note:
         ax.minorticks_off()
     ax.set_xlabel(factor)
     ax.set_ylabel(metric_label)
-    if all(p.summary.mean >= 0 for c in curves for p in c.points):
-        ax.set_ylim(bottom=0)
-    ax.set_title(f"{metric_label} vs {factor.rsplit('.', 1)[-1]}  (band: {ci_note})", fontsize=10, loc="left")
+    finite = [y for y in ys_all if math.isfinite(y)]
+    if finite:
+        low, high = min(finite), max(finite)
+        pad = 0.08 * (high - low) if high > low else 0.05 * abs(high) or 1.0
+        bottom = low - pad
+        if low >= 0:
+            bottom = max(0.0, bottom)
+        ax.set_ylim(bottom, high + pad)
+    ax.set_title(f"{metric_label} vs {factor.rsplit('.', 1)[-1]}  (points: runs; band: {ci_note})", fontsize=10,
+                 loc="left")
     if len(curves) > 1:
-        ax.legend(fontsize=8, frameon=False)
+        legend_outside(fig, ax)
     return fig
 
 
@@ -129,13 +177,13 @@ def spectrum_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]
     ax.set_ylabel(f"latency ({unit})")
     ax.set_title(title, fontsize=10, loc="left")
     if len(lines) > 1:
-        ax.legend(fontsize=8, frameon=False)
+        legend_outside(fig, ax)
     return fig
 
 
 def series_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]], ylabel: str, title: str) -> Figure:
     """lines: (label, t_s, values) on the run's clock."""
-    fig = new_figure(width_in=WIDTH_IN + (2.6 if len(lines) > 1 else 0), height_in=3.4)
+    fig = new_figure(height_in=3.4)
     ax = fig.add_subplot()
     _style(ax)
     for label, t, v in lines:
@@ -144,13 +192,25 @@ def series_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]],
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10, loc="left")
     if len(lines) > 1:
-        _legend_right(ax)
+        legend_outside(fig, ax)
     return fig
 
 
-def _legend_right(ax: matplotlib.axes.Axes) -> None:
-    """A legend beside the plot, where it cannot hide a line."""
-    ax.legend(fontsize=7.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+def legend_outside(fig: Figure, ax: matplotlib.axes.Axes) -> None:
+    """The legend beside the plot, where it cannot hide a line: each label
+    wrapped at LEGEND_WRAP characters, and the figure made wider (and taller,
+    for many labels) by what the legend needs, so the plot keeps its size and
+    the layout never collapses (matplotlib's "constrained_layout not applied")."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not labels:
+        return
+    wrapped = [textwrap.fill(label, LEGEND_WRAP, break_long_words=True) or " " for label in labels]
+    longest = max(len(line) for label in wrapped for line in label.splitlines())
+    text_lines = sum(label.count("\n") + 1 for label in wrapped)
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width + 0.5 + LEGEND_CHAR_IN * longest,
+                        max(height, LEGEND_LINE_IN * text_lines + LEGEND_GAP_IN * len(labels) + 1.0))
+    ax.legend(handles, wrapped, fontsize=LEGEND_FONT_PT, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def degradation_figure(d: Degradation, run_labels: list[str], metric_label: str, title: str) -> Figure:
@@ -169,7 +229,7 @@ def degradation_figure(d: Degradation, run_labels: list[str], metric_label: str,
     ax.set_xlabel("run (in the order they ran)")
     ax.set_ylabel(metric_label)
     ax.set_title(title, fontsize=10, loc="left")
-    ax.legend(fontsize=8, frameon=False)
+    legend_outside(fig, ax)
     return fig
 
 
@@ -178,9 +238,12 @@ def ratio_figure(labels: list[str], ratios: list[float], lows: list[float], high
     ax = fig.add_subplot()
     _style(ax)
     ys = list(range(len(labels)))
-    err_low = [r - lo if math.isfinite(lo) else 0 for r, lo in zip(ratios, lows, strict=True)]
-    err_high = [hi - r if math.isfinite(hi) else 0 for r, hi in zip(ratios, highs, strict=True)]
-    ax.errorbar(ratios, ys, xerr=[err_low, err_high], fmt="o", color="#3b6fb6", capsize=3)
+    # a ratio that is undefined is not drawn; one without an interval is a bare point
+    shown = [i for i, r in enumerate(ratios) if math.isfinite(r)]
+    err_low = [ratios[i] - lows[i] if math.isfinite(lows[i]) else 0 for i in shown]
+    err_high = [highs[i] - ratios[i] if math.isfinite(highs[i]) else 0 for i in shown]
+    ax.errorbar([ratios[i] for i in shown], [ys[i] for i in shown], xerr=[err_low, err_high], fmt="o",
+                color="#3b6fb6", capsize=3)
     ax.axvline(1.0, color="#888", linewidth=1)
     ax.set_yticks(ys, labels, fontsize=8)
     ax.invert_yaxis()

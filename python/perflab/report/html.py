@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from perflab.analysis.stats import Interval
+from perflab.units import format_number
 
 
 def esc(value: Any) -> str:
@@ -21,19 +22,8 @@ def esc(value: Any) -> str:
 
 
 def fmt(value: Any, digits: int = 4) -> str:
-    """A number as people read it: thousands separated above 1000, `digits`
-    significant digits below; '–' for missing."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return "–"
-    if value == 0:
-        return "0"
-    if abs(value) >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    return f"{value:.{digits}g}"
+    """A number as people read it (units.format_number)."""
+    return format_number(value, digits)
 
 
 def fmt_pct(value: float | None, digits: int = 2, signed: bool = True) -> str:

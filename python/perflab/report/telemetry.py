@@ -5,7 +5,8 @@ manner of the OSDL DBT-3 durability graphs, which plotted vmstat's us/sy/id/wa,
 free/buff/cache and bi/bo for each run:
 
 1. throughput: every `tps` or `qps` series of a non-collector source (the
-   workload's driver series, e.g. source "tpcb" name "tps");
+   workload's driver series, e.g. source "tpcb" name "tps"), named as the
+   workload names it (`Workload.series_labels`: an HTTP run's is req/s);
 2. then, for each collector that sampled the run, in the registry's order,
    the panels it declares (`Collector.panels`: CPU, memory and block I/O
    from vmstat, %util per disk, wait events, ...). This module names no
@@ -30,6 +31,7 @@ from perflab.collectors import COLLECTORS
 from perflab.collectors.base import TelemetryPanel
 from perflab.model import fmt_factors
 from perflab.store import Store
+from perflab.workloads import WORKLOADS
 
 THROUGHPUT_NAMES = ("tps", "qps")
 WIDTH_IN = 11.0
@@ -127,9 +129,11 @@ def _throughput_panel(store: Store, run_id: int, sources: list[str]) -> _Panel |
     for source in sources:
         if source in collectors:
             continue
+        # the workload's own name for the series (an HTTP run's "tps" is req/s)
+        labels = WORKLOADS.get(source).series_labels if source in WORKLOADS else {}
         for name, (ts, vs) in _load(store, run_id, source).items():
             if name in THROUGHPUT_NAMES:
-                lines.append((f"{source} {name}", name, ts, vs))
+                lines.append((f"{source} {labels.get(name, name)}", labels.get(name, name), ts, vs))
     if not lines:
         return None
     unit = "/".join(sorted({name for _, name, _, _ in lines}))

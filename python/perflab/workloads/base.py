@@ -39,6 +39,9 @@ class Workload(abc.ABC, Generic[EndpointT]):
     # Its run phase is the engine's load harness, called through
     # perflab.drivers.engine_run: it can run on a distributed driver ([driver] kind = "ray").
     distributable: ClassVar[bool] = False
+    # How figures name its per-second series where the stored name is the
+    # engine's ("tps" of an HTTP run is requests per second: {"tps": "req/s"}).
+    series_labels: ClassVar[dict[str, str]] = {}
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
@@ -56,6 +59,14 @@ class Workload(abc.ABC, Generic[EndpointT]):
         starting anything (files it names that cannot be read, relative to
         `base_dir`, the experiment file's directory). Default: none."""
         return []
+
+    @classmethod
+    def cache_additions(cls, settings: Any, target: Any, base_dir: Path) -> dict[Path, int]:
+        """What a run with these settings against `target` (its settings) would
+        add to a cache (perflab/cache.py): entry directory -> estimated bytes,
+        from the parameters alone; `check` warns when a disk lacks the room.
+        Default: nothing."""
+        return {}
 
     def writes(self) -> bool:
         """Whether this workload writes to the target (then an external target

@@ -4,9 +4,12 @@ of it from the engine's own client (crates/engine/src/http).
 Load phase: the file set (4 classes x 9 files a directory, about 5.12 MB,
 incompressible, deterministic from `fileset.seed`) is generated once into a
 cache keyed by its parameters (`fileset.cache_dir`, default
-$XDG_CACHE_HOME/perflab/filesets) and reused across runs and experiments;
-its size on disk is checked, and a managed server is pointed at it. An
-external server (target `http`) must hold the same layout already.
+perflab's cache, `perflab.cache.cache_root()`/filesets) and reused across
+runs and experiments; its size on disk is checked, and a managed server is
+pointed at it. A run that adds a set to the cache says how much; the set is
+marked in use (perflab/cache.py) while the experiment runs, so `perflab
+cache prune` leaves it. An external server (target `http`) must hold the
+same layout already.
 
 Run phase: the harness with the HTTP protocol. Each request picks a class
 35/50/14/1 %, a directory by Zipf(1) and a file by Zipf(1) in SPECweb99's
@@ -29,15 +32,16 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from perflab import _engine
+from perflab import _engine, cache
 from perflab.context import RunContext
 from perflab.drivers import engine_run
 from perflab.endpoints import Capability, HttpEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
+from perflab.model import Event, Flag, Histogram, LoadResult, RunResult
 from perflab.settings_model import StrictModel
-from perflab.units import Duration, Size
+from perflab.units import Duration, Size, format_size
 from perflab.workloads.base import Workload, WorkloadSettings
+from perflab.workloads.stalls import StallWatch, interval_value
 
 CLASSES = ("class0", "class1", "class2", "class3")
 CLASS_SHARE = (0.35, 0.50, 0.14, 0.01)
@@ -51,8 +55,13 @@ QUANTILES = (("p5", 0.05, "5%"), ("p50", 0.50, "median"), ("p95", 0.95, "95%"), 
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "perflab" / "filesets"
+    """Where file sets go unless `fileset.cache_dir` says: perflab's cache."""
+    return cache.kind_dir(cache.FILESETS)
+
+
+def fileset_entry(cache_dir: Path, dirs: int, seed: int) -> Path:
+    """The set's directory in the cache (the engine's `cache_name`)."""
+    return cache_dir / f"perflab-fileset-v1-{dirs}d-seed{seed}"
 
 
 class FileSetSettings(StrictModel):
@@ -137,6 +146,8 @@ class HttpWorkload(Workload[HttpEndpoint]):
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.HTTP})
     headline: ClassVar[tuple[str, ...]] = ("req_per_s", "throughput_mbps", "latency_p95_ms")
     distributable: ClassVar[bool] = True
+    # the engine's per-second "tps" of an HTTP run counts requests
+    series_labels: ClassVar[dict[str, str]] = {"tps": "req/s"}
 
     settings: HttpSettings
 
@@ -153,8 +164,27 @@ class HttpWorkload(Workload[HttpEndpoint]):
         return problems
 
     def _cache_dir(self, ctx: RunContext) -> Path:
-        given = self.settings.fileset.cache_dir
-        return (ctx.base_dir / Path(given).expanduser()).resolve() if given else default_cache_dir()
+        return self.cache_dir_of(self.settings, ctx.base_dir)
+
+    @staticmethod
+    def cache_dir_of(settings: HttpSettings, base_dir: Path) -> Path:
+        given = settings.fileset.cache_dir
+        return (base_dir / Path(given).expanduser()).resolve() if given else default_cache_dir()
+
+    @classmethod
+    def cache_additions(cls, settings: Any, target: Any, base_dir: Path) -> dict[Path, int]:
+        """The file set a run would generate into the cache (a server perflab
+        starts; an external one must hold it already), with its size from its
+        parameters: {} when the cache holds it whole."""
+        from perflab.targets import TARGETS
+        from perflab.targets.webserver import ManagedWebServer
+
+        if not issubclass(TARGETS.get(target.kind), ManagedWebServer):
+            return {}
+        entry = fileset_entry(cls.cache_dir_of(settings, base_dir), settings.dirs(), settings.fileset.seed)
+        if (entry / cache.FILESET_COMPLETE).is_file():
+            return {}
+        return {entry: settings.dirs() * _engine.fileset_dir_bytes()}
 
     # ------------------------------------------------------------ load
 
@@ -166,10 +196,12 @@ class HttpWorkload(Workload[HttpEndpoint]):
             self._probe(endpoint, dirs)
             return LoadResult(steps={}, rows={"directories": dirs}, reused=True)
         jobs = s.fileset.jobs or max(1, len(os.sched_getaffinity(0)))
-        cache = self._cache_dir(ctx)
-        ctx.status(f"file set: {dirs} directories (seed {s.fileset.seed}) in {cache}")
+        where = self._cache_dir(ctx)
+        ctx.status(f"file set: {dirs} directories (seed {s.fileset.seed}) in {where}")
+        # In use until this process exits: `perflab cache prune` leaves it.
+        cache.use(fileset_entry(where, dirs, s.fileset.seed))
         try:
-            report = _engine.fileset_prepare(str(cache), dirs=dirs, seed=s.fileset.seed, jobs=jobs,
+            report = _engine.fileset_prepare(str(where), dirs=dirs, seed=s.fileset.seed, jobs=jobs,
                                              cancel=ctx.cancel)
         except _engine.ConfigError as exc:
             raise UserError(f"workload.fileset: {exc}") from None
@@ -178,6 +210,9 @@ class HttpWorkload(Workload[HttpEndpoint]):
         want = dirs * _engine.fileset_dir_bytes()
         if report.size_bytes != want or (s.fileset.size is not None and report.size_bytes < s.fileset.size):
             raise RunFailure(f"http: the file set holds {report.size_bytes} bytes, {want} were asked for")
+        if report.generated:
+            ctx.note(f"cache: added {format_size(cache.disk_bytes(Path(report.root)))} of file set under "
+                     f"{report.root}")
         endpoint.publish(Path(report.root))
         step = "fileset_generate" if report.generated else "fileset_verify_cached"
         return LoadResult(steps={step: report.seconds},
@@ -225,14 +260,18 @@ class HttpWorkload(Workload[HttpEndpoint]):
         if duration is None and s.requests is None:
             duration = DEFAULT_DURATION_S
 
+        # Back to back (no rate, no think time) is closed loop.
+        stalls = StallWatch(closed_loop=s.rate is None and s.think_time is None)
+
         def progress(interval: _engine.Interval) -> None:
+            stalls.add(interval)
             phase = "warm-up" if interval.warmup else "progress"
             ctx.status(f"{phase}: {interval.t_s:.1f} s, {interval.tps:.0f} req/s, "
                        f"p99 {interval.latency_p99_ms:.2f} ms, {interval.failed} errors")
             if not interval.warmup:
                 for name in SERIES_FIELDS:
                     if name != "lag_mean_ms" or s.rate is not None:
-                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, float(getattr(interval, name)))
+                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, interval_value(interval, name))
 
         ctx.status(f"http: connecting {s.clients} clients on {threads} threads to {endpoint.display()}")
         try:
@@ -261,6 +300,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         if out.client_bound:
             result.flags.append(Flag.CLIENT_BOUND)
         self._metrics(out, result, threads)
+        stalls.annotate(result)
         return result
 
     def _metrics(self, out: _engine.DriverResult, result: RunResult, threads: int) -> None:
@@ -324,25 +364,52 @@ class HttpWorkload(Workload[HttpEndpoint]):
 
     @classmethod
     def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
-        """Throughput in Mb/s and the 5%/median/95%/mean response times per
-        run, as the Flash/DeBox study's Table 10, from the store only."""
+        """The Flash/DeBox study's Table 10, aggregated per factor level over
+        repetitions: Mb/s with a row per data set and a column per server or
+        configuration, and the 5%/median/95%/mean response times per data set
+        x configuration; the per-run rows follow, folded into their own
+        section. From the store only."""
+        from perflab.analysis import pivot
         from perflab.section import Section, Table, Text
 
         if not runs:
             return []
+        values = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"])} for r in runs}
+
+        def metric(name: str) -> Any:
+            return lambda run: values.get(run["id"], {}).get(name)
+
+        done = pivot.done(runs)
+        factors = pivot.varied(done)
+        data_set = [f for f in factors if "fileset" in f]
+        config = [f for f in factors if f not in data_set]
+        sections = []
+        if done:
+            headers, rows = pivot.pivot(done, metric("throughput_mbps"), data_set, config)
+            if not data_set:
+                headers[0] = "data set"
+                rows = [["as set", *row[1:]] for row in rows]
+            if not config:
+                headers[1:] = ["Mb/s"]
+            lat_cols = [(label, metric(name)) for name, label in (
+                ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"),
+                ("latency_p95_ms", "95% ms"), ("latency_mean_ms", "mean ms"))]
+            lat_headers, lat_rows = pivot.per_level(done, lat_cols, data_set + config)
+            sections.append(Section("Web server: throughput and response time", [
+                Text("Throughput counts the body bytes of good responses (status 200 and the file's exact size) "
+                     "over the measured window, in megabits per second; rows are data sets, columns the servers "
+                     "or configurations, as the Flash/DeBox study's Table 10. " + pivot.INTERVAL_NOTE.format(
+                         center="mean")),
+                Table(headers, rows, "Mb/s per data set and configuration (mean over repetitions)"),
+                Text("Response times run from send (closed loop) or from each request's intended send time "
+                     "(with a rate): each run's 5%, median, 95% and mean, averaged over the repetitions."),
+                Table(lat_headers, lat_rows, "Response time (ms) per data set and configuration"),
+            ], headline=True))
         columns = (("fileset_bytes", "data set B"), ("throughput_mbps", "Mb/s"), ("req_per_s", "req/s"),
                    ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"), ("latency_p95_ms", "95% ms"),
                    ("latency_mean_ms", "mean ms"), ("errors", "errors"), ("driver_cpu_per_req_us", "driver us/req"))
-        rows = []
-        for run in runs:
-            m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
-            rows.append([run["id"], fmt_factors(run["factors"], ", "), run["status"],
-                         *[m.get(k) for k, _ in columns], ", ".join(run["flags"])])
-        return [Section("Web server", [
-            Text("Throughput counts the body bytes of good responses (status 200 and the file's exact size) "
-                 "over the measured window, in megabits per second. Response times run from send (closed "
-                 "loop) or from each request's intended send time (with a rate). Columns as the Flash/DeBox "
-                 "study's Table 10: 5%, median, 95% and mean."),
-            Table(["run", "factors", "status", *[label for _, label in columns], "flags"], rows,
-                  "HTTP runs on the SPECweb99-like file set"),
-        ])]
+        headers, rows = pivot.run_rows(runs, values, columns)
+        sections.append(Section("Web server runs", [
+            Table(headers, rows, "Each HTTP run on the SPECweb99-like file set"),
+        ]))
+        return sections

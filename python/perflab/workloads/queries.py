@@ -1,6 +1,6 @@
 """The `queries` workload: a user's own query set, timed query by query.
 
-- `queries`: a directory of .sql files, one query each, run in name order
+- `queries`: a directory of .sql files, one query each, run in name order (natural: q2 before q10)
   (the query's name is the file's stem), or an inline table of named
   queries (`[workload.queries]` q1 = "select ..."), or a built-in set:
   "@tpch" (TPC-H's 22 queries with the spec's validation parameters, on
@@ -49,7 +49,7 @@ from pydantic import Field, ValidationError, model_validator
 from perflab.context import RunContext
 from perflab.endpoints import Capability, SqlEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult
+from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, natural_key
 from perflab.settings_model import OsText, StrictModel
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
@@ -192,10 +192,10 @@ def load_queries(settings: QueriesSettings, base_dir: Path) -> list[QuerySource]
         if not directory.is_dir():
             raise UserError(f"workload.queries: {directory} is not a directory",
                             "give a directory of .sql files (relative to the experiment file) or an inline table")
-        files = sorted(p for p in directory.iterdir() if p.suffix == ".sql" and p.is_file())
+        files = sorted((p for p in directory.iterdir() if p.suffix == ".sql" and p.is_file()), key=lambda p: natural_key(p.name))
         if not files:
             raise UserError(f"workload.queries: {directory} holds no .sql files",
-                            "put one query per .sql file in it, named so that name order is run order")
+                            "put one query per .sql file in it, named so that name order (natural: q2 before q10) is run order")
         for f in files:
             try:
                 text = f.read_text()

@@ -46,7 +46,7 @@ from perflab.endpoints import Capability
 from perflab.errors import RunFailure, UserError
 from perflab.hostctl import netns
 from perflab.hostctl.netns import parse_rate_bps
-from perflab.model import Event, Flag, LoadResult, RunResult
+from perflab.model import Event, Flag, LoadResult, RunResult, without_label
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
 
@@ -239,6 +239,7 @@ class StreamWorkload(Workload[Any]):
         """The study's analysis: throughput against the rule count, a line
         fitted per combination of the other factors (95% CI on the slope,
         R²), whether the loss is linear, and whether IPv4 and IPv6 differ."""
+        from perflab.analysis import pivot
         from perflab.section import Section, Table, Text
 
         done = [r for r in runs if r["status"] == "done"]
@@ -246,6 +247,8 @@ class StreamWorkload(Workload[Any]):
             return []
         groups: dict[str, dict[str, Any]] = {}
         zero: dict[str, list[float]] = {}  # runs without rules, by their other factors
+        zero_kinds: dict[str, set[str]] = {}  # the rule factors' levels those runs were planned under
+        rule_factors = [f for f in pivot.varied(done) if f.startswith("target.rules")]
         for run in done:
             m = {x["name"]: x["value"] for x in store.metrics(run["id"])}
             if "goodput_mbps" not in m or "rules.count" not in m:
@@ -256,6 +259,8 @@ class StreamWorkload(Workload[Any]):
                 # No rules is no rules, whatever the type or backend named: the
                 # x = 0 point of every rule set's line with these other factors.
                 zero.setdefault(base_label, []).append(m["goodput_mbps"])
+                zero_kinds.setdefault(base_label, set()).add(
+                    pivot.combo_label(rule_factors, [run["factors"].get(f) for f in rule_factors]))
                 continue
             rules = (run.get("target") or {}).get("rules", {})
             key = {**base, "rules": f"{rules.get('type', '?')} ({rules.get('backend', '?')})"}
@@ -274,28 +279,44 @@ class StreamWorkload(Workload[Any]):
             fit = linear_fit(g["x"], g["y"])
             fits[label] = fit
             t = fit.trend
-            per_k = t.slope * 1000
-            loss = -per_k / fit.intercept * 100 if fit.intercept > 0 else float("nan")
-            ci = f"{t.slope_low * 1000:.2f} to {t.slope_high * 1000:.2f}" if np.isfinite(t.slope_low) else "n/a"
-            rows.append([label, f"{min(g['x']):g}-{max(g['x']):g}", fit.n, round(fit.intercept, 1),
-                         round(per_k, 3), ci, round(loss, 2), round(fit.r2, 3), _verdict(fit)])
+            lost_k = -t.slope * 1000  # positive: a loss
+            loss = lost_k / fit.intercept * 100 if fit.intercept > 0 else float("nan")
+            ci = (f"{-t.slope_high * 1000:.2f} to {-t.slope_low * 1000:.2f}" if np.isfinite(t.slope_low)
+                  else "n/a")
+            counts = sorted(set(g["x"]))
+            reps = sorted({sum(1 for x in g["x"] if x == c) for c in counts})
+            shared = len(zero.get(g["base"], []))
+            each = str(reps[0]) if len(reps) == 1 else f"{reps[0]}-{reps[-1]}"
+            used = f"{fit.n} runs at {len(counts)} rule counts, {each} repetition(s) each"
+            if shared and len(zero_kinds.get(g["base"], ())) > 1:
+                used += f" ({shared} 0-rule runs pooled)"
+            rows.append([label, f"{min(g['x']):g}-{max(g['x']):g}", used, round(fit.intercept, 1),
+                         round(lost_k, 3), ci, round(loss, 2), round(fit.r2, 3), _verdict(fit)])
         if not rows:
             return [Section("Stream", [Text("No factor varies the rule count with two or more levels: "
                                             "no loss per rule to fit.")])]
+        pooled = [f"{len(zero[b])} 0-rule runs planned under {' and '.join(sorted(k))}"
+                  for b, k in sorted(zero_kinds.items()) if len(k) > 1]
         blocks: list[Any] = [
             Text("Goodput (Mbit/s, counted by the receiver) against the number of rules on the router's forward "
                  "hook, a least-squares line per combination of the other factors, every repetition a point. "
+                 "Losses are positive throughout: \"Mbit/s lost per 1000 rules\" and \"loss % per 1000 rules\" "
+                 "are above zero when rules cost throughput, below zero when throughput rose. "
                  f"The slope's interval is 95% (Student t, n-2 df); a loss is called linear when the line explains "
                  f"at least {LINEAR_R2:.0%} of the variance (R²) and its slope is below zero with the interval "
                  "excluding zero. Sender, router and receiver share this machine's CPUs: read each run's cpu.* "
                  "metrics with its throughput."),
-            Table(["combination", "rules", "runs", "Mbit/s at 0 rules", "Mbit/s per 1000 rules",
-                   "95% CI per 1000", "loss % per 1000 rules", "R²", "verdict"], rows,
-                  "Throughput lost per rule (linear fit)"),
         ]
+        if pooled:
+            blocks.append(Text("Identical set-ups pooled: with no rules the rule type and backend change nothing, so "
+                               "the 0-rule runs of every rule type with the same other factors are one set-up, "
+                               "pooled as the x = 0 point of each of their lines (" + "; ".join(pooled) + ")."))
+        blocks.append(Table(["combination", "rules", "runs used", "Mbit/s at 0 rules", "Mbit/s lost per 1000 rules",
+                             "95% CI (lost per 1000)", "loss % per 1000 rules", "R²", "verdict"], rows,
+                            "Throughput lost per 1000 rules (linear fit; positive = a loss)"))
         blocks += _family_comparison(groups, fits)
         blocks += _rule_figures(groups)
-        return [Section("Stream: throughput against rules", blocks)]
+        return [Section("Stream: throughput lost per rule", blocks, headline=True)]
 
 
 def _flat_factors(factors: dict[str, Any]) -> dict[str, Any]:
@@ -304,7 +325,7 @@ def _flat_factors(factors: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for path, value in factors.items():
         if isinstance(value, dict):
-            for k, v in value.items():
+            for k, v in without_label(value).items():  # a level's label names it, it sets nothing
                 out[f"{path}.{k}"] = v
         else:
             out[path] = value
@@ -340,11 +361,11 @@ def _family_comparison(groups: dict[str, dict[str, Any]], fits: dict[str, Linear
         same = a.overlaps(b)
         at0 = b.intercept / a.intercept if a.intercept > 0 else float("nan")
         others = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(json.loads(rest).items()))
-        rows.append([others, round(a.slope * 1000, 3), round(b.slope * 1000, 3),
+        rows.append([others, round(-a.slope * 1000, 3), round(-b.slope * 1000, 3),
                      "same (intervals overlap)" if same else "different (intervals apart)", round(at0, 3)])
     if not rows:
         return []
-    return [Table(["other factors", "IPv4 Mbit/s per 1000 rules", "IPv6 Mbit/s per 1000 rules", "loss per rule",
+    return [Table(["other factors", "IPv4 Mbit/s lost per 1000 rules", "IPv6 Mbit/s lost per 1000 rules", "loss per rule",
                    "IPv6 / IPv4 at 0 rules"], rows,
                   "IPv4 against IPv6: the loss per rule, and the offset between the families (the study found a "
                   "separate IPv4/IPv6 difference)")]
@@ -364,7 +385,7 @@ def _rule_figures(groups: dict[str, dict[str, Any]]) -> list[Any]:
             by_frame.setdefault(g["key"].get("workload.frame_size"), []).append((label, g))
     out = []
     for frame, lines in sorted(by_frame.items(), key=lambda kv: str(kv[0])):
-        fig = MplFigure(figsize=(7.5, 4.2), layout="constrained")
+        fig = MplFigure(figsize=(9.5, 4.2), layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
         ax.grid(True, color="#e3e6ec", linewidth=0.8)
@@ -378,8 +399,8 @@ def _rule_figures(groups: dict[str, dict[str, Any]]) -> list[Any]:
                         label=short)
         ax.set_xlabel("rules on the forward hook")
         ax.set_ylabel("goodput (Mbit/s)")
-        if len(lines) <= 12:
-            ax.legend(fontsize=7)
+        # beside the axes, never over the lines
+        fig.legend(loc="outside right upper", fontsize=6, frameon=False)
         name = f"stream-rules-frame-{frame}" if frame is not None else "stream-rules"
         out.append(Figure(name, fig, f"Goodput against the rule count{f', {frame}-byte frames' if frame else ''}: "
                                      "mean and range over repetitions"))

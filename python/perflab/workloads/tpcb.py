@@ -27,9 +27,10 @@ from perflab.context import RunContext
 from perflab.drivers import engine_run
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult, fmt_factors
+from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
+from perflab.workloads.stalls import StallWatch, interval_value
 
 SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 # Rows per scale unit (pgbench.c: nbranches, ntellers, naccounts).
@@ -176,6 +177,12 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                     conn.execute("VACUUM pgbench_tellers")
                     conn.execute("TRUNCATE pgbench_history")
                 self._before = self._balances(conn)
+                if s.script != "select-only":
+                    # History only grows (unless vacuum empties it first): what
+                    # this run found there is recorded, so a run run again after
+                    # a kill says how much an earlier attempt left behind.
+                    ctx.record_effect("tpcb.history", {"rows_before": self._before["history_rows"],
+                                                       "emptied": bool(s.vacuum and not endpoint.read_only)})
         except RunFailure:
             raise
         except Exception as exc:
@@ -209,6 +216,8 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         if duration is None and s.transactions is None:
             duration = DEFAULT_DURATION_S
 
+        stalls = StallWatch(closed_loop=s.rate is None)
+
         def progress(interval: _engine.Interval) -> None:
             phase = "warm-up" if interval.warmup else "progress"
             line = (
@@ -219,10 +228,11 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
             if s.rate is not None:
                 line += f", lag {interval.lag_mean_ms:.3f} ms, {interval.skipped} skipped"
             ctx.status(line)
+            stalls.add(interval)
             if not interval.warmup:
                 for name in SERIES_FIELDS:
                     if name != "lag_mean_ms" or s.rate is not None:  # no schedule, no lag
-                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, float(getattr(interval, name)))
+                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, interval_value(interval, name))
 
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
         try:
@@ -270,6 +280,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         if out.client_bound:
             result.flags.append(Flag.CLIENT_BOUND)
         self._metrics(out, result, threads, scale)
+        stalls.annotate(result)
         return result
 
     def _metrics(self, out: _engine.DriverResult, result: RunResult, threads: int, scale: int) -> None:
@@ -338,30 +349,48 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
 
     @classmethod
     def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
-        """A table of each run's figures, from the store only (the report plots
-        the per-second series of every source itself)."""
+        """TPS and latency per factor level over the repetitions (one row per
+        level), TPS against transactions per client with a line per client
+        count wherever `transactions` is a factor (as CITI drew it), then each
+        run's figures in their own section. From the store only."""
+        from perflab.analysis import pivot
         from perflab.section import Section, Table, Text
 
         if not runs:
             return []
+        values = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"])} for r in runs}
+
+        def metric(name: str) -> Any:
+            return lambda run: values.get(run["id"], {}).get(name)
+
+        sections = []
+        done = pivot.done(runs)
+        if done:
+            headers, rows = pivot.per_level(done, [("tps", metric("tps")), ("p50 ms", metric("latency_p50_ms")),
+                                                   ("p99 ms", metric("latency_p99_ms"))])
+            blocks: list[Any] = [
+                Text("TPS counts committed transactions over the measured window and excludes connection "
+                     "set-up, as pgbench's \"tps (without initial connection time)\"; connection time is its own "
+                     "metric. Latency runs from send in closed loop, and from each transaction's intended start "
+                     "when a rate is set, so a stalled server shows as latency. The warm-up is excluded. "
+                     + pivot.INTERVAL_NOTE.format(center="mean")),
+                Table(headers, rows, "TPC-B-like: TPS and latency per factor level (mean over repetitions)"),
+            ]
+            varied = pivot.varied(done)
+            tx = next((f for f in varied if f.endswith(".transactions")), None)
+            if tx is not None:
+                clients = next((f for f in varied if f.endswith(".clients")), None)
+                blocks.append(_transactions_figure(done, metric("tps"), tx, clients,
+                                                   [f for f in varied if f not in (tx, clients)]))
+            sections.append(Section("TPC-B: TPS per level", blocks, headline=True))
         columns = (("tps", "tps"), ("latency_p50_ms", "p50 ms"), ("latency_p99_ms", "p99 ms"),
                    ("latency_max_ms", "max ms"), ("failed", "failed"), ("lost_connections", "lost"),
                    ("connect_time_mean_ms", "connect ms"), ("driver_cpu_per_tx_us", "driver CPU us/tx"))
-        rows = []
-        for run in runs:
-            m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
-            factors = fmt_factors(run["factors"], ", ")
-            rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in columns],
-                         ", ".join(run["flags"])])
-        blocks: list[Any] = [
-            Text("TPS counts committed transactions over the measured window and excludes connection "
-                 "set-up, as pgbench's \"tps (without initial connection time)\"; connection time is its own "
-                 "metric. Latency runs from send in closed loop, and from each transaction's intended start "
-                 "when a rate is set, so a stalled server shows as latency. The warm-up is excluded."),
-            Table(["run", "factors", "status", *[label for _, label in columns], "flags"], rows,
-                  "TPC-B-like runs (pgbench's built-in scripts)"),
-        ]
-        return [Section("TPC-B", blocks)]
+        headers, run_rows = pivot.run_rows(runs, values, columns)
+        sections.append(Section("TPC-B runs", [
+            Table(headers, run_rows, "TPC-B-like runs (pgbench's built-in scripts), one row per run"),
+        ]))
+        return sections
 
     # ------------------------------------------------------------ check
 
@@ -397,3 +426,55 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         if script == "select-only":
             out.add("history_unchanged", change["history_rows"] == 0, f"{change['history_rows']} rows added")
         return out
+
+
+def _transactions_figure(runs: list[dict[str, Any]], tps: Any, tx: str, clients: str | None,
+                         others: list[str]) -> Any:
+    """TPS against transactions per client, a line per client count (CITI's
+    figure): the mean over repetitions with every repetition as a point; a
+    small multiple per combination of the other factors, on shared axes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure as MplFigure
+
+    from perflab.analysis import pivot
+    from perflab.section import Figure
+
+    panels = pivot.group(runs, others)
+    cols = min(4, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    fig = MplFigure(figsize=(3.2 * cols + 1.6, 2.6 * nrows + 0.4), layout="constrained")
+    axes = fig.subplots(nrows, cols, sharex=True, sharey=True, squeeze=False)
+    handles: dict[str, Any] = {}
+    counts = [float(v) for v in pivot.levels(runs, tx) if isinstance(v, (int, float))]
+    log_x = bool(counts) and max(counts) / min(counts) > 10
+    for i, (values, panel_runs) in enumerate(panels):
+        ax = axes[i // cols][i % cols]
+        for key, line_runs in pivot.group(panel_runs, [clients] if clients else []):
+            label = f"{pivot.level_text(key[0])} client(s)" if clients else "TPS"
+            xs, ys, px, py = [], [], [], []
+            for (n_tx,), point_runs in pivot.group(line_runs, [tx]):
+                got = [v for v in (tps(r) for r in point_runs) if v is not None]
+                if got and isinstance(n_tx, (int, float)):
+                    xs.append(float(n_tx))
+                    ys.append(pivot.center_of(got))
+                    px += [float(n_tx)] * len(got)
+                    py += got
+            (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=label)
+            ax.scatter(px, py, s=6, color=line.get_color(), alpha=0.5)
+            handles.setdefault(label, line)
+        if log_x:
+            ax.set_xscale("log")
+        ax.set_title(pivot.combo_label(others, values) if others else "", fontsize=7)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for j in range(len(panels), nrows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    fig.supxlabel("transactions per client" + (" (log)" if log_x else ""), fontsize=8)
+    fig.supylabel("TPS", fontsize=8)
+    fig.legend(list(handles.values()), list(handles), loc="outside right upper", fontsize=7)
+    return Figure("tpcb-tps-by-transactions", fig,
+                  "TPS against transactions per client, a line per client count (the mean over repetitions; "
+                  "points: each repetition)" + ("; a panel per " + ", ".join(pivot.short_name(f) for f in others)
+                                                if others else ""))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from perflab.model import fmt_factors
+from perflab.model import fmt_factors, natural_key
 from perflab.workloads.ssb.queries import NAMES
 from perflab.workloads.tpch.report import bars_figure, run_labels
 
@@ -29,7 +29,7 @@ def query_section(store: Any, runs: list[dict[str, Any]], title: str, names: lis
     from perflab.section import Section, Table
 
     if names is None:
-        names = sorted({q["query"] for r in runs for q in store.queries(r["id"])})
+        names = sorted({q["query"] for r in runs for q in store.queries(r["id"])}, key=natural_key)  # Q2 before Q10
     labels = run_labels(runs)
     metric_rows = []
     query_rows: dict[str, list[Any]] = {name: [name] for name in names}

@@ -14,6 +14,35 @@ METRICS = (("tpmC", "tpmC"), ("nopm", "NOPM (database)"), ("new_orders_per_min",
            ("failed", "failed"), ("driver_cpu_per_new_order_us", "driver CPU us/New-Order"))
 
 
+def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    """tpmC and NOPM per factor level over the repetitions, and the change
+    each kernel or server feature makes (each factor's levels against its
+    first), in the lkml list form: "huge pages: on vs off: tpmC +8.0% [..]"."""
+    from perflab.analysis import pivot
+    from perflab.section import Section, Table, Text
+
+    done = pivot.done(runs)
+    if not done:
+        return []
+    values = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"])} for r in done}
+
+    def metric(name: str) -> Any:
+        return lambda run: values.get(run["id"], {}).get(name)
+
+    headers, rows = pivot.per_level(done, [("tpmC", metric("tpmC")), ("NOPM", metric("nopm"))])
+    blocks: list[Any] = [Table(headers, rows, "TPC-C: tpmC and NOPM per factor level (mean over repetitions)"),
+                         Text(pivot.INTERVAL_NOTE.format(center="mean"))]
+    changes = [*pivot.change_list(done, metric("tpmC"), True, "tpmC"),
+               *pivot.change_list(done, metric("nopm"), True, "NOPM")]
+    if changes:
+        blocks += [Text("The change each feature makes, against the factor's first level (the other factors at "
+                        "their first level where those runs exist): the ratio of the geometric means as a "
+                        "percentage, its Welch 95% interval on the logarithms, the runs on each side and the "
+                        "verdict (Benjamini-Hochberg over this list; none below 3 runs a side)."),
+                   Table(["change"], [[c] for c in changes], "TPC-C: change per feature")]
+    return [Section("TPC-C: tpmC and NOPM per feature", blocks, headline=True)]
+
+
 def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     from perflab.section import Section, Table, Text
 
@@ -76,4 +105,4 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
               "the run (11 only until the first Delivery after a load); the NURand constants, the run's C_LAST "
               "by clause 2.1.6.1's rule: delta in 65..119, neither 96 nor 112"),
     ]
-    return [Section("TPC-C", blocks)]
+    return [*headline(store, runs), Section("TPC-C runs", blocks)]

@@ -4,6 +4,7 @@ spec's metrics per run, and each query's time per stream."""
 from __future__ import annotations
 
 import statistics
+import textwrap
 from typing import Any
 
 from perflab.model import fmt_factors, fmt_level
@@ -19,6 +20,7 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     if not runs:
         return []
     metric_rows = []
+    marks = store.run_marks() if hasattr(store, "run_marks") else {}
     query_rows: dict[str, list[Any]] = {name: [name] for name in QUERY_NAMES}
     power_times: dict[int, dict[str, float]] = {}
     stream_times: dict[int, dict[int, dict[str, float]]] = {}  # run -> stream -> query -> s
@@ -26,7 +28,7 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
         m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
         factors = fmt_factors(run["factors"], ", ")
         metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
-                            ", ".join(run["flags"])])
+                            ", ".join([*marks.get(run["id"], []), *run["flags"]])])
         by_query: dict[str, list[float]] = {}
         for q in store.queries(run["id"]):
             if q["status"] == "ok" and q["seconds"] is not None:
@@ -46,7 +48,9 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
             query_rows[name].append(cell)
     blocks: list[Any] = [
         Table(["run", "factors", "status", *[label for _, label in METRICS], "flags"], metric_rows,
-              "TPC-H metrics per run (clause 5.4); runs flagged invalid-metrics have none"),
+              "TPC-H metrics per run (clause 5.4); runs flagged invalid-metrics have none; resumed: an earlier "
+              "attempt was interrupted (its refresh pairs undone first), retried: an earlier attempt failed, fresh "
+              "load: the data was loaded again for it"),
     ]
     labels = run_labels(runs)
     blocks.append(Table(["query", *[labels[r["id"]] for r in runs]], list(query_rows.values()),
@@ -65,7 +69,30 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
              for n in sorted(streams)}, "tpch-throughput-streams",
             f"throughput test of run {last} (the last run that had one): each query's time per stream; the "
             "refresh stream (numbered S + 1) shows the sum of its RF1 and of its RF2 times"))
-    return [Section("TPC-H", blocks)]
+    return [*headline(store, runs), Section("TPC-H runs", blocks)]
+
+
+def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    """Power@Size, Throughput@Size and QphH@Size per factor level over the
+    repetitions (one row per level, not per run); a run's change from the
+    first run is the report's degradation section."""
+    from perflab.analysis import pivot
+    from perflab.section import Section, Table, Text
+
+    done = pivot.done(runs)
+    values = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"])} for r in done}
+    def metric(name: str) -> Any:
+        return lambda run: values.get(run["id"], {}).get(name)
+
+    columns = [(label, metric(key)) for key, label in METRICS[:3]]
+    if not any(values.get(r["id"], {}).get(key) is not None for r in done for key, _ in METRICS[:3]):
+        return []
+    headers, rows = pivot.per_level(done, columns)
+    return [Section("TPC-H: metrics per level", [
+        Text("The spec's metrics (clause 5.4) per factor level over the repetitions. "
+             + pivot.INTERVAL_NOTE.format(center="mean")),
+        Table(headers, rows, "TPC-H: Power@Size, Throughput@Size and QphH@Size per factor level"),
+    ], headline=True)]
 
 
 def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
@@ -102,7 +129,9 @@ def bars_figure(groups: dict[str, dict[str, float]], name: str, caption: str,
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(names))], names, fontsize=7)
     ax.set_ylabel("seconds (log)")
     ax.set_yscale("log")
-    if len(groups) <= 12:
-        ax.legend(fontsize=7, ncol=2)
+    if len(groups) <= 12:  # beside the bars, never over them; long labels wrapped
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles, [textwrap.fill(label, 40) for label in labels], fontsize=7, frameon=False,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return Figure(name, fig, caption)
