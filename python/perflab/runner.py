@@ -53,7 +53,7 @@ from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
 from perflab.hostrun import HostChanges, memory_bound, resource_metrics
-from perflab.model import Event, Flag, RunResult
+from perflab.model import Event, Flag, RunResult, without_label
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
 from perflab.secrets import MASK, mask_secrets
@@ -200,7 +200,11 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
     exp = spec_mod.load_text(text, spec_path)
     runs = plan_mod.expand(exp, info["seed"])
     stored = {r["id"]: r for r in store.runs()}
-    if len(stored) != len(runs) or any(stored[r.number]["factors"] != r.factors for r in runs if r.number in stored):
+    def setting(factors: dict[str, Any]) -> dict[str, Any]:  # what a level sets: a store older than labels has none
+        return {k: without_label(v) for k, v in factors.items()}
+
+    if len(stored) != len(runs) or any(setting(stored[r.number]["factors"]) != setting(r.factors)
+                                       for r in runs if r.number in stored):
         raise UserError(f"{store.dir}: the stored plan does not match its experiment", "start a new `perflab run`")
     store.lock()  # before touching a run's files: no other perflab runs this experiment
     in_flight = {r["id"]: r["attempts"] for r in store.in_flight()}
