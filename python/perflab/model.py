@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -76,15 +77,23 @@ def _short_paths(paths: list[str]) -> dict[str, str]:
     return {p: p for p in distinct}
 
 
-def _leaf_text(key: str, value: Any, paths: dict[str, str]) -> str:
+# Names a leaf by what it is rather than what it says ("PostgreSQL 18.6" for
+# a bin_dir), or None: given by the caller that can ask (spec, at load time).
+LeafNamer = Callable[[str, Any], "str | None"]
+
+
+def _leaf_text(key: str, value: Any, paths: dict[str, str], namer: LeafNamer | None = None) -> str:
     name = key.rsplit(".", 1)[-1]
+    named = namer(key, value) if namer is not None else None
+    if named:
+        return named
     if isinstance(value, str) and "/" in value:
         return paths.get(value) or _short_paths([value])[value]
     text = fmt_level(value)
     return text if name in VALUE_ONLY_KEYS else f"{name}={text}"
 
 
-def level_labels(levels: list[Any]) -> list[str]:
+def level_labels(levels: list[Any], namer: LeafNamer | None = None) -> list[str]:
     """The label of each level of one factor, in order. A table level's own
     `label` is kept; other table levels are named by what differs between the
     factor's table levels: only the leaf keys whose values differ, a value
@@ -92,7 +101,8 @@ def level_labels(levels: list[Any]) -> list[str]:
     key=value, paths shortened to the components that tell them apart
     ("ext4 1GB", "io_method=worker", "pg18/bin sendfile=off"). A factor with
     one table level, or levels that differ only in their labels, shows every
-    leaf. Other levels read as fmt_level says."""
+    leaf. `namer` may name a leaf by what it is (a server's version for its
+    bin_dir). Other levels read as fmt_level says."""
     tables = [_leaves(without_label(v)) for v in levels if isinstance(v, dict)]
     keys = list(dict.fromkeys(k for t in tables for k in t))
     missing = object()
@@ -103,6 +113,19 @@ def level_labels(levels: list[Any]) -> list[str]:
     shown = [k for k in keys if differs(k)] or keys
     paths = {k: _short_paths([t[k] for t in tables if isinstance(t.get(k), str) and "/" in t[k]] or [""])
              for k in shown}
+    # A value shown alone ("ext4 1GB") must still say which table it is in
+    # when that table is missing from some levels (a WAL filesystem beside
+    # the data's) or another table has the same key (data_fs.type and
+    # wal_fs.type): "wal_fs ext4 1GB", never "ext4 ext4 1GB".
+    parent = {k: k.rsplit(".", 1)[0] if "." in k else "" for k in shown}
+    present = {p: all(any(k.startswith(p + ".") for k in t) for t in tables) for p in set(parent.values()) if p}
+    alone = [k for k in shown if parent[k] and k.rsplit(".", 1)[-1] in VALUE_ONLY_KEYS]
+    named = {k for k in alone if not present[parent[k]]}
+    leaf_parents: dict[str, set[str]] = {}
+    for k in alone:
+        if k not in named:
+            leaf_parents.setdefault(k.rsplit(".", 1)[-1], set()).add(parent[k])
+    named |= {k for k in alone if len(leaf_parents.get(k.rsplit(".", 1)[-1], ())) > 1}
     labels = []
     for value in levels:
         own = value.get(LABEL_KEY) if isinstance(value, dict) else None
@@ -110,7 +133,21 @@ def level_labels(levels: list[Any]) -> list[str]:
             labels.append(own)
         elif isinstance(value, dict):
             leaves = _leaves(without_label(value))
-            text = " ".join(_leaf_text(k, leaves[k], paths[k]) for k in shown if k in leaves)
+            chunks: list[str] = []
+            last = None
+            for k in shown:
+                if k not in leaves:
+                    continue
+                text = _leaf_text(k, leaves[k], paths[k], namer)
+                if k in named and parent[k] == last:
+                    chunks[-1] += " " + text
+                else:
+                    chunks.append(f"{parent[k].rsplit('.', 1)[-1]} {text}" if k in named else text)
+                last = parent[k] if k in named else None
+            text = (", " if named else " ").join(chunks)
+            if not text and leaves:  # it lacks the tables the others add: say so, not "default"
+                text = ", ".join(f"no {p.rsplit('.', 1)[-1]}" for p in dict.fromkeys(parent[k] for k in named)
+                                 if not any(x.startswith(p + ".") for x in leaves))
             labels.append(text or DEFAULT_LEVEL)
         else:
             labels.append(fmt_level(value))
@@ -122,11 +159,11 @@ def level_labels(levels: list[Any]) -> list[str]:
     return labels
 
 
-def labelled_levels(levels: list[Any]) -> list[Any]:
+def labelled_levels(levels: list[Any], namer: LeafNamer | None = None) -> list[Any]:
     """A factor's levels with each table level's `label` set (its own, else
     derived by level_labels): what the plan runs and the store keeps, so every
     reader shows one label through fmt_level."""
-    labels = level_labels(levels)
+    labels = level_labels(levels, namer)
     return [{**without_label(v), LABEL_KEY: label} if isinstance(v, dict) else v
             for v, label in zip(levels, labels, strict=True)]
 

@@ -505,7 +505,7 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
     # every table level carries its label from here on: the plan, the store and every reader show it
-    labelled = {fpath: labelled_levels(values) for fpath, values in factors.items()}
+    labelled = {fpath: labelled_levels(values, _leaf_name) for fpath, values in factors.items()}
     exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=labelled)
     # Every combination, for constraints between factors; each problem once.
     for combo in exp.combinations():
@@ -515,6 +515,17 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
     return exp
+
+
+def _leaf_name(key: str, value: Any) -> str | None:
+    """A level's bin_dir named by the server it holds ("PostgreSQL 18.6"),
+    asked of that binary when the file is loaded; None if it does not run
+    here (the label is then the path's last components)."""
+    if key.rsplit(".", 1)[-1] != "bin_dir" or not isinstance(value, str):
+        return None
+    from perflab.targets.postgres import version_label
+
+    return version_label(value)
 
 
 def _label_problems(where: str, values: list[Any]) -> list[tuple[str, str]]:
@@ -591,6 +602,9 @@ def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[st
                 if connect and registry is TARGETS and not found:
                     found = kind.reach(settings)
                 problems += found
+                say = getattr(kind, "preflight_notes", None)
+                if say is not None and not found:
+                    warnings += [n for n in say(settings) if n not in warnings]
         key = f"cache:{run.workload.model_dump_json()}:{run.target.kind}"
         if key not in seen:
             seen.add(key)

@@ -29,7 +29,7 @@ from perflab.analysis.stats import (
 )
 from perflab.collectors import COLLECTORS
 from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
-from perflab.model import Flag, fmt_factors, fmt_level, without_label
+from perflab.model import Flag, fmt_factors, fmt_level, natural_key, without_label
 from perflab.report import figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, flatten, representative_run
@@ -301,6 +301,9 @@ class ReportBuilder:
                     f"repetition(s), run in {h.esc(order)} order.</p><ul class=\"varied\">{items}</ul>")
         else:
             what = f"<p>Nothing varied: {reps} repetition(s) of one set-up.</p>"
+        servers = self.server_names()
+        if servers:
+            what += f"<p>Server{'s' if len(servers) > 1 else ''} that ran: {h.esc(', '.join(servers))}.</p>"
         parts = [what]
         found = self.headline_section()
         shown_table = False
@@ -315,6 +318,21 @@ class ReportBuilder:
             parts.append("<h3>Results</h3>" + self.summary_table())
         parts.append("<h3>Flags</h3>" + self.summary_flags())
         return [("summary", "Summary", "".join(parts))]
+
+    def server_names(self) -> list[str]:
+        """Each server version the runs used, as its target described it
+        ("PostgreSQL 18.6"), in natural order."""
+        names = set()
+        for r in self.data.runs:
+            t = r.get("target")
+            if not isinstance(t, dict):
+                continue
+            name = t.get("server")
+            if not name and t.get("server_version") and t.get("kind") == "postgres":
+                name = f"PostgreSQL {str(t['server_version']).split()[0]}"
+            if name:
+                names.add(str(name))
+        return sorted(names, key=natural_key)
 
     def summary_table(self) -> str:
         """One row per combination: the varied factors' levels and each

