@@ -506,3 +506,24 @@ def test_linear_fit_recovers_a_known_loss_per_rule_with_r2() -> None:
     flat = linear_fit(xs, [900.0 + w for w in wobble])
     assert not flat.trend.significant and flat.r2 < 0.2
     assert fit.overlaps(fit) and not fit.overlaps(flat)
+
+
+def test_family_comparison_says_not_tested_when_a_fit_has_no_interval() -> None:
+    """Two rule counts with one run each fit a line with no interval: the
+    IPv4/IPv6 table must not call the two losses "same" (an earlier version
+    did, because a missing interval counted as overlapping)."""
+    from perflab.analysis.linear import linear_fit
+    from perflab.workloads.stream import _family_comparison
+
+    key = {"workload.protocol": "udp"}
+    groups = {"v4": {"key": {**key, "workload.family": "ipv4"}}, "v6": {"key": {**key, "workload.family": "ipv6"}}}
+    two = {"v4": linear_fit([0, 500], [312.0, 197.0]), "v6": linear_fit([0, 500], [654.0, 377.0])}
+    assert not math.isfinite(two["v4"].trend.slope_low)
+    (table,) = _family_comparison(groups, two)
+    assert table.rows[0][3] == "not tested (too few points for an interval)"
+    xs = [0, 0, 0, 500, 500, 500, 1000, 1000, 1000]
+    wobble = [1.5, -1.0, -0.5, 0.8, -1.2, 0.4, -0.3, 1.1, -0.8]
+    many = {"v4": linear_fit(xs, [900.0 - 0.05 * x + w for x, w in zip(xs, wobble, strict=True)]),
+            "v6": linear_fit(xs, [900.0 - 0.5 * x + w for x, w in zip(xs, wobble, strict=True)])}
+    (table,) = _family_comparison(groups, many)
+    assert table.rows[0][3] == "different (intervals apart)"

@@ -66,6 +66,23 @@ def test_a_label_names_only_the_leaves_that_differ() -> None:
     assert level_labels([1, "", True]) == ["1", "default", "true"]
 
 
+def test_a_value_shown_alone_names_its_table_where_the_tables_differ() -> None:
+    """The storage study's layouts: the WAL on a filesystem of its own in some
+    levels. The value alone ("ext4 1GB") must say it is the WAL's, and a level
+    without that table must not read "default" (its data is on a scratch
+    filesystem too): an earlier version printed "default" and "ext4 256MB",
+    and "ext2 ext2 1GB" for the example's four layouts."""
+    two = [{"data_fs": {"type": "ext4", "size": "512MB"}},
+           {"data_fs": {"type": "ext4", "size": "512MB"}, "wal_fs": {"type": "ext4", "size": "256MB"}}]
+    assert level_labels(two) == ["no wal_fs", "wal_fs ext4 256MB"]
+    four = [{"data_fs": {"type": t, "size": "2GB"}, **({"wal_fs": {"type": t, "size": "1GB"}} if apart else {})}
+            for t in ("ext2", "ext4") for apart in (False, True)]
+    assert level_labels(four) == ["ext2", "ext2, wal_fs ext2 1GB", "ext4", "ext4, wal_fs ext4 1GB"]
+    # both tables in every level, with the same key: each value says whose it is
+    both = [{"data_fs": {"type": "ext4"}, "wal_fs": {"type": "ext2"}}, {"data_fs": {"type": "xfs"}, "wal_fs": {"type": "ext4"}}]
+    assert level_labels(both) == ["data_fs ext4, wal_fs ext2", "data_fs xfs, wal_fs ext4"]
+
+
 def test_a_user_given_label_wins_and_the_others_are_derived() -> None:
     levels = [{"settings": {"sendfile": "off"}, "label": "nginx sendfile=off"}, {"settings": {"sendfile": "on"}}]
     assert level_labels(levels) == ["nginx sendfile=off", "sendfile=on"]

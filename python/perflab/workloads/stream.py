@@ -358,11 +358,14 @@ def _family_comparison(groups: dict[str, dict[str, Any]], fits: dict[str, Linear
         if {"ipv4", "ipv6"} - fam.keys():
             continue
         a, b = fits[fam["ipv4"]], fits[fam["ipv6"]]
-        same = a.overlaps(b)
         at0 = b.intercept / a.intercept if a.intercept > 0 else float("nan")
         others = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(json.loads(rest).items()))
-        rows.append([others, round(-a.slope * 1000, 3), round(-b.slope * 1000, 3),
-                     "same (intervals overlap)" if same else "different (intervals apart)", round(at0, 3)])
+        if not all(np.isfinite(f.trend.slope_low) for f in (a, b)):
+            # no interval on a side (two rule counts, one run each): nothing to compare, so no "same"
+            verdict = "not tested (too few points for an interval)"
+        else:
+            verdict = "same (intervals overlap)" if a.overlaps(b) else "different (intervals apart)"
+        rows.append([others, round(-a.slope * 1000, 3), round(-b.slope * 1000, 3), verdict, round(at0, 3)])
     if not rows:
         return []
     return [Table(["other factors", "IPv4 Mbit/s lost per 1000 rules", "IPv6 Mbit/s lost per 1000 rules", "loss per rule",
