@@ -271,17 +271,21 @@ class ReportBuilder:
 
     # ------------------------------------------------------------------ summary
 
-    def headline_section(self) -> tuple[str, Section] | None:
-        """The study's headline section: the first a workload marks
-        `headline`, else the first a collector marks; with its anchor."""
-        for listing in (self.workload_section_list(), self.collector_section_list()):
+    def headline_sections(self) -> list[tuple[str, Section]]:
+        """The study's headline sections, with their anchors: the first a
+        workload marks `headline`, then the first each collector marks (the
+        storage study's fsync table beside its TPS, the energy study's
+        joules beside its queries)."""
+        def first_headlines(listing: list[tuple[str, str, list[Section] | str]]) -> list[tuple[str, Section]]:
+            found = []
             for anchor, _, sections in listing:
                 if isinstance(sections, str):
                     continue
-                for i, section in enumerate(sections, start=1):
-                    if getattr(section, "headline", False):
-                        return f"{anchor}-{i}", section
-        return None
+                found += [(f"{anchor}-{i}", section) for i, section in enumerate(sections, start=1)
+                          if getattr(section, "headline", False)][:1]
+            return found
+
+        return first_headlines(self.workload_section_list())[:1] + first_headlines(self.collector_section_list())
 
     def summary(self) -> list[SectionHtml]:
         """The first screen answers the question: what was varied (each
@@ -305,12 +309,10 @@ class ReportBuilder:
         if servers:
             what += f"<p>Server{'s' if len(servers) > 1 else ''} that ran: {h.esc(', '.join(servers))}.</p>"
         parts = [what]
-        found = self.headline_section()
         shown_table = False
-        if found is not None:
-            anchor, section = found
+        for anchor, section in self.headline_sections():
             blocks: list[Text | Table | Figure] = [b for b in section.blocks if isinstance(b, (Table, Text))]
-            shown_table = any(isinstance(b, Table) for b in blocks)
+            shown_table = shown_table or any(isinstance(b, Table) for b in blocks)
             parts.append(f"<h3>{h.esc(section.title)}</h3>" + self.render_section(Section(section.title, blocks)))
             if any(isinstance(b, Figure) for b in section.blocks):
                 parts.append(f'<p class="note">Its figures: <a href="#{h.esc(anchor)}">{h.esc(section.title)}</a>.</p>')
