@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perflab.guardian import pid_alive
+
 ENV = "PERFLAB_CACHE"
 LOCK_SUFFIX = ".lock"
 PARTIAL = ".partial-"
@@ -209,7 +211,7 @@ def entries(root: Path | None = None) -> list[Entry]:
             used = [t for t in (_mtime(lock_path(path)), _mtime(path) if whole else None, *map(_mtime, partial))
                     if t is not None]
             size = (disk_bytes(path) if whole else 0) + sum(disk_bytes(p) for p in partial)
-            holders = lock_holders(path) + [pid for pid in map(_partial_pid, partial) if _alive(pid)]
+            holders = lock_holders(path) + [pid for pid in map(_partial_pid, partial) if pid_alive(pid)]
             found.append(Entry(kind, name, path, size, max(used, default=0.0), partial, sorted(set(holders)), whole,
                                _mtime(path) if whole else None))
     return sorted(found, key=lambda e: e.last_used)
@@ -217,14 +219,6 @@ def entries(root: Path | None = None) -> list[Entry]:
 
 def _partial_pid(path: Path) -> int:
     return int(path.name.rsplit(PARTIAL, 1)[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def remove(entry: Entry) -> bool:
@@ -237,7 +231,7 @@ def remove(entry: Entry) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
-        if any(_alive(_partial_pid(p)) for p in entry.partial):
+        if any(pid_alive(_partial_pid(p)) for p in entry.partial):
             return False  # a generator that took no lock (an older perflab, a benchmark) is writing it
         for path in [*([entry.path] if entry.whole else []), *entry.partial]:
             shutil.rmtree(path)

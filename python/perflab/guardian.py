@@ -74,6 +74,16 @@ def remove_dir(args: dict[str, Any]) -> None:
     shutil.rmtree(args["path"], ignore_errors=True)
 
 
+def pid_alive(pid: int) -> bool:
+    """Alive and not a zombie: a killed process whose parent (init, in a
+    container often a shell that never reaps) has not reaped it is gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def kill_process(args: dict[str, Any]) -> None:
     """SIGKILL args["pid"] when it is still the process journaled (its start
     time, args["start"]: a pid alone may have been reused), and wait up to
@@ -86,11 +96,7 @@ def kill_process(args: dict[str, Any]) -> None:
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return
-        if state in ("Z", "X") or _start_time(pid) != start:
+        if not pid_alive(pid) or _start_time(pid) != start:
             return
         time.sleep(0.02)
 

@@ -47,6 +47,7 @@ from pydantic import Field, field_validator, model_validator
 from perflab.endpoints import Endpoint, PgWireEndpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, start_time
+from perflab.guardian import pid_alive as _pid_alive
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
 from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems, mounts_under
 from perflab.secrets import mask_secrets
@@ -399,20 +400,27 @@ def find_bin_dir(explicit: str | None, run_as: str | None) -> Path:
 # ------------------------------------------------------------------ users
 
 
-def _current_run_as(settings: PostgresSettings) -> str | None:
-    """The OS user the server runs as: None (this user) unless perflab is root."""
+def resolve_run_as(run_as: str | None) -> str | None:
+    """The OS user a server perflab starts runs as: None (this user) unless
+    perflab is root; then `run_as`, default nobody. Never uid 0: perflab runs
+    no server as root (and PostgreSQL refuses to)."""
     if os.geteuid() != 0:
-        if settings.run_as:
+        if run_as:
             raise UserError("target.run_as: only meaningful when perflab runs as root", "remove target.run_as")
         return None
-    user = settings.run_as or DEFAULT_RUN_AS
+    user = run_as or DEFAULT_RUN_AS
     try:
-        pwd.getpwnam(user)
+        pw = pwd.getpwnam(user)
     except KeyError:
         raise UserError(f"target.run_as: no OS user {user!r}", "give an existing unprivileged user") from None
-    if user == "root":
-        raise UserError("target.run_as: PostgreSQL refuses to run as root", "give an unprivileged user, e.g. nobody")
+    if pw.pw_uid == 0:
+        raise UserError(f"target.run_as: {user} is root, and perflab runs no server as root",
+                        "give an unprivileged user, e.g. nobody")
     return user
+
+
+def _current_run_as(settings: PostgresSettings) -> str | None:
+    return resolve_run_as(settings.run_as)
 
 
 def _as_user(user: str | None) -> dict[str, Any]:
@@ -570,16 +578,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _pid_alive(pid: int) -> bool:
-    """Alive and not a zombie: a killed postmaster whose parent (init, in a
-    container often a shell that never reaps) has not reaped it is gone."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _cmdline(pid: int) -> str:

@@ -52,7 +52,7 @@ from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
 from perflab.settings_model import OsText
 from perflab.targets.base import Target, TargetSettings
-from perflab.targets.postgres import DEFAULT_RUN_AS, _free_port, _pid_alive, _reachable_by
+from perflab.targets.postgres import _free_port, _pid_alive, _reachable_by, resolve_run_as
 from perflab.units import Duration
 
 TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
@@ -133,21 +133,9 @@ class ManagedServerSettings(TargetSettings):
 
 def server_user(settings: Any) -> str | None:
     """The OS user a managed web server's workers run as: None (this user)
-    unless perflab is root; then `run_as`, default `nobody` (as PostgreSQL's
-    `_current_run_as`). Never root."""
-    if os.geteuid() != 0:
-        if settings.run_as:
-            raise UserError("target.run_as: only meaningful when perflab runs as root", "remove target.run_as")
-        return None
-    user = settings.run_as or DEFAULT_RUN_AS
-    try:
-        pw = pwd.getpwnam(user)
-    except KeyError:
-        raise UserError(f"target.run_as: no OS user {user!r}", "give an existing unprivileged user") from None
-    if pw.pw_uid == 0:
-        raise UserError(f"target.run_as: {user} is root, and perflab runs no server as root",
-                        "give an unprivileged user, e.g. nobody")
-    return user
+    unless perflab is root; then `run_as`, default `nobody`, as PostgreSQL's
+    (postgres.resolve_run_as). Never root."""
+    return resolve_run_as(settings.run_as)
 
 
 def setpriv() -> str:
