@@ -4,15 +4,21 @@ seconds, and no second without completions stores a latency of 0."""
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from conftest import server_stalled
 from perflab.context import RunContext, SeriesSink
 from perflab.model import Flag, RunResult
+from perflab.report import figures, write_report
 from perflab.workloads.stalls import StallWatch, interval_value
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
+from synthetic_store import build_store
 
 
 class Recorder(SeriesSink):
@@ -101,3 +107,27 @@ duration = "2s"
     assert first.startswith("no space left on "), error
     assert "No space left on device" in first and str(out) in first, error
     assert "fix: free space on" in error
+
+
+def test_the_per_second_figure_breaks_its_line_where_nothing_completed(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+
+    out = tmp_path / "out"
+    build_store(out, clients=[1], sync=["on"], repetitions=1, series_points=10, histograms=False)
+    # seconds 4 and 5 of the run completed nothing: the store holds NULL latency there (as the engine writes it)
+    with sqlite3.connect(out / "perflab.sqlite") as conn:
+        conn.execute("UPDATE series SET value = NULL WHERE name = 'latency_p99_ms' AND t IN (4.0, 5.0)")
+    drawn: dict[str, list[tuple[str, list[float], list[float]]]] = {}
+    real = figures.series_figure
+
+    def spy(lines, ylabel, title):  # type: ignore[no-untyped-def]
+        drawn[ylabel] = [(label, list(t), list(v)) for label, t, v in lines]
+        return real(lines, ylabel, title)
+
+    monkeypatch.setattr(figures, "series_figure", spy)
+    html = write_report(out).read_text()
+    [(_, t, v)] = drawn["latency_p99_ms"]
+    # the two seconds are in the line as NaN (matplotlib breaks a line at NaN), not left out, which
+    # would join their neighbours and hide the stall, and not 0
+    assert [math.isnan(x) for x in v] == [s in (4.0, 5.0) for s in t] and 4.0 in t and 5.0 in t
+    assert "A gap in a line is a second in which nothing completed" in html

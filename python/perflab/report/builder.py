@@ -830,13 +830,16 @@ class ReportBuilder:
                 continue
             points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
             for p in self.store.series(run_id):
-                if p["source"] in collector_sources or p["value"] is None:
+                if p["source"] in collector_sources:
                     continue
                 t, v = points.setdefault((p["source"], p["name"]), ([], []))
                 t.append(p["t"])
-                v.append(p["value"])
+                # a second with no completions has no latency (NULL): NaN, so the line
+                # breaks there and the stall shows as a gap, never as a value
+                v.append(math.nan if p["value"] is None else p["value"])
             for key, (t, v) in points.items():
-                per_name.setdefault(key, []).append((f"{combo.label()} (run #{run_id})", t, v))
+                if any(math.isfinite(x) for x in v):
+                    per_name.setdefault(key, []).append((f"{combo.label()} (run #{run_id})", t, v))
         parts = []
         # A series that is 0 throughout (failed transactions, say) says so in a line, not a figure.
         flat = sorted(k for k, lines in per_name.items() if all(x == 0 for _, _, v in lines for x in v))
@@ -851,7 +854,8 @@ class ReportBuilder:
             caption = (
                 f"{source}.{name}" + (f" ({shown})" if shown != name else "") + " over the run, after warm-up, for "
                 "the run of each combination nearest its median (the others are in the store: perflab export "
-                "--table series)."
+                "--table series). A gap in a line is a second in which nothing completed (a stall): it has no "
+                "latency."
             )
             parts.append(self.figure(fig, f"series-{source}-{name}", caption))
         if len(keys) > MAX_SERIES_FIGURES:
