@@ -41,26 +41,11 @@ def remove_test_cluster_homes(base: Path) -> list[Path]:
     dead or is this process, no server runs in it and nothing is mounted
     there. Another experiment's home, even between two of its runs, is never
     touched. Returns those removed."""
-    from perflab.guardian import start_time
-    from perflab.hostctl.scratchfs import mounts_under
-    from perflab.targets.postgres import _read_home_mark, _server_alive
+    from perflab.targets.postgres import sweep_orphan_homes
 
-    removed = []
     base = base.resolve()
-    for home in Path(tempfile.gettempdir()).glob("perflab-" + "[0-9a-f]" * 12):
-        mark = _read_home_mark(home)
-        if mark is None or not mark[0]:
-            continue
-        owner, pid, start = Path(mark[0]), mark[1], mark[2]
-        if not (owner.is_relative_to(base) or not owner.exists()):
-            continue  # not a test's output directory
-        if pid is None or (pid != os.getpid() and start_time(pid) == start):
-            continue  # its perflab is unknown or alive: not ours to judge
-        if any(_server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or mounts_under(home):
-            continue
-        shutil.rmtree(home, ignore_errors=True)
-        removed.append(home)
-    return removed
+    return [home for home, _ in sweep_orphan_homes(
+        mine_too=True, done_with=lambda owner: owner.is_relative_to(base) or not owner.exists())]
 
 
 @pytest.fixture(scope="session", autouse=True)

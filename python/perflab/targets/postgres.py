@@ -38,6 +38,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -484,14 +485,17 @@ def _write_home_mark(home: Path, owner: Path) -> None:
     os.replace(tmp, mark)
 
 
-def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False) -> list[tuple[Path, str]]:
+def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
+                       done_with: Callable[[Path], bool] | None = None) -> list[tuple[Path, str]]:
     """Remove the cluster homes under /tmp (`PostgresTarget._home`: made when
     the server's user cannot reach the output directory) whose output
     directory is gone: they were kept for the next run in that directory,
     which can no longer come. Only a home with perflab's owner mark is
     touched, and never one whose perflab (the pid and start time in the mark)
     still lives, unless it is this process and `mine_too`; never one with a
-    live server or anything mounted in it.
+    live server or anything mounted in it. `done_with` says which output
+    directories are done with their homes (default: those that are gone; the
+    tests add their own, finished ones).
     Returns (home, output directory) of each removed."""
     removed = []
     for home in sorted((tmp or Path(tempfile.gettempdir())).glob("perflab-" + "[0-9a-f]" * 12)):
@@ -499,7 +503,7 @@ def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False) -> list[
         if mark is None:
             continue  # not ours to judge (or made by a perflab before the mark)
         owner, pid, start = mark
-        if not owner or not _surely_gone(Path(owner)):
+        if not owner or not (done_with or _surely_gone)(Path(owner)):
             continue
         if pid is not None and start_time(pid) == start and not (mine_too and pid == os.getpid()):
             continue  # its perflab lives: its own to remove
