@@ -113,7 +113,7 @@ def prepare(out_dir: Path) -> Cleanup:
             cleanup.items.append(Item(f"the target's data: {', '.join(map(str, paths))}", target, identity,
                                       paths=paths))
     for row in store.leftovers():
-        size = format_bytes(row["bytes"]) if row["bytes"] is not None else "size not known"
+        size = format_bytes(row["bytes"])
         text = f"{row['kind']} {row['name']} in {row['location']} ({size} when measured; {row['detail']})"
         made_by = targets.get(row["target_identity"])
         if made_by is None:

@@ -672,7 +672,7 @@ class Runner:
         if not left:
             return
         for row in left:
-            size = format_bytes(row["bytes"]) if row["bytes"] is not None else "size not known"
+            size = format_bytes(row["bytes"])
             self.progress.say(f"left {row['kind']} {row['name']} ({size}; {row['detail']}) in {row['location']}")
         self.progress.say(f"remove what this experiment left with: perflab clean {self.out_dir}")
 

@@ -229,12 +229,9 @@ def pg_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
         with conn.transaction():
             if _pg_namespace(conn, name) is None:
                 return Removal(True, f"schema {name} in {where}: already gone")
-            found = _pg_marker(conn, name)
-            if found is None:
-                return Removal(False, f"schema {name} in {where}: not removed: it is no longer marked as perflab's")
-            if found[0] != owner.experiment:
-                return Removal(False, f"schema {name} in {where}: not removed: experiment {found[0]} "
-                                      f"({found[1]} on {found[2] or '?'}) took it over since")
+            refused = _not_owned(_pg_marker(conn, name), owner, name, where)
+            if refused is not None:
+                return refused
             outside = pg_outside_dependents(conn, name)
             if outside:
                 return Removal(False, f"schema {name} in {where}: not removed: objects outside it depend on it "
@@ -318,15 +315,24 @@ def duck_measure(conn: Any, name: str, where: str) -> Leftover | None:
 def duck_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
     if not _duck_schema_exists(conn, name):
         return Removal(True, f"schema {name} in {where}: already gone")
-    found = _duck_marker(conn, name)
+    refused = _not_owned(_duck_marker(conn, name), owner, name, where)
+    if refused is not None:
+        return refused
+    conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+    conn.execute("CHECKPOINT")
+    return Removal(True, f"removed schema {name} from {where}")
+
+
+def _not_owned(found: tuple[str, str, str] | None, owner: Owner, name: str, where: str) -> Removal | None:
+    """Why `clean` leaves schema `name` (its marker `found`, as the database's
+    reader gives it): no longer marked, or marked by another experiment now;
+    None when it is still `owner`'s."""
     if found is None:
         return Removal(False, f"schema {name} in {where}: not removed: it is no longer marked as perflab's")
     if found[0] != owner.experiment:
         return Removal(False, f"schema {name} in {where}: not removed: experiment {found[0]} "
                               f"({found[1]} on {found[2] or '?'}) took it over since")
-    conn.execute(f'DROP SCHEMA "{name}" CASCADE')
-    conn.execute("CHECKPOINT")
-    return Removal(True, f"removed schema {name} from {where}")
+    return None
 
 
 def format_bytes(n: int | None) -> str:
