@@ -62,7 +62,7 @@ def path_arrow(sf: float, scratch: Path) -> tuple[dict[str, float], dict[str, in
     conn = fresh(scratch / "arrow.duckdb")
     t = time.perf_counter()
     DuckDbEndpoint(path=str(scratch / "arrow.duckdb"), database=conn).bulk_load(
-        "tpch", sf, list(schema.TABLES), os.cpu_count() or 1)
+        schema.DATA, sf, list(schema.TABLES), os.cpu_count() or 1)
     steps = {"generate + load": time.perf_counter() - t}
     return steps, counts(conn)
 

@@ -161,7 +161,7 @@ def test_knob_files_are_keyed_as_the_user_writes_them() -> None:
 
 
 def test_undo_is_registered_idempotent_and_quiet_about_missing_files() -> None:
-    assert UNDO["host-file"] == "perflab.hostctl.knobs:undo_host_file"
+    assert UNDO["host-file"] is undo_host_file
     undo_host_file({"path": "/proc/sys/vm/perflab_no_such_setting", "value": "1"})
     undo_host_file({"path": "/sys/block/perflab-no-such-device/queue/scheduler", "value": "none"})
     if os.geteuid() == 0:

@@ -2,12 +2,15 @@
 
 Read from the source with `ast`, imports inside functions and under
 TYPE_CHECKING included: a lazy import of a higher layer is still a
-dependency the wrong way round.
+dependency the wrong way round. So is a module named in a string
+("perflab.targets.postgres:undo_server", importlib.import_module(...)): it
+is imported all the same, by whoever reads the string.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
@@ -16,10 +19,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
 LAYERS: list[set[str]] = [
     {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
      "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
-     "perflab.host", "perflab.progress", "perflab.guardian", "perflab.hostctl", "perflab.cache"},
+     "perflab.host", "perflab.progress", "perflab.proc", "perflab.guardian", "perflab.hostctl", "perflab.cache"},
     {"perflab.analysis", "perflab.targets", "perflab.store", "perflab.drivers"},
     {"perflab.workloads", "perflab.collectors"},
-    {"perflab.spec", "perflab.plan"},
+    {"perflab.spec", "perflab.plan", "perflab.search"},
     {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report", "perflab.clean"},
     {"perflab.cli"},
 ]
@@ -44,9 +47,27 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+# A string that is a module of perflab's, or "module:function" in one.
+NAMED = re.compile(r"^(perflab(?:\.[A-Za-z_]\w*)+)(?::[A-Za-z_]\w*)?$")
+
+
+def named_by_string(tree: ast.AST) -> list[tuple[int, str]]:
+    """Modules named by a string constant (not a docstring: prose may name any module)."""
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            match = NAMED.match(node.value)
+            if match:
+                out.append((node.lineno, match.group(1)))
+    return out
+
+
 def imported(path: Path) -> list[tuple[int, str]]:
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    out += named_by_string(tree)
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.startswith("perflab")]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perflab"):
@@ -75,3 +96,12 @@ def test_the_check_sees_a_violation() -> None:
     # the workloads sit above the targets: the other way round is flagged
     assert layer_of("perflab.targets.postgres") < layer_of("perflab.workloads.tpcb")
     assert layer_of("perflab.context") < layer_of("perflab.store") < layer_of("perflab.report.builder")
+
+
+def test_a_module_named_in_a_string_counts_as_imported() -> None:
+    # the guardian's old undo table named the targets above it as strings
+    tree = ast.parse('"""Docs may name perflab.targets.postgres."""\n'
+                     'UNDO = {"postgres": "perflab.targets.postgres:undo_server"}\n'
+                     'importlib.import_module("perflab.drivers.ray")\n'
+                     'x = "perflab-tpcb"\n')
+    assert named_by_string(tree) == [(2, "perflab.targets.postgres"), (3, "perflab.drivers.ray")]

@@ -98,7 +98,7 @@ def context(tmp_path: Path, driver: RayDriver, sink: SeriesSink | None = None) -
 def tpcb(ctx: RunContext, endpoint: PostgresEndpoint, **kw: Any) -> MergedResult:
     args: dict[str, Any] = {"script": "select-only", "scale": 1, "clients": 4, "threads": 2, "protocol": "simple",
                             "duration_s": 3.0, "seed": 5, "io": "epoll"} | kw
-    out = engine_run(ctx, "tpcb_run", endpoint.wire_conninfo(APPLICATION), t0_ns=ctx.t0_ns, **args)
+    out = engine_run(ctx, _engine.tpcb_run, endpoint.wire_conninfo(APPLICATION), t0_ns=ctx.t0_ns, **args)
     assert isinstance(out, MergedResult)
     return out
 
@@ -368,7 +368,7 @@ def test_a_worker_that_cannot_connect_fails_the_run_naming_it(driver, tcp_pg, tm
     bad = tcp_pg.wire_conninfo(APPLICATION).replace(f"port={tcp_pg.port}", "port=1")
     ctx = context(tmp_path, driver)
     with pytest.raises(_engine.EngineConnectionError, match=r"driver worker \d on \S+ \(.*node"):
-        engine_run(ctx, "tpcb_run", bad, t0_ns=ctx.t0_ns, script="select-only", scale=1, clients=2, threads=2,
+        engine_run(ctx, _engine.tpcb_run, bad, t0_ns=ctx.t0_ns, script="select-only", scale=1, clients=2, threads=2,
                    protocol="simple", duration_s=1.0, seed=1)
     assert driver.actors == []
 

@@ -13,6 +13,8 @@ code below ever asks an endpoint for its kind by name or probes it with
 - `PgWireEndpoint`: a server that speaks the PostgreSQL protocol, with a
   typed conninfo for the engine's own PostgreSQL client (the TPC-B driver,
   COPY) and for psycopg.
+- `MysqlWireEndpoint`: a server that speaks the MySQL protocol (MariaDB,
+  MySQL 8), with its socket or host and port, user and database.
 - `HttpEndpoint`: a web server on loopback (managed nginx or any server
   perflab starts, or an external base URL), and for a managed one the way
   to serve a directory (`publish`).
@@ -27,7 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from perflab._engine import TableLoad
 
 
 class Capability(str, Enum):
@@ -35,6 +40,7 @@ class Capability(str, Enum):
 
     SQL = "sql"
     POSTGRES_WIRE = "postgres-wire"
+    MYSQL_WIRE = "mysql-wire"
     HTTP = "http"
     # Namespaces to send from and receive in, across a network path (a router).
     NETWORK = "network"
@@ -105,10 +111,22 @@ class SqlEndpoint(Endpoint):
         """Whether `exc` ended a statement because of a timeout or interrupt."""
 
     @abc.abstractmethod
-    def bulk_load(self, dataset: str, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
-        """Generate `tables` of the engine's data set `dataset` ("tpch", "ssb") at
+    def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
+        """Generate `tables` of the engine's data set `data` (TPC-H, SSB) at
         `scale_factor` and load them, `jobs` at a time, by this database's
-        fastest path; rows loaded per table."""
+        fastest path (one of `data`'s generators); rows loaded per table."""
+
+
+@dataclass(frozen=True)
+class GeneratedData:
+    """A data set the engine generates, as a target loads it: the workload
+    that owns it says how, so no target dispatches on a data set's name."""
+
+    name: str  # "tpch", "ssb": the loading sessions are "perflab-<name>"
+    # (conninfo, scale_factor, tables, connections): every table COPYed into PostgreSQL
+    copy_postgres: Callable[[str, float, list[str], int], list[TableLoad]]
+    # (table, scale_factor, threads): one table as an Arrow C stream capsule
+    arrow_stream: Callable[[str, float, int], object]
 
 
 @dataclass(kw_only=True)
@@ -137,6 +155,21 @@ class PgWireEndpoint(SqlEndpoint):
             params["options"] = (options + " -c default_transaction_read_only=on").strip()
         params.setdefault("application_name", application_name)
         return make_conninfo("", **params)
+
+
+@dataclass(kw_only=True)
+class MysqlWireEndpoint(SqlEndpoint):
+    """A server that speaks the MySQL protocol (MariaDB, MySQL), reached over
+    a unix socket (`unix_socket`) or TCP (`host`, `port`)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL, Capability.MYSQL_WIRE})
+
+    host: str
+    port: int
+    user: str
+    database: str
+    unix_socket: str | None = None
+    password: str | None = None
 
 
 @dataclass(kw_only=True)

@@ -11,11 +11,15 @@ empty and it exits at once. It runs in a session of its own (a Ctrl-C or a
 closed terminal does not reach it) with / as its directory (it keeps no mount
 busy).
 
-Each kind of change has one undo function, named in UNDO ("module:function",
-imported when the first entry of that kind arrives, so nothing is left to load
-when perflab dies). A new host change (sysctl, cgroup, mount, loop device,
-network namespace, firewall rule) adds its undo function and a line here, and
-calls `journal().add` before the change: the guardian needs nothing else.
+Each kind of change has one undo function, registered from below by the
+module that makes that kind of change (`register_undo(kind, function)` as it
+loads): the guardian names no module above it. Each journal entry carries
+the module that registered its kind, and the guardian imports it when the
+first entry of that kind arrives (so nothing is left to load when perflab
+dies); only perflab's own modules are imported. A new host change (sysctl,
+cgroup, mount, loop device, network namespace, firewall rule) registers its
+undo function and calls `journal().add` before the change: the guardian
+needs nothing else.
 Undo functions must be idempotent (the change may already be undone) and
 quick: everything is to be gone within 5 s of perflab's death.
 
@@ -46,42 +50,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+# /proc's one reader (perflab.proc): pid_alive and start_time are imported
+# from here by those that journal a process.
+from perflab.proc import cmdline, pid_alive, start_time
+
 # At a normal exit, how long to wait for the guardian to undo what is left
 # (a server's shutdown) before leaving it to finish on its own.
 GUARDIAN_EXIT_WAIT_S = 15.0
 
-UNDO = {
-    "postgres": "perflab.targets.postgres:undo_server",  # a managed server: stop it
-    # a managed web server (nginx, process): end every process with its token
-    "web-server": "perflab.targets.webserver:undo_web_server",
-    "remove-dir": "perflab.guardian:remove_dir",  # a directory perflab made: remove it
-    "cgroup": "perflab.hostctl.cgroups:undo_cgroup",  # a server's cgroup: kill what is inside, rmdir
-    "host-file": "perflab.hostctl.knobs:undo_host_file",  # a /proc/sys or /sys file: write its value back
-    "loop": "perflab.hostctl.scratchfs:undo_loop",  # a loop device on a scratch fs's file: detach it
-    "mount": "perflab.hostctl.scratchfs:undo_mount",  # a scratch filesystem: unmount it (lazily if busy)
-    # a process perflab started (a tracer: bpftrace, strace): SIGKILL it if the
-    # pid still has the journaled start time
-    "kill-process": "perflab.guardian:kill_process",
-    "netns": "perflab.hostctl.netns:undo_netns",  # a network namespace: kill what runs in it, delete it
-    "link": "perflab.hostctl.netns:undo_link",  # a veth end in the root namespace: delete it (and its qdisc)
-    # a private Ray cluster (driver.address = "local"): kill every process that
-    # carries its token in its environment
-    "ray-cluster": "perflab.drivers.ray:undo_cluster",
-}
+# Each kind's undo function, as its module registered it (`register_undo`).
+UNDO: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+
+def register_undo(kind: str, undo: Callable[[dict[str, Any]], None]) -> None:
+    """`undo(args)` undoes a change of `kind` (journaled with `journal().add(kind,
+    key, **args)`); the module that makes such changes calls this as it loads."""
+    UNDO[kind] = undo
 
 
 def remove_dir(args: dict[str, Any]) -> None:
     shutil.rmtree(args["path"], ignore_errors=True)
 
 
-def pid_alive(pid: int) -> bool:
-    """Alive and not a zombie: a killed process whose parent (init, in a
-    container often a shell that never reaps) has not reaped it is gone."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+register_undo("remove-dir", remove_dir)  # a directory perflab made: remove it
+
 
 
 def kill_process(args: dict[str, Any]) -> None:
@@ -101,9 +93,26 @@ def kill_process(args: dict[str, Any]) -> None:
         time.sleep(0.02)
 
 
-def _undo_function(kind: str) -> Callable[[dict[str, Any]], None]:
-    module, _, name = UNDO[kind].partition(":")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+# a process perflab started (a tracer: bpftrace, strace): SIGKILL it if the
+# pid still has the journaled start time
+register_undo("kill-process", kill_process)
+
+
+def _undo_function(entry: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """The undo of a journal entry: its kind's, registered when the module the
+    entry names (perflab's own only) was imported. KeyError: none."""
+    kind, module = entry["kind"], entry.get("module")
+    if kind not in UNDO and isinstance(module, str) and module.split(".")[0] == "perflab":
+        importlib.import_module(module)
+    return UNDO[kind]
+
+
+def _undoable(entry: dict[str, Any]) -> bool:
+    try:
+        _undo_function(entry)
+    except Exception:
+        return False
+    return True
 
 
 JOURNAL_FILE = "host-journal.json"  # the copy in an experiment's output directory
@@ -120,15 +129,6 @@ def state_dir() -> Path:
     if os.access("/run", os.W_OK):
         return Path("/run/perflab")
     return Path(f"/tmp/perflab-state-{os.getuid()}")
-
-
-def start_time(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot: with the pid, who it is
-    (a pid alone may have been reused). None when there is no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 _start_time = start_time
@@ -172,9 +172,11 @@ class Journal:
 
     def add(self, kind: str, key: str, **args: Any) -> None:
         """Journal a change before it is made; `key` names it for `remove`."""
-        if kind not in UNDO:
-            raise ValueError(f"no undo for host change kind {kind!r}; add it to perflab.guardian.UNDO")
-        entry = {"op": "add", "kind": kind, "key": key, "args": args}
+        undo = UNDO.get(kind)
+        if undo is None:
+            raise ValueError(f"no undo for host change kind {kind!r}; register one with "
+                             "perflab.guardian.register_undo in the module that makes the change")
+        entry = {"op": "add", "kind": kind, "key": key, "args": args, "module": undo.__module__}
         with self._lock:
             self._entries.pop(key, None)  # re-added: it is the newest again
             self._entries[key] = entry
@@ -277,7 +279,7 @@ def _undo_all(entries: list[dict[str, Any]]) -> list[str]:
     undone = []
     for entry in reversed(entries):
         try:
-            _undo_function(entry["kind"])(entry["args"])
+            _undo_function(entry)(entry["args"])
             undone.append(entry["key"])
         except Exception:  # undo what can be undone
             continue
@@ -292,7 +294,7 @@ def guard(stream: IO[bytes]) -> None:
         try:
             message = json.loads(line)
             if message["op"] == "add":
-                _undo_function(message["kind"])  # imported now: nothing is left to load later
+                _undo_function(message)  # imported now: nothing is left to load later
                 entries.pop(message["key"], None)  # re-added: it is the newest again
                 entries[message["key"]] = message
             elif message["op"] == "remove":
@@ -354,7 +356,7 @@ def recover_orphans(extra: Path | None = None) -> list[str]:
                 time.sleep(0.05)
             if not path.exists():  # the guardian finished and deleted it
                 continue
-        entries = [e for e in record.get("entries", []) if isinstance(e, dict) and e.get("kind") in UNDO]
+        entries = [e for e in record.get("entries", []) if isinstance(e, dict) and _undoable(e)]
         if identity not in done:
             undone = _undo_all(entries)
             done.add(identity)
@@ -368,10 +370,7 @@ def recover_orphans(extra: Path | None = None) -> list[str]:
 
 
 def _is_guardian(pid: int) -> bool:
-    try:
-        return b"perflab.guardian" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return "perflab.guardian" in cmdline(pid)
 
 
 def main() -> None:
@@ -381,4 +380,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # As perflab.guardian itself, not a copy named __main__: the modules it
+    # imports register their undo kinds with perflab.guardian.
+    import perflab.guardian
+
+    perflab.guardian.main()

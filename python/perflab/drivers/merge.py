@@ -17,11 +17,18 @@ code is the same for one driver or many:
   too (its p99 is exact), means are weighted by their counts;
 - driver CPU and the client-bound flag are kept per worker (`workers`), and
   the merged result is client-bound when any worker was.
+
+The record's fields are the engine's: read from `_engine.DriverResult`
+itself (`RECORD`), never declared again here. Each has one merge rule
+(`SUMMED`, `LARGEST` or `MERGED`); `unmerged()` names a field the engine
+has and no rule covers (tests/test_merge.py fails on it), so a figure added
+to the engine is never silently dropped by a distributed run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import inspect
+from dataclasses import dataclass, replace
 from typing import Any
 
 from perflab import _engine
@@ -30,10 +37,31 @@ from perflab import _engine
 # second (their edges are computed from one start instant; only float
 # rounding separates them).
 SAME_SECOND_S = 1e-3
+
+
+def record_fields(cls: type) -> tuple[str, ...]:
+    """The fields of an engine result class, from the class itself (its getters)."""
+    return tuple(name for name, _ in inspect.getmembers(cls, inspect.isdatadescriptor) if not name.startswith("_"))
+
+
+# The engine's result record: every field a harness run returns.
+RECORD = record_fields(_engine.DriverResult)
 # Figures of the workers that add up, and those of which the run's is the largest.
 SUMMED = ("failed", "skipped", "late", "retries", "retried", "clients", "threads", "lost_clients",
           "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "payload_bytes")
 LARGEST = ("connect_max_s", "connect_phase_s")
+# Merged by `merge` itself: from the merged histograms, the window, per type,
+# per second, or (the workers' own) structured values.
+MERGED = ("transactions", "errors_by_kind", "measured_s", "measure_start_t_s", "tps", "latency", "lag",
+          "failed_latency", "latency_histogram", "lag_histogram", "failed_histogram", "histogram_encoding",
+          "client_bound", "io", "io_enters_per_tx", "by_type", "series", "events")
+# What a worker ships as plain data, by the record's names.
+STRUCTURED = ("latency", "lag", "failed_latency", "tps", "by_type", "series", "events")
+
+
+def unmerged() -> list[str]:
+    """Fields of the engine's record that no merge rule covers (none, or a bug)."""
+    return [f for f in RECORD if f not in SUMMED + LARGEST + MERGED]
 
 
 @dataclass(frozen=True)
@@ -51,37 +79,17 @@ class WorkerInterval:
     latency_histogram: bytes | None
 
 
-@dataclass(frozen=True)
-class Figures:
-    """What one driver or several measured, as plain data (fields named as
-    `_engine.DriverResult`'s)."""
+class _Record:
+    """The engine record's plain fields (`figures`), read as attributes, as on
+    `_engine.DriverResult`."""
 
-    transactions: int
-    failed: int
-    skipped: int
-    late: int
-    retries: int
-    retried: int
-    errors_by_kind: dict[str, int]
-    measured_s: float
-    measure_start_t_s: float
-    latency_histogram: bytes
-    lag_histogram: bytes | None
-    failed_histogram: bytes | None
-    histogram_encoding: str
-    clients: int
-    threads: int
-    lost_clients: int
-    connect_total_s: float
-    connect_max_s: float
-    connect_phase_s: float
-    driver_cpu_s: float
-    process_cpu_s: float
-    cpu_given_s: float
-    client_bound: bool
-    io: str
-    io_enters_per_tx: float
-    payload_bytes: int
+    figures: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["figures"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 def _plain(value: Any) -> Any:
@@ -94,9 +102,11 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class WorkerResult(Figures):
-    """One worker's `_engine.DriverResult`, on the run's clock once `shifted`."""
+class WorkerResult(_Record):
+    """One worker's `_engine.DriverResult`, on the run's clock once `shifted`:
+    every plain field of the record in `figures`, by its name."""
 
+    figures: dict[str, Any]
     index: int
     node: str  # "ip (host, node id, pid)"
     by_type: tuple[tuple[str, int, int, bytes, int], ...]  # name, committed, failed, histogram, payload bytes
@@ -107,7 +117,7 @@ class WorkerResult(Figures):
     def of(cls, index: int, node: str, out: _engine.DriverResult) -> WorkerResult:
         """From the engine's result, times on the worker's own clock since its t0."""
         return cls(
-            **{f.name: _plain(getattr(out, f.name)) for f in fields(Figures)},
+            figures={name: _plain(getattr(out, name)) for name in RECORD if name not in STRUCTURED},
             index=index, node=node,
             by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.payload_bytes)
                           for t in out.by_type),
@@ -127,7 +137,7 @@ class WorkerResult(Figures):
     def shifted(self, shift_s: float) -> WorkerResult:
         """The same result with every time moved by `shift_s` (onto the run's clock)."""
         return replace(
-            self, measure_start_t_s=self.measure_start_t_s + shift_s,
+            self, figures={**self.figures, "measure_start_t_s": self.figures["measure_start_t_s"] + shift_s},
             series=tuple(replace(i, t_s=i.t_s + shift_s) for i in self.series),
             events=tuple((t + shift_s, kind, message) for t, kind, message in self.events),
         )
@@ -174,13 +184,11 @@ class Event:
 
 
 @dataclass(frozen=True)
-class MergedResult(Figures):
-    """The fields of `_engine.DriverResult`, for every worker together."""
+class MergedResult(_Record):
+    """The fields of `_engine.DriverResult` (every one of `RECORD`), for
+    every worker together: the plain ones in `figures`."""
 
-    tps: float
-    latency: _engine.LatencySummary
-    lag: _engine.LatencySummary
-    failed_latency: _engine.LatencySummary
+    figures: dict[str, Any]
     by_type: list[MergedType]
     series: list[MergedInterval]
     events: list[Event]
@@ -264,14 +272,15 @@ def merge(workers: list[WorkerResult]) -> MergedResult:
                      for w in workers for t, kind, message in w.events), key=lambda e: e.t_s)
     summed = {name: sum(getattr(w, name) for w in workers) for name in SUMMED}
     largest = {name: max(getattr(w, name) for w in workers) for name in LARGEST}
-    return MergedResult(
+    figures = dict(
         **summed, **largest, transactions=tx, errors_by_kind=errors, measured_s=measured_s, measure_start_t_s=start,
         tps=tx / measured_s if measured_s > 0 else 0.0,
         latency=_summary(latency), lag=_summary(lag), failed_latency=_summary(failed),
         latency_histogram=latency, lag_histogram=lag, failed_histogram=failed,
-        histogram_encoding=workers[0].histogram_encoding, by_type=by_type,
+        histogram_encoding=workers[0].histogram_encoding,
         client_bound=any(w.client_bound for w in workers),
         io=ios[0] if len(ios) == 1 else "; ".join(f"worker {w.index}: {w.io}" for w in workers),
         io_enters_per_tx=enters / tx if tx else 0.0,
-        series=merge_series(workers), events=list(events), workers=list(workers),
     )
+    return MergedResult(figures=figures, by_type=by_type, series=merge_series(workers), events=list(events),
+                        workers=list(workers))

@@ -42,8 +42,9 @@ from perflab.context import RunContext
 from perflab.drivers import RAY_EXTRA_HINT, EngineDriver, split_evenly
 from perflab.drivers.merge import MergedResult, WorkerResult, merge
 from perflab.errors import RunFailure, UserError
-from perflab.guardian import journal
+from perflab.guardian import journal, register_undo
 from perflab.model import Event, RunResult
+from perflab.proc import pid_alive
 
 CLUSTER_ENV = "PERFLAB_RAY_CLUSTER"
 # A private cluster's object store: results are small (histograms, series).
@@ -94,7 +95,7 @@ def undo_cluster(args: dict[str, Any]) -> None:
     temp_dir = args.get("temp_dir")
     deadline = time.monotonic() + 3
     while True:
-        pids = [p for p in cluster_processes(token, temp_dir) if not _zombie(p)]
+        pids = [p for p in cluster_processes(token, temp_dir) if pid_alive(p)]
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -103,11 +104,9 @@ def undo_cluster(args: dict[str, Any]) -> None:
         time.sleep(0.05)
 
 
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+# a private Ray cluster (driver.address = "local"): kill every process that
+# carries its token in its environment
+register_undo("ray-cluster", undo_cluster)
 
 
 def _import_ray() -> Any:

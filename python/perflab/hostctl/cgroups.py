@@ -51,7 +51,7 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from perflab.guardian import journal
+from perflab.guardian import journal, register_undo
 from perflab.settings_model import StrictModel
 from perflab.units import Size, format_size
 
@@ -479,6 +479,9 @@ def undo_cgroup(args: dict[str, Any]) -> None:
     _kill_and_remove([Path(d) for d in args.get("dirs", [])])
 
 
+register_undo("cgroup", undo_cgroup)  # a server's cgroup: kill what is inside, rmdir
+
+
 class ServerCgroup:
     """One cgroup (a directory in each hierarchy the settings need) for a
     managed server's whole process tree.
@@ -764,3 +767,21 @@ class ServerCgroup:
         self._created = False
         self._made = []
         journal().remove(self.key)
+
+
+def cgroup_to_start_in(current: ServerCgroup | None, wanted: ResourceSettings | None,
+                       name: str) -> ServerCgroup | None:
+    """The cgroup a managed server is to start in (it is stopped): `current`
+    while its limits are still `wanted`; else `current` is removed (what is
+    left inside killed: a changed limit gets a new cgroup, so the old one's
+    charges, page cache included, do not follow the server) and, with
+    limits wanted, a new one named `name` is created."""
+    if current is not None and current.settings == wanted:
+        return current
+    if current is not None:
+        current.remove(kill=True)
+    if wanted is None:
+        return None
+    cgroup = ServerCgroup(name, wanted)
+    cgroup.create()
+    return cgroup

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from perflab.errors import UserError
-from perflab.guardian import journal, live_journals
+from perflab.guardian import journal, live_journals, register_undo
 from perflab.settings_model import StrictModel
 
 PROC_SYS = Path("/proc/sys")
@@ -252,6 +252,9 @@ def undo_host_file(args: dict[str, Any]) -> None:
             _write(Path(path), value)
         except (OSError, ValueError):
             continue
+
+
+register_undo(JOURNAL_KIND, undo_host_file)  # a /proc/sys or /sys file: write its value back
 
 
 # -- preflight --------------------------------------------------------------------------------

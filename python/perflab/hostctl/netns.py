@@ -47,7 +47,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from perflab.errors import UserError
-from perflab.guardian import journal
+from perflab.guardian import journal, register_undo
 from perflab.settings_model import StrictModel
 from perflab.units import Duration
 
@@ -168,9 +168,15 @@ def undo_netns(args: dict[str, Any]) -> None:
     run(["ip", "netns", "del", name], check=False)
 
 
+register_undo("netns", undo_netns)  # a network namespace: kill what runs in it, delete it
+
+
 def undo_link(args: dict[str, Any]) -> None:
     if Path("/sys/class/net", args["name"]).exists():
         run(["ip", "link", "del", args["name"]], check=False)
+
+
+register_undo("link", undo_link)  # a veth end in the root namespace: delete it (and its qdisc)
 
 
 class NameTaken(RuntimeError):

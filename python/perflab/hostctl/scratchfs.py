@@ -53,7 +53,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from perflab.errors import UserError
-from perflab.guardian import journal
+from perflab.guardian import journal, register_undo
 from perflab.settings_model import OsText, StrictModel
 from perflab.units import Size, format_size
 
@@ -262,6 +262,9 @@ def undo_mount(args: dict[str, Any]) -> None:
         _run_bounded([umount, "-l", mountpoint], UNDO_STEP_TIMEOUT_S)
 
 
+register_undo("mount", undo_mount)  # a scratch filesystem (or tracefs): unmount it (lazily if busy)
+
+
 def undo_loop(args: dict[str, Any]) -> None:
     """Detach every loop device on args["backing_file"]. One still held (by a
     lazily unmounted filesystem) is marked autoclear by the kernel and goes
@@ -269,6 +272,9 @@ def undo_loop(args: dict[str, Any]) -> None:
     losetup = _tool("losetup") or "losetup"
     for device in loop_devices_of(args["backing_file"]):
         _run_bounded([losetup, "-d", device], UNDO_STEP_TIMEOUT_S)
+
+
+register_undo("loop", undo_loop)  # a loop device on a scratch fs's file: detach it
 
 
 # ---------------------------------------------------------------- preflight

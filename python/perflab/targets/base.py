@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -16,6 +17,11 @@ from perflab.targets.confine import Leftover, Owner, Removal
 # How long `check` and `run` wait for an external target to answer (libpq's
 # connect_timeout counts whole seconds, 2 at least).
 REACH_TIMEOUT_S = 5.0
+# A run directory's note of where the run's part of a log the target shares
+# between runs starts ({file name: {"path": log, "offset": bytes}}), written
+# by begin_run and removed by end_run once the part is copied: an attempt
+# killed before end_run leaves it, and resume copies the part from it.
+LOG_SLICES = "log-slices.json"
 
 
 def creatable_problems(key: str, path: Path) -> list[tuple[str, str]]:
@@ -26,6 +32,18 @@ def creatable_problems(key: str, path: Path) -> list[tuple[str, str]]:
         return [(key, f"{path} cannot be created: {base} is not a directory this user may write; "
                  "allowed: a path perflab can create")]
     return []
+
+
+@dataclass(frozen=True)
+class FileClass:
+    """A class of a server's files, for the syscalls collector: a file is of
+    class `name` when its parent directory (depth 1) or its grandparent
+    (depth 2) is `directory` and, with `prefix`, its name starts with it."""
+
+    name: str
+    directory: Path
+    depth: int = 1
+    prefix: str | None = None
 
 
 class TargetSettings(StrictModel):
@@ -59,6 +77,13 @@ class Target(abc.ABC):
         # (perflab's schema made or taken over, by `confine`); the runner
         # takes them.
         self.said: list[str] = []
+        # What the target did on its way up that the user should hear once
+        # (a stale server stopped, a kept cluster removed); the runner warns
+        # each after `provision`.
+        self.notes: list[str] = []
+        # True when perflab only reaches this system (a dsn, a URL) and did
+        # not start it: it has no server process of perflab's.
+        self.external = False
 
     def path_from_file(self, given: str) -> Path:
         """A path the experiment file gives, made absolute as every path in
@@ -149,7 +174,8 @@ class Target(abc.ABC):
         """Version, effective settings, pids, paths: stored with every run."""
 
     def begin_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
-        """Called before each run (e.g. to mark where the run's server log starts)."""
+        """Called before each run (e.g. to mark where the run's server log
+        starts, in run_dir / LOG_SLICES, so a killed attempt's part is found)."""
 
     def end_run(self, run_dir: Path) -> None:  # noqa: B027 - optional hook
         """Called after each run, failed or not (e.g. to keep the run's server log)."""
@@ -190,6 +216,12 @@ class Target(abc.ABC):
         """The target's processes: pid -> role, for the process collector."""
         return {}
 
+    def server_pid(self) -> int | None:
+        """The main process of the server perflab started (PostgreSQL's
+        postmaster; the others descend from it), for the tracers; None when
+        there is none of perflab's (external, not running). Default: none."""
+        return None
+
     def data_paths(self) -> dict[str, Path]:
         """Where the target keeps data ("data", "wal"), for the disk collector."""
         return {}
@@ -199,6 +231,12 @@ class Target(abc.ABC):
         cgroup: perflab.hostctl.cgroups.ServerCgroup.stats), read before and
         after the measured window. Default: none."""
         return {}
+
+    def file_classes(self) -> list[FileClass]:
+        """The classes of the server's files, first match first, for the
+        syscalls collector. Default: none (the collector then classifies
+        PostgreSQL's from data_paths: wal, base, global)."""
+        return []
 
     def check_alive(self) -> str | None:
         """None when the server is up, else what is wrong (crashed, gone)."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.context import RunContext
-from perflab.endpoints import SqlEndpoint
+from perflab.endpoints import GeneratedData, SqlEndpoint
 from perflab.errors import UserError
 from perflab.model import LoadResult
 
@@ -40,7 +40,7 @@ def require_writable(endpoint: SqlEndpoint, kind: str) -> None:
         )
 
 
-def load_generated(endpoint: SqlEndpoint, conn: Any, ctx: RunContext, dataset: str, scale_factor: float,
+def load_generated(endpoint: SqlEndpoint, conn: Any, ctx: RunContext, data: GeneratedData, scale_factor: float,
                    tables: Sequence[str], drops: Sequence[str], creates: Sequence[str],
                    steps: Sequence[Any], jobs: int) -> LoadResult:
     """The timed load phase on `conn` (steps are `tpch.schema.Step`s, whose
@@ -51,9 +51,10 @@ def load_generated(endpoint: SqlEndpoint, conn: Any, ctx: RunContext, dataset: s
         conn.execute(sql)
     load.steps["create tables"] = time.perf_counter() - started
 
+    dataset = data.name
     ctx.status(f"{dataset}: loading SF {scale_factor:g}")
     started = time.perf_counter()
-    load.rows = endpoint.bulk_load(dataset, scale_factor, list(tables), jobs)
+    load.rows = endpoint.bulk_load(data, scale_factor, list(tables), jobs)
     load.steps["load"] = time.perf_counter() - started
 
     ctx.status(f"{dataset}: load done")

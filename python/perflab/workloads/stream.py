@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BeforeValidator, Field, model_validator
@@ -43,12 +43,18 @@ from perflab.analysis.linear import LINEAR_R2, LinearFit, linear_fit
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, parse_stat, read_text
 from perflab.context import RunContext
 from perflab.endpoints import Capability
-from perflab.errors import RunFailure, UserError
+from perflab.errors import UserError
 from perflab.hostctl import netns
 from perflab.hostctl.netns import parse_rate_bps
-from perflab.model import Event, Flag, LoadResult, RunResult, without_label
+from perflab.model import LoadResult, RunResult, without_label
+from perflab.section import Section
+from perflab.targets.router import NetworkEndpoint
 from perflab.units import Duration
+from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 ETHERNET_OVERHEAD = 18  # header 14 + FCS 4
 IP_HEADER = {"ipv4": 20, "ipv6": 40}
@@ -97,7 +103,7 @@ def _tx_packets(ns: str, dev: str) -> int:
     return int(json.loads(out)[0]["stats64"]["tx"]["packets"])
 
 
-class StreamWorkload(Workload[Any]):
+class StreamWorkload(Workload[NetworkEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = StreamSettings
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.NETWORK})
     headline: ClassVar[tuple[str, ...]] = ("goodput_mbps", "pps")
@@ -110,10 +116,10 @@ class StreamWorkload(Workload[Any]):
     def writes(self) -> bool:
         return False
 
-    def prepare(self, endpoint: Any, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: NetworkEndpoint, ctx: RunContext) -> LoadResult:
         return LoadResult()
 
-    def run(self, endpoint: Any, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: NetworkEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         if endpoint.mtu < s.frame_size - ETHERNET_OVERHEAD:
             raise UserError(f"workload stream: frame_size {s.frame_size} needs an MTU of at least "
@@ -133,31 +139,16 @@ class StreamWorkload(Workload[Any]):
                 ctx.status(f"stream {s.protocol}/{s.family}: {interval.tps:,.0f} sends/s")
 
         ctx.status(f"stream {s.protocol}/{s.family}: {s.flows} flow(s), frame {s.frame_size} B")
-        try:
-            with netns.entered(endpoint.client_ns):
-                out, received = _engine.stream_run(
-                    protocol=s.protocol, receiver=s.receiver, address=endpoint.server_address(s.family),
-                    flows=s.flows, size=size, t0_ns=ctx.t0_ns, duration_s=s.duration, warmup_s=s.warmup,
-                    rate_pps=rate_pps, server_netns=endpoint.server_ns, mss=mss, progress=progress,
-                    cancel=ctx.cancel)
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload stream: {exc}", "check the workload's settings") from None
-        except (_engine.EngineConnectionError, _engine.EngineError) as exc:
-            raise RunFailure(f"stream: {exc}") from None
+        with harness.engine_errors("stream", hint="check the workload's settings"), netns.entered(endpoint.client_ns):
+            out, received = _engine.stream_run(
+                protocol=s.protocol, receiver=s.receiver, address=endpoint.server_address(s.family),
+                flows=s.flows, size=size, t0_ns=ctx.t0_ns, duration_s=s.duration, warmup_s=s.warmup,
+                rate_pps=rate_pps, server_netns=endpoint.server_ns, mss=mss, progress=progress,
+                cancel=ctx.cancel)
         wall = time.monotonic() - started
         cpu = {k: v - cpu_before[k] for k, v in _cpu_times().items()}
         forwarded = _tx_packets(endpoint.router_ns, endpoint.router_out_dev) - forwarded_before
-        ctx.measure_start_s = out.measure_start_t_s
-        ctx.measure_end_s = out.measure_start_t_s + out.measured_s
-        if out.lost_clients >= s.flows:
-            first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
-            raise RunFailure(f"stream: every flow failed: {first}")
-        if out.lost_clients:
-            result.flags.append(Flag.LOST_CONNECTIONS)
-        if out.client_bound:
-            result.flags.append(Flag.CLIENT_BOUND)
-        for e in out.events:
-            result.events.append(Event(e.t_s, e.kind, e.message))
+        harness.take_run(ctx, result, out, clients=s.flows, lost="stream: every flow failed")
         self._metrics(out, received, result, ctx, forwarded, wall, cpu)
         if endpoint.rules_now is not None:
             rules, install_s = endpoint.rules_now()
@@ -167,7 +158,7 @@ class StreamWorkload(Workload[Any]):
                 result.add_metric("rules.install_s", install_s, "s",
                                   "time to install the rule set, both families, atomically (control plane)",
                                   higher_is_better=False)
-        if family_passed_before is not None:
+        if family_passed_before is not None and endpoint.rules_passed is not None:
             crossed = endpoint.rules_passed(s.family) - family_passed_before
             result.add_metric("rules.passed_packets", crossed, "packets",
                               "packets the router's final counting rule accepted in this run: they crossed "
@@ -216,26 +207,22 @@ class StreamWorkload(Workload[Any]):
         add("payload_bytes" if s.protocol == "udp" else "mss_bytes", s.payload, "bytes",
             "UDP payload per datagram" if s.protocol == "udp" else "TCP maximum segment size set (TCP_MAXSEG)")
         add("flows", s.flows, "flows")
-        add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the senders' threads in the measured window")
+        # the driver is the senders: their CPU, its share, their connections
+        harness.harness_metrics(result, out, per=("send", "send"), scheduled=s.rate is not None)
         add("receiver_cpu_s", rx["cpu_s"], "s", "CPU time of the receiver's threads over the whole run")
-        if out.cpu_given_s > 0:
-            add("driver_cpu_share", out.driver_cpu_s / out.cpu_given_s, "ratio",
-                "senders' CPU over what their threads could use; above 0.8 the run is client-bound",
-                higher_is_better=False)
         for name in ("user", "system", "softirq", "idle"):
             if name in cpu:
                 add(f"cpu.{name}_s", cpu[name], "s",
                     f"whole machine's {name} CPU time over the run ({wall:.1f} s wall; sender, router and "
                     "receiver share this machine; softirq is per CPU, not per namespace)")
         add("sends", out.transactions, "sends", "sends in the measured window (TCP writes or datagrams)")
-        add("measured_s", out.measured_s, "s", "measured window: after warm-up")
         for kind, n in out.errors_by_kind.items():
             add(f"errors.{kind}", n, "sends", f"sends failed: {kind}", higher_is_better=False)
 
     # ------------------------------------------------------------ report
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Section]:
         """The study's analysis: throughput against the rule count, a line
         fitted per combination of the other factors (95% CI on the slope,
         R²), whether the loss is linear, and whether IPv4 and IPv6 differ."""

@@ -16,9 +16,8 @@ excluded from every figure.
 
 from __future__ import annotations
 
-import os
 import secrets
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,10 +26,15 @@ from perflab.context import RunContext
 from perflab.drivers import engine_run
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
+from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
+from perflab.section import Section
 from perflab.units import Duration
+from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
-from perflab.workloads.stalls import StallWatch, interval_value
+from perflab.workloads.stalls import StallWatch
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 # Rows per scale unit (pgbench.c: nbranches, ntellers, naccounts).
@@ -41,35 +45,27 @@ ACCOUNTS_PER_SCALE = 100_000
 DEFAULT_DURATION_S = 60.0
 SERIES_SOURCE = "tpcb"
 # Bounds past any real run, below the engine's 32-bit counts: scale 100,000 is
-# 10^10 accounts (about 1.5 TB); 10,000 clients is 10,000 server backends.
+# 10^10 accounts (about 1.5 TB).
 MAX_SCALE = 100_000
-MAX_CLIENTS = 10_000
 MAX_TRANSACTIONS = 10**12
-MAX_RATE_TPS = 1e9
 MAX_TRIES = 1_000
-# Engine interval fields stored as per-second series (name -> unit in the name).
-SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
 
 
-class TpcbSettings(WorkloadSettings):
+class TpcbSettings(harness.HarnessSettings):
+    """pgbench's options: -c clients, -j threads, -T duration, -R rate, and
+    socket I/O ("auto": io_uring became tpcb's default after
+    benchmarks/uring_soak.py, see benchmarks/README.md) are the harness's
+    (HarnessSettings); these are pgbench's own."""
+
     kind: Literal["tpcb"]
     # pgbench -b: which built-in script.
     script: Literal["tpcb-like", "simple-update", "select-only"] = "tpcb-like"
     # pgbench -s and -F: the data set.
     scale: int = Field(default=1, ge=1, le=MAX_SCALE)
     fillfactor: int = Field(default=100, ge=10, le=100)
-    # pgbench -c and -j (threads default: min(clients, cores)).
-    clients: int = Field(default=1, ge=1, le=MAX_CLIENTS)
-    threads: int | None = Field(default=None, ge=1)
-    # pgbench -T, or -t (transactions per client); default: 60 s.
-    duration: Duration | None = Field(default=None, gt=0)
+    # pgbench -t (transactions per client), instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
-    warmup: Duration = Field(default=0.0, ge=0)
-    # pgbench -R (total transactions per second, open loop) and -L.
-    rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
-    # Spacing of the intended starts under a rate: exponential gaps (a Poisson
-    # process, as pgbench -R) or equal gaps (wrk2's constant throughput).
-    schedule: Literal["poisson", "constant"] = "poisson"
+    # pgbench -L.
     latency_limit: Duration | None = Field(default=None, gt=0)
     # pgbench -M.
     protocol: Literal["simple", "extended", "prepared"] = "simple"
@@ -77,30 +73,12 @@ class TpcbSettings(WorkloadSettings):
     max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)
     # pgbench without -n: vacuum branches and tellers, empty history before each run.
     vacuum: bool = True
-    # Random seed of the draws; default: a new one per run (recorded as an event).
-    seed: int | None = Field(default=None, ge=0)
-    # Socket I/O of the measured round trips: "epoll" (tokio's reactor), "uring"
-    # (io_uring, one submission per runtime tick for all ready clients; the run
-    # fails if io_uring is unavailable), "auto" (io_uring where this kernel and
-    # process allow it, else epoll, with the reason; io_uring became the default
-    # after benchmarks/uring_soak.py, see benchmarks/README.md). Recorded as the
-    # run's "io" event.
-    io: Literal["auto", "uring", "epoll"] = "auto"
 
     @model_validator(mode="after")
     def _consistent(self) -> TpcbSettings:
         if self.duration is not None and self.transactions is not None:
             raise ValueError("got both duration and transactions; allowed: one of them")
-        if self.threads is not None and self.threads > self.clients:
-            raise ValueError(
-                f"threads = {self.threads} is more than clients = {self.clients}; "
-                "allowed: 1..clients (each thread drives at least one client)"
-            )
         return self
-
-
-def _ms(us: float) -> float:
-    return us / 1000.0
 
 
 class TpcbWorkload(Workload[PgWireEndpoint]):
@@ -112,7 +90,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
 
     settings: TpcbSettings
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TpcbSettings) -> None:
         super().__init__(settings)
         self._before: dict[str, int] | None = None
         self._scale_in_db: int | None = None
@@ -130,24 +108,17 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 "workload tpcb: the target is read-only and the pgbench tables must be created and loaded",
                 "set target.allow_destructive = true to let perflab load them",
             )
-        try:
+        with harness.engine_errors("tpcb", failed="tpcb load failed"):
             report = _engine.tpcb_load(
                 endpoint.wire_conninfo("perflab-tpcb"),
                 scale=s.scale,
                 fillfactor=s.fillfactor,
                 on_step=lambda step: ctx.status(f"load scale {s.scale}: {step.replace('_', ' ')}"),
+                cancel=ctx.cancel,
             )
-        except _engine.EngineConnectionError as exc:
-            raise RunFailure(f"tpcb load failed: {exc}") from None
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload tpcb: {exc}") from None
         return LoadResult(steps=dict(report.steps), rows=dict(report.rows))
 
     # ------------------------------------------------------------ run
-
-    def _threads(self) -> int:
-        s = self.settings
-        return s.threads if s.threads is not None else max(1, min(s.clients, len(os.sched_getaffinity(0))))
 
     def _before_run(self, endpoint: PgWireEndpoint, result: RunResult, ctx: RunContext) -> int:
         """pgbench's pre-run housekeeping, the scale found in the tables, and
@@ -210,7 +181,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
             )
         result = RunResult(headline=list(self.headline))
         scale = self._before_run(endpoint, result, ctx)
-        threads = self._threads()
+        threads = s.effective_threads()
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         duration = s.duration
         if duration is None and s.transactions is None:
@@ -229,15 +200,12 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 line += f", lag {interval.lag_mean_ms:.3f} ms, {interval.skipped} skipped"
             ctx.status(line)
             stalls.add(interval)
-            if not interval.warmup:
-                for name in SERIES_FIELDS:
-                    if name != "lag_mean_ms" or s.rate is not None:  # no schedule, no lag
-                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, interval_value(interval, name))
+            harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
         ctx.status(f"tpcb {s.script}: connecting {s.clients} clients on {threads} threads")
-        try:
+        with harness.engine_errors("tpcb"):
             out = engine_run(
-                ctx, "tpcb_run", endpoint.wire_conninfo("perflab-tpcb"),
+                ctx, _engine.tpcb_run, endpoint.wire_conninfo("perflab-tpcb"),
                 script=s.script,
                 scale=scale,
                 clients=s.clients,
@@ -255,100 +223,40 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 io=s.io,
                 progress=progress,
             )
-        except _engine.EngineConnectionError as exc:
-            raise RunFailure(f"tpcb: {exc}") from None
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload tpcb: {exc}") from None
-        except _engine.EngineError as exc:
-            raise RunFailure(f"tpcb: {exc}") from None
-        # The measured window on the run's clock: after warm-up and connection
-        # set-up, to the last measured completion (collectors use it too).
-        ctx.measure_start_s = out.measure_start_t_s
-        ctx.measure_end_s = out.measure_start_t_s + out.measured_s
-        result.events.append(Event(out.measure_start_t_s, "seed", f"random seed {seed}"))
-        result.events.append(Event(out.measure_start_t_s, "io", f"io: {out.io}"))
-        for e in out.events:
-            result.events.append(Event(e.t_s, e.kind, e.message))
-        lost = out.lost_clients
-        if lost >= s.clients:
-            first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
-            raise RunFailure(
-                f"tpcb: all {s.clients} client connections were lost (server down?): {first}"
-            )
-        if lost:
-            result.flags.append(Flag.LOST_CONNECTIONS)
-        if out.client_bound:
-            result.flags.append(Flag.CLIENT_BOUND)
-        self._metrics(out, result, threads, scale)
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
+                         lost=f"tpcb: all {s.clients} client connections were lost (server down?)")
+        self._metrics(out, result, scale)
         stalls.annotate(result)
         return result
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult, threads: int, scale: int) -> None:
+    def _metrics(self, out: _engine.DriverResult, result: RunResult, scale: int) -> None:
         s = self.settings
         add = result.add_metric
-        tx = out.transactions
         add("tps", out.tps, "tx/s",
             "committed transactions per second over the measured window, excluding connection set-up "
             "(pgbench: tps without initial connection time)", higher_is_better=True)
-        add("transactions", tx, "tx", "committed transactions in the measured window")
+        add("transactions", out.transactions, "tx", "committed transactions in the measured window")
         add("failed", out.failed, "tx", "transactions ended by an error (after retries)", higher_is_better=False)
-        add("retries", out.retries, "tries", "retries after serialization failures or deadlocks")
-        add("retried", out.retried, "tx", "transactions retried at least once")
-        add("measured_s", out.measured_s, "s", "measured window: end of warm-up to the last completion")
         lat = out.latency
-        base = "from the intended start (open loop, Poisson schedule)" if s.rate else "from send (closed loop)"
+        base = s.latency_origin()
         for key, name in (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),
                           ("p95_us", "p95"), ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
-            add(f"latency_{name}_ms", _ms(getattr(lat, key)), "ms", f"transaction latency {name}, {base}",
+            add(f"latency_{name}_ms", harness.ms(getattr(lat, key)), "ms", f"transaction latency {name}, {base}",
                 higher_is_better=False)
         if s.rate is not None:
-            lag = out.lag
             add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
-            add("lag_mean_ms", _ms(lag.mean_us), "ms", "schedule lag: actual minus intended start",
-                higher_is_better=False)
-            add("lag_p99_ms", _ms(lag.p99_us), "ms", "schedule lag p99", higher_is_better=False)
-            add("lag_max_ms", _ms(lag.max_us), "ms", "schedule lag max", higher_is_better=False)
-        if s.latency_limit is not None:
-            add("late", out.late, "tx", f"committed later than latency_limit ({s.latency_limit * 1000:g} ms)",
-                higher_is_better=False)
-            if s.rate is not None:
-                add("skipped", out.skipped, "tx", "schedule slots skipped: already later than latency_limit",
-                    higher_is_better=False)
         for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
-        add("lost_connections", out.lost_clients, "clients", "clients whose connection was lost",
-            higher_is_better=False)
-        connections = max(1, out.clients)
-        add("connect_time_mean_ms", out.connect_total_s / connections * 1000, "ms",
-            "mean time to open (and prepare) one client connection; not part of tps", higher_is_better=False)
-        add("connect_phase_s", out.connect_phase_s, "s", "wall time to connect all clients")
-        add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the driver's threads in the measured window")
-        if tx:
-            add("driver_cpu_per_tx_us", out.driver_cpu_s / tx * 1e6, "us",
-                "driver CPU time per committed transaction", higher_is_better=False)
-        given = out.cpu_given_s
-        if given > 0:
-            add("driver_cpu_share", out.driver_cpu_s / given, "ratio",
-                f"driver CPU over the CPU its {threads} threads could use; above 0.8 the run is client-bound",
-                higher_is_better=False)
-        add("process_cpu_s", out.process_cpu_s, "s", "CPU time of the whole perflab process in the window")
-        if out.io.startswith("io_uring") and tx:
-            add("io_enters_per_tx", out.io_enters_per_tx, "calls",
-                f"io_uring_enter calls per committed transaction ({out.io})", higher_is_better=False)
-        add("clients", s.clients, "clients")
-        add("threads", threads, "threads")
         add("scale", scale, "scale")
-        encoding = out.histogram_encoding
-        histograms = {f"latency.{s.script}": out.latency_histogram, "lag": out.lag_histogram,
-                      "failed_latency": out.failed_histogram}
-        for name, data in histograms.items():
-            if data is not None:
-                result.histograms.append(Histogram(name, "us", encoding, bytes(data)))
+        result.histograms.append(Histogram(f"latency.{s.script}", "us", out.histogram_encoding,
+                                           bytes(out.latency_histogram)))
+        # the harness's own figures, and its lag and failed-latency histograms after the workload's
+        harness.harness_metrics(result, out, scheduled=s.rate is not None, latency_limit_s=s.latency_limit)
 
     # ------------------------------------------------------------ report
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Section]:
         """TPS and latency per factor level over the repetitions (one row per
         level), TPS against transactions per client with a line per client
         count wherever `transactions` is a factor (as CITI drew it), then each

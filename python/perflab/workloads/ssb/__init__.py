@@ -82,7 +82,7 @@ class SsbWorkload(Workload[SqlEndpoint]):
         try:
             with endpoint.connect() as conn:
                 load = generated.load_generated(
-                    endpoint, conn, ctx, "ssb", sf, schema.TABLES, schema.drop_tables(endpoint.schema),
+                    endpoint, conn, ctx, schema.DATA, sf, schema.TABLES, schema.drop_tables(endpoint.schema),
                     [schema.create_table(t) for t in schema.TABLES],
                     schema.load_steps(endpoint.dialect, endpoint.schema is not None),
                     self._jobs())

@@ -12,9 +12,13 @@ keys slow its bulk load), as TPC-H's load does (workloads/tpch/schema.py).
 
 from __future__ import annotations
 
+from perflab import _engine
+from perflab.endpoints import GeneratedData
 from perflab.workloads.tpch.schema import Step
 
 TABLES = ("date", "customer", "supplier", "part", "lineorder")
+# The engine's generators of it (ssb-dbgen's rules): what a target loads it with.
+DATA = GeneratedData("ssb", _engine.ssb_load_postgres, _engine.ssb_arrow_stream)
 
 _COLUMNS = {
     "date": [

@@ -31,7 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perflab import _engine
+from perflab.endpoints import GeneratedData
+
 TABLES = ("region", "nation", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
+# The engine's generators of it (tpchgen): what a target loads it with.
+DATA = GeneratedData("tpch", _engine.tpch_load_postgres, _engine.tpch_arrow_stream)
 
 _COLUMNS = {
     "region": """

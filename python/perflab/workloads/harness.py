@@ -1,0 +1,199 @@
+"""What every workload on the engine's load harness gets for free.
+
+- `HarnessSettings`: the settings the harness itself reads (clients, threads,
+  duration, warm-up, rate and its schedule, the seed, socket I/O); a workload's
+  settings derive from it and add their own.
+- `engine_errors()`: an engine error as perflab's, in one place: bad settings
+  are the user's (exit 2), a target or engine failure fails the run.
+- `take_run()`: the measured window on the run's clock, the seed, io and the
+  engine's events, the client-bound flag, and the run failed when its clients
+  were lost.
+- `harness_metrics()`: the harness's own figures, the same for every workload:
+  the measured window, retries, late and skipped transactions, schedule lag,
+  connection set-up, lost clients, driver CPU and its share, io_uring enters,
+  and the lag and failed-latency histograms.
+
+A workload then adds only its own figures (tps, tpmC, Mb/s, goodput).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from perflab import _engine
+from perflab.context import RunContext
+from perflab.errors import RunFailure, UserError
+from perflab.model import Event, Flag, Histogram, RunResult
+from perflab.units import Duration
+from perflab.workloads.base import WorkloadSettings
+from perflab.workloads.stalls import interval_value
+
+# Bounds past any real run, below the engine's 32-bit counts: 10,000 clients
+# is 10,000 server backends.
+MAX_CLIENTS = 10_000
+MAX_RATE_TPS = 1e9
+MAX_TRIES = 1_000
+
+
+class HarnessSettings(WorkloadSettings):
+    # Clients (connections), and the driver's runtime threads (default: min(clients, cores)).
+    clients: int = Field(default=1, ge=1, le=MAX_CLIENTS)
+    threads: int | None = Field(default=None, ge=1)
+    # Run length (each workload says its default), and the warm-up before it.
+    duration: Duration | None = Field(default=None, gt=0)
+    warmup: Duration = Field(default=0.0, ge=0)
+    # Total transactions (requests) per second, open loop: latency from each intended start.
+    rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
+    # Spacing of the intended starts under a rate: exponential gaps (a Poisson
+    # process, as pgbench -R) or equal gaps (wrk2's constant throughput).
+    schedule: Literal["poisson", "constant"] = "poisson"
+    # Random seed of the draws; default: a new one per run (recorded as an event).
+    seed: int | None = Field(default=None, ge=0)
+    # Socket I/O of the measured round trips: "epoll" (tokio's reactor), "uring"
+    # (io_uring, one submission per runtime tick for all ready clients; the run
+    # fails if io_uring is unavailable), "auto" (io_uring where this kernel and
+    # process allow it, else epoll, with the reason). Recorded as the run's "io" event.
+    io: Literal["auto", "uring", "epoll"] = "auto"
+
+    @model_validator(mode="after")
+    def _threads_have_clients(self) -> HarnessSettings:
+        clients = self.effective_clients()
+        if self.threads is not None and self.threads > clients:
+            raise ValueError(
+                f"threads = {self.threads} is more than clients = {clients}; "
+                "allowed: 1..clients (each thread drives at least one client)"
+            )
+        return self
+
+    def effective_clients(self) -> int:
+        """The clients a run drives (a workload may derive them from its data set)."""
+        return self.clients
+
+    def effective_threads(self) -> int:
+        """`threads`, else min(clients, the CPUs perflab may use)."""
+        if self.threads is not None:
+            return self.threads
+        return max(1, min(self.effective_clients(), cores()))
+
+    def latency_origin(self, closed: str = "from send (closed loop)") -> str:
+        """Where latency runs from, for a metric's description: the intended
+        start under a rate, naming the schedule actually used."""
+        if self.rate is None:
+            return closed
+        return f"from the intended start (open loop, {'Poisson' if self.schedule == 'poisson' else 'constant'} schedule)"
+
+
+@contextmanager
+def engine_errors(name: str, *, failed: str | None = None, settings: str | None = None,
+                  hint: str | None = None) -> Iterator[None]:
+    """Engine errors of the calls inside as perflab's: a ConfigError is bad
+    settings (UserError, "workload NAME: ..." or `settings`: ..., exit 2); an
+    EngineConnectionError or EngineError fails the run (RunFailure, "NAME: ..."
+    or `failed`: ...). Interrupted (a BaseException) passes through."""
+    try:
+        yield
+    except _engine.ConfigError as exc:
+        raise UserError(f"{settings or f'workload {name}'}: {exc}", hint) from None
+    except (_engine.EngineConnectionError, _engine.EngineError) as exc:
+        raise RunFailure(f"{failed or name}: {exc}") from None
+
+
+def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, clients: int, lost: str,
+             seed: int | None = None, any_loss_fails: bool = False) -> None:
+    """What every harness run hands on, in one place: the measured window on
+    the run's clock (collectors use it too), the seed and io events and the
+    engine's own, the client-bound flag. The run fails when every client was
+    lost (or any, with `any_loss_fails`): `lost` is the message, followed by
+    the first loss; a partial loss flags the run."""
+    ctx.measure_start_s = out.measure_start_t_s
+    ctx.measure_end_s = out.measure_start_t_s + out.measured_s
+    if seed is not None:
+        result.events.append(Event(out.measure_start_t_s, "seed", f"random seed {seed}"))
+    result.events.append(Event(out.measure_start_t_s, "io", f"io: {out.io}"))
+    for e in out.events:
+        result.events.append(Event(e.t_s, e.kind, e.message))
+    if out.lost_clients and (any_loss_fails or out.lost_clients >= clients):
+        first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
+        raise RunFailure(f"{lost}: {first}")
+    if out.lost_clients:
+        result.flags.append(Flag.LOST_CONNECTIONS)
+    if out.client_bound:
+        result.flags.append(Flag.CLIENT_BOUND)
+
+
+def ms(us: float) -> float:
+    """Microseconds (the engine's unit) as milliseconds (the metrics')."""
+    return us / 1000.0
+
+
+def harness_metrics(result: RunResult, out: _engine.DriverResult, *, per: tuple[str, str] = ("tx", "committed transaction"),
+                    scheduled: bool = False, latency_limit_s: float | None = None) -> None:
+    """The harness's own figures of a run, named and described alike for every
+    workload. `per` names what one unit of work is ("tx", "committed
+    transaction"): CPU and io_uring enters are per unit; `scheduled`: a rate set
+    the intended starts (then lag is stored); `latency_limit_s`: late and
+    skipped transactions are stored."""
+    add = result.add_metric
+    unit, what = per
+    add("measured_s", out.measured_s, "s", "measured window: end of warm-up to the last completion")
+    add("retries", out.retries, "tries", "retries after a retryable error (PostgreSQL: serialization failure "
+        "or deadlock)")
+    add("retried", out.retried, unit, f"{what}s retried at least once")
+    if scheduled:
+        add("lag_mean_ms", ms(out.lag.mean_us), "ms", "schedule lag: actual minus intended start",
+            higher_is_better=False)
+        add("lag_p99_ms", ms(out.lag.p99_us), "ms", "schedule lag p99", higher_is_better=False)
+        add("lag_max_ms", ms(out.lag.max_us), "ms", "schedule lag max", higher_is_better=False)
+    if latency_limit_s is not None:
+        add("late", out.late, unit, f"completed later than latency_limit ({latency_limit_s * 1000:g} ms)",
+            higher_is_better=False)
+        if scheduled:
+            add("skipped", out.skipped, unit, "schedule slots skipped: already later than latency_limit",
+                higher_is_better=False)
+    add("lost_connections", out.lost_clients, "clients", "clients whose connection was lost",
+        higher_is_better=False)
+    add("connect_time_mean_ms", out.connect_total_s / max(1, out.clients) * 1000, "ms",
+        "mean time to open (and prepare) one client connection; not part of any rate", higher_is_better=False)
+    add("connect_phase_s", out.connect_phase_s, "s", "wall time to connect all clients")
+    add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the driver's threads in the measured window")
+    if out.transactions:
+        add(f"driver_cpu_per_{unit}_us", out.driver_cpu_s / out.transactions * 1e6, "us",
+            f"driver CPU time per {what}", higher_is_better=False)
+    if out.cpu_given_s > 0:
+        add("driver_cpu_share", out.driver_cpu_s / out.cpu_given_s, "ratio",
+            f"driver CPU over the CPU its {out.threads} threads could use; above 0.8 the run is client-bound",
+            higher_is_better=False)
+    add("process_cpu_s", out.process_cpu_s, "s", "CPU time of the whole perflab process in the window")
+    if out.io.startswith("io_uring") and out.transactions:
+        add(f"io_enters_per_{unit}", out.io_enters_per_tx, "calls",
+            f"io_uring_enter calls per {what} ({out.io})", higher_is_better=False)
+    add("clients", out.clients, "clients")
+    add("threads", out.threads, "threads")
+    for data, name in ((out.lag_histogram, "lag"), (out.failed_histogram, "failed_latency")):
+        if data is not None:
+            result.histograms.append(Histogram(name, "us", out.histogram_encoding, bytes(data)))
+
+
+# The harness's per-second figures stored as the run's series (name -> unit in the name).
+SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
+
+
+def store_second(ctx: RunContext, source: str, interval: _engine.Interval, *, scheduled: bool) -> None:
+    """A measured second's harness figures as series of `source` (none of the
+    warm-up; lag only under a schedule: without one there is no lag)."""
+    if interval.warmup:
+        return
+    ctx.second(interval)
+    for name in SERIES_FIELDS:
+        if name != "lag_mean_ms" or scheduled:
+            ctx.series.add(source, name, interval.t_s, interval_value(interval, name))
+
+
+def cores() -> int:
+    """The CPUs perflab may use (its affinity)."""
+    return len(os.sched_getaffinity(0))
