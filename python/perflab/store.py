@@ -27,6 +27,7 @@ from typing import Any
 from perflab.context import SeriesSink
 from perflab.errors import DiskFull, UserError
 from perflab.model import Event, RunResult
+from perflab.proc import start_time
 
 STORE_NAME = "perflab.sqlite"
 # Held (flock, exclusive) by the one perflab that writes the experiment; it
@@ -249,17 +250,8 @@ def take_writer_lock(out_dir: Path) -> int:
         ) from None
     os.ftruncate(fd, 0)
     # The pid and its start time: who holds the lock (see `writer_alive`).
-    os.pwrite(fd, f"{os.getpid()} {process_start(os.getpid()) or '?'}\n".encode(), 0)
+    os.pwrite(fd, f"{os.getpid()} {start_time(os.getpid()) or '?'}\n".encode(), 0)
     return fd
-
-
-def process_start(pid: int) -> str | None:
-    """A process's start time in clock ticks since boot: with the pid, who it
-    is (a pid alone may have been reused). None: no such process."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def writer_alive(out_dir: Path) -> bool:
@@ -284,7 +276,7 @@ def writer_alive(out_dir: Path) -> bool:
     except OSError:
         pass
     if len(words) >= 2 and words[0].isdigit():
-        return process_start(int(words[0])) == words[1]
+        return start_time(int(words[0])) == words[1]
     return False
 
 
@@ -515,7 +507,7 @@ class Store:
                 self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
                 self._event(run_id, None, "resumed", "the previous attempt was interrupted; the run is run again")
             for d in dead:
-                if process_start(d["pid"]) != d["pid_start"]:
+                if start_time(d["pid"]) != d["pid_start"]:
                     self.conn.execute(
                         "UPDATE session SET ended='killed', note=coalesce(note || '; ', '') || ? WHERE id=?",
                         ("it died without ending (SIGKILL, a crash, power loss)"
@@ -534,7 +526,7 @@ class Store:
         with _tx(self.conn):
             cur = self.conn.execute(
                 "INSERT INTO session (command, pid, pid_start, started_at, note) VALUES (?, ?, ?, ?, ?)",
-                (command, pid, process_start(pid), utc_now(), note),
+                (command, pid, start_time(pid), utc_now(), note),
             )
         return int(cur.lastrowid or 0)
 

@@ -40,6 +40,8 @@ from perflab.collectors.base import (
 )
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
 from perflab.model import Event, Flag, RunResult
+from perflab.proc import children as children_of
+from perflab.proc import cmdline as process_title
 from perflab.section import Block, RunGroup, Section, Table
 from perflab.section import Figure as SectionFigure
 
@@ -133,40 +135,6 @@ def read_proc(pid: int, with_io: bool) -> ProcSample | None:
         read_bytes=io.get(b"read_bytes"),
         write_bytes=io.get(b"write_bytes"),
     )
-
-
-def children_of(pid: int) -> list[int]:
-    """Child pids, from /proc/PID/task/*/children (CONFIG_PROC_CHILDREN), else
-    by scanning /proc for processes whose parent is `pid`."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    out: list[int] = []
-    try:
-        for tid in tasks:
-            out += [int(c) for c in read_bytes(f"/proc/{pid}/task/{tid}/children").split()]
-        return out
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return out
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = read_bytes(f"/proc/{entry}/stat")
-            except OSError:
-                continue
-            if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
-                out.append(int(entry))
-    return out
-
-
-def process_title(pid: int) -> str:
-    try:
-        return read_bytes(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 @dataclass

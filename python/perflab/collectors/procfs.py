@@ -1,7 +1,8 @@
 """Readers for the Linux /proc files the collectors sample.
 
 Plain functions over file text, so a test can feed them a fixture and the
-collectors share one parser each. Field meanings follow proc(5).
+collectors share one parser each. Field meanings follow proc(5). One
+process's files (/proc/PID) are perflab.proc's, at the bottom layer.
 """
 
 from __future__ import annotations
@@ -13,24 +14,14 @@ from pathlib import Path
 
 from perflab.collectors.base import CollectorUnavailable
 
+# A process's files are read by the one reader at the bottom layer (the
+# guardian and the targets use it too); the collectors take it from here.
+from perflab.proc import CLOCK_TICKS_PER_S as CLOCK_TICKS_PER_S
+from perflab.proc import read_bytes as read_bytes
+
 # /proc/stat "cpu" line, in proc(5) order; values in USER_HZ ticks.
 CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
-CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def read_bytes(path: Path | str) -> bytes:
-    """A whole /proc or /sys file. os.open/os.read rather than open(): no file
-    object, no buffering, half the CPU per file (they are read every second,
-    tens of them for a server's processes)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 def read_text(path: Path | str) -> str:

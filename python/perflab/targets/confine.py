@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -87,6 +88,20 @@ def _refused(name: str, where: str, why: str) -> UserError:
         f"drop or rename that schema if it is not needed, or run against another database "
         f"(perflab's marked schemas hold a table {MARKER})",
     )
+
+
+def _owned_marker(found: tuple[str, str, str] | None, name: str, where: str) -> tuple[str, str, str]:
+    """The marker of an existing schema `name` (as the database's reader
+    gives it); a schema without one is someone else's: a UserError, and
+    nothing is touched (every database kind decides the same way)."""
+    if found is None:
+        raise _refused(name, where, f"is not marked as perflab's (it has no table {MARKER})")
+    return found
+
+
+def _took_over(name: str, found: tuple[str, str, str]) -> str:
+    return (f"took over schema {name} from experiment {found[0]} ({found[1]} on {found[2] or '?'}); "
+            "`perflab clean` of that experiment leaves it now")
 
 
 # ------------------------------------------------------------------ PostgreSQL
@@ -180,9 +195,7 @@ def pg_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]
                 conn.execute(sql.SQL("INSERT INTO {} (experiment, out_dir, host) VALUES (%s, %s, %s)").format(marker),
                              (owner.experiment, owner.out_dir, socket.gethostname()))
                 return True, f"made schema {name} (marked as this experiment's)"
-            found = _pg_marker(conn, name)
-            if found is None:
-                raise _refused(name, where, f"is not marked as perflab's (it has no table {MARKER})")
+            found = _owned_marker(_pg_marker(conn, name), name, where)
             outside = pg_outside_dependents(conn, name)
             if outside:
                 raise UserError(
@@ -194,8 +207,7 @@ def pg_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]
                 return False, f"schema {name} is this experiment's (reused)"
             conn.execute(sql.SQL("UPDATE {} SET experiment = %s, out_dir = %s, host = %s, claimed_at = now()")
                          .format(marker), (owner.experiment, owner.out_dir, socket.gethostname()))
-            return False, (f"took over schema {name} from experiment {found[0]} ({found[1]} on {found[2] or '?'}); "
-                           "`perflab clean` of that experiment leaves it now")
+            return False, _took_over(name, found)
     except errors.InsufficientPrivilege as exc:
         raise UserError(
             f"{where}: cannot make perflab's schema {name}: {str(exc).strip().splitlines()[0]}",
@@ -284,16 +296,13 @@ def duck_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, st
                          [owner.experiment, owner.out_dir, socket.gethostname(), _now(), _now()])
             done = True, f"made schema {name} (marked as this experiment's)"
         else:
-            found = _duck_marker(conn, name)
-            if found is None:
-                raise _refused(name, where, f"is not marked as perflab's (it has no table {MARKER})")
+            found = _owned_marker(_duck_marker(conn, name), name, where)
             if found[0] == owner.experiment:
                 done = False, f"schema {name} is this experiment's (reused)"
             else:
                 conn.execute(f'UPDATE "{name}"."{MARKER}" SET experiment = ?, out_dir = ?, host = ?, claimed_at = ?',
                              [owner.experiment, owner.out_dir, socket.gethostname(), _now()])
-                done = False, (f"took over schema {name} from experiment {found[0]} ({found[1]} on "
-                               f"{found[2] or '?'}); `perflab clean` of that experiment leaves it now")
+                done = False, _took_over(name, found)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -323,6 +332,103 @@ def duck_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
     return Removal(True, f"removed schema {name} from {where}")
 
 
+# ------------------------------------------------------------------ MySQL and MariaDB
+#
+# A MySQL "schema" is a database: perflab's own is the database `perflab_<workload>`,
+# marked by its table perflab_owner. MySQL's DDL is not transactional: the
+# database is made first, then its marker, so a claim cut short between the
+# two leaves an unmarked database that the next claim refuses (the safe side:
+# the user drops it). A named lock (GET_LOCK, held by the claiming session)
+# keeps a second experiment out while one uses it.
+
+
+def _my_quote(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(name)
+    return f"`{name}`"
+
+
+def my_try_lock(conn: Any, name: str) -> bool:
+    """The session's named lock on database `name` (held until `conn` closes)."""
+    row = conn.execute("SELECT GET_LOCK(%s, 0)", (f"perflab:{name}",)).fetchone()
+    return bool(row and row[0] == 1)
+
+
+def _my_exists(conn: Any, name: str) -> bool:
+    return conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+                        (name,)).fetchone() is not None
+
+
+def _my_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
+    has = conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
+                       (name, MARKER)).fetchone()
+    if has is None:
+        return None
+    try:
+        row = conn.execute(f"SELECT experiment, out_dir, host FROM {_my_quote(name)}.`{MARKER}` LIMIT 1").fetchone()
+    except Exception:
+        return None  # a table of that name with other columns is no marker
+    return None if row is None else (str(row[0]), str(row[1]), str(row[2] or ""))
+
+
+def my_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]:
+    """As `pg_claim`, for database `name` on a MySQL or MariaDB server (the
+    session `conn` holds its named lock)."""
+    marker = f"{_my_quote(name)}.`{MARKER}`"
+    try:
+        if not _my_exists(conn, name):
+            conn.execute(f"CREATE DATABASE {_my_quote(name)} CHARACTER SET utf8mb4")
+            conn.execute(f"CREATE TABLE {marker} (experiment varchar(255) NOT NULL, out_dir text NOT NULL, "
+                         "host varchar(255), made_at datetime NOT NULL, claimed_at datetime NOT NULL) "
+                         "COMMENT 'made by perflab; remove with `perflab clean` on the output directory named here'")
+            conn.execute(f"INSERT INTO {marker} VALUES (%s, %s, %s, UTC_TIMESTAMP(), UTC_TIMESTAMP())",
+                         (owner.experiment, owner.out_dir, socket.gethostname()))
+            return True, f"made database {name} (marked as this experiment's)"
+        found = _owned_marker(_my_marker(conn, name), name, where)
+        if found[0] == owner.experiment:
+            return False, f"database {name} is this experiment's (reused)"
+        conn.execute(f"UPDATE {marker} SET experiment = %s, out_dir = %s, host = %s, claimed_at = UTC_TIMESTAMP()",
+                     (owner.experiment, owner.out_dir, socket.gethostname()))
+        return False, _took_over(name, found)
+    except UserError:
+        raise
+    except Exception as exc:
+        if "denied" in str(exc).lower():
+            raise UserError(f"{where}: cannot make perflab's database {name}: {str(exc).strip()}",
+                            "let the dsn's user create databases named perflab_% (GRANT ALL ON `perflab\\_%`.* "
+                            "TO ...), or give a server where it may") from None
+        raise
+
+
+def my_measure(conn: Any, name: str, where: str) -> Leftover | None:
+    """Database `name` as it is now: its tables' data and index bytes; None when it is gone."""
+    if not _my_exists(conn, name):
+        return None
+    tables, size = conn.execute(
+        "SELECT count(*), coalesce(sum(data_length + index_length), 0) FROM information_schema.tables "
+        "WHERE table_schema = %s", (name,)).fetchone()
+    return Leftover("schema", where, name, int(size), int(tables), f"{tables} tables")
+
+
+def my_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
+    """Drop database `name` if its marker still names `owner`'s experiment
+    and no running perflab holds it."""
+    if not my_try_lock(conn, name):
+        return Removal(False, f"database {name} in {where}: not removed: a running perflab experiment uses it")
+    try:
+        if not _my_exists(conn, name):
+            return Removal(True, f"database {name} in {where}: already gone")
+        refused = _not_owned(_my_marker(conn, name), owner, name, where)
+        if refused is not None:
+            return refused
+        measured = my_measure(conn, name, where)
+        conn.execute(f"DROP DATABASE {_my_quote(name)}")
+        size = f" ({format_bytes(measured.bytes)})" if measured and measured.bytes is not None else ""
+        return Removal(True, f"removed database {name}{size} from {where}")
+    finally:
+        conn.execute("SELECT RELEASE_LOCK(%s)", (f"perflab:{name}",))
+
+
 def _not_owned(found: tuple[str, str, str] | None, owner: Owner, name: str, where: str) -> Removal | None:
     """Why `clean` leaves schema `name` (its marker `found`, as the database's
     reader gives it): no longer marked, or marked by another experiment now;
@@ -333,6 +439,14 @@ def _not_owned(found: tuple[str, str, str] | None, owner: Owner, name: str, wher
         return Removal(False, f"schema {name} in {where}: not removed: experiment {found[0]} "
                               f"({found[1]} on {found[2] or '?'}) took it over since")
     return None
+
+
+def claimed_leftovers(claims: Mapping[str, tuple[Any, Any]], measure: Callable[[Any, str, str], Leftover | None],
+                      where: str) -> list[Leftover]:
+    """What a target's claimed schemas (or databases) hold now: each measured
+    (pg_measure, my_measure) on the session that holds its lock; one that is
+    gone is left out. `claims`: schema -> (session, its confined endpoint)."""
+    return [found for schema, (conn, _) in claims.items() if (found := measure(conn, schema, where)) is not None]
 
 
 def format_bytes(n: int | None) -> str:

@@ -36,7 +36,6 @@ import os
 import pwd
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
@@ -52,75 +51,12 @@ from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
 from perflab.settings_model import OsText
 from perflab.targets.base import Target, TargetSettings
-from perflab.targets.postgres import _free_port, _pid_alive, _reachable_by, resolve_run_as
+from perflab.targets.serverhome import free_port, reachable_by, resolve_run_as
+from perflab.targets.serverproc import TOKEN_VAR, server_processes, stop_server_processes
 from perflab.units import Duration
 
-TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
 LOG_FILE = "server.log"
 DOCROOT = "docroot"  # a symlink the workload points at its file set
-STOP_WAIT_S = 5.0
-
-
-def server_processes(token: str, marker: str | None = None, session: int | None = None) -> list[int]:
-    """Pids of one managed server: its environment holds
-    PERFLAB_SERVER_TOKEN=token, or its command line names `marker` (the
-    target's directory: nginx rewrites its environment area with its process
-    title, which keeps the -p path), or it is in `session` (the server was
-    started in a session of its own; its workers stay in it)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    mark = marker.encode() if marker else None
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] in ("Z", "X"):
-                continue
-            mine = session is not None and int(fields[3]) == session
-            if not mine and mark is not None:
-                mine = mark in (entry / "cmdline").read_bytes()
-            if not mine:
-                mine = needle in (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if mine:
-            found.append(int(entry.name))
-    return found
-
-
-def stop_server_processes(token: str, marker: str | None, session: int | None,
-                          wait_s: float = STOP_WAIT_S) -> None:
-    """SIGTERM every process of the server, then SIGKILL what is left after
-    `wait_s`; returns when none is alive (or 2 s after the SIGKILL)."""
-    for sig, seconds in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 2.0)):
-        pids = server_processes(token, marker, session)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-            time.sleep(0.02)
-
-
-def _session_of_ours(session: int | None, start: str | None) -> int | None:
-    """The journaled session, if it can still only be the server's: its leader
-    is gone (a pid stays taken while any process has it as its session, so
-    its members are the server's), or is still the leader journaled (same
-    start time). A leader pid alive with another start time was reused by
-    someone else's new session: None."""
-    if session is None:
-        return None
-    now = start_time(session)
-    return session if now is None or now == start else None
-
-
-def undo_web_server(args: dict[str, Any]) -> None:
-    """The guardian's undo of a managed web server (perflab died)."""
-    session = _session_of_ours(args.get("session"), args.get("session_start"))
-    stop_server_processes(str(args["token"]), args.get("marker"), session, wait_s=2.0)
 
 
 class ManagedServerSettings(TargetSettings):
@@ -160,7 +96,7 @@ def user_ids(user: str) -> tuple[int, int, str]:
 def _readable_by(directory: Path, user: str) -> bool:
     """Whether `user` can reach `directory` and read every file and
     directory under it (from the mode bits)."""
-    if not _reachable_by(directory, user):
+    if not reachable_by(directory, user):
         return False
     uid, gid, _ = user_ids(user)
 
@@ -275,7 +211,7 @@ class ManagedWebServer(Target):
         """Where the document root and the temporary paths go: the target's
         directory, unless the workers' user cannot reach it (root, with the
         output under /root): then /tmp/perflab-web-<digest>."""
-        if _reachable_by(self.workdir, self.run_as):
+        if reachable_by(self.workdir, self.run_as):
             return self.workdir
         digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / f"perflab-web-{digest}"
@@ -343,7 +279,7 @@ class ManagedWebServer(Target):
         )
 
     def _start(self) -> None:
-        port = self.port or _free_port()
+        port = self.port or free_port()
         self.write_config(port, self.docroot)
         argv = self.command(port, self.docroot)
         env = dict(os.environ)

@@ -1,0 +1,87 @@
+"""What a PostgreSQL target's experiment file says: `[target]` with
+`kind = "postgres"`, managed (no dsn) or external (dsn), and its storage."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from perflab.hostctl.cgroups import ResourceSettings
+from perflab.hostctl.scratchfs import FsSettings
+from perflab.secrets import mask_secrets
+from perflab.settings_model import OsText
+from perflab.targets.base import TargetSettings
+from perflab.targets.serverhome import RoleStorage
+from perflab.units import Duration
+
+SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
+# Settings perflab sets itself to reach the server; a user value would break that.
+RESERVED_SETTINGS = ("port", "listen_addresses", "unix_socket_directories", "unix_socket_permissions")
+
+SettingValue = str | int | float | bool
+
+
+class Storage(RoleStorage):
+    ROLES = ("data", "wal")
+
+    data_dir: OsText | None = None
+    wal_dir: OsText | None = None
+    # A filesystem perflab makes for the data directory or the WAL; false
+    # (TOML has no null) is none, so a factor can compare with and without.
+    data_fs: FsSettings | Literal[False] | None = None
+    wal_fs: FsSettings | Literal[False] | None = None
+
+
+class PostgresSettings(TargetSettings):
+    kind: Literal["postgres"]
+    dsn: str | None = None
+    allow_destructive: bool = False
+    bin_dir: OsText | None = None
+    # The server's version ("15", "18", "18.6"): perflab finds a matching
+    # server (binaries), and each version is its own cluster (identity).
+    version: str | None = Field(default=None, pattern=r"^[0-9]{1,3}(\.[0-9]{1,4})?$")
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    storage: Storage = Field(default_factory=Storage)
+    restart: Literal["on-change", "always"] = "on-change"
+    listen: Literal["unix", "tcp"] = "unix"
+    database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    run_as: OsText | None = None
+    start_timeout: Duration = Field(default=120.0, gt=0)
+    # Limits on the server's whole process tree (a cgroup).
+    resources: ResourceSettings | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_text(cls, value: Any) -> Any:
+        # `version = 18` in TOML is the same as "18"; a float (18.6) would lose "18.10"'s zero
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("settings")
+    @classmethod
+    def _setting_names(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        for name in value:
+            if not SETTING_NAME.match(name):
+                raise ValueError(f"got setting name {name!r}; allowed: postgresql.conf names (lower case, e.g. shared_buffers)")
+            if name in RESERVED_SETTINGS:
+                raise ValueError(
+                    f"got {name!r}; perflab sets it to reach the server; allowed: any other setting "
+                    "(use `listen = \"tcp\"` for TCP)"
+                )
+        return value
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            from psycopg.conninfo import conninfo_to_dict
+
+            try:
+                conninfo_to_dict(value)
+            except Exception:
+                raise ValueError(
+                    f"got {mask_secrets(value)!r}; allowed: a libpq connection string "
+                    "(\"host=... dbname=...\" or \"postgresql://user@host/db\")"
+                ) from None
+        return value

@@ -1,0 +1,122 @@
+"""What every server perflab starts needs of its home, whatever its kind
+(PostgreSQL, MariaDB, the web servers): the OS user it runs as (never root),
+whether that user can reach a directory, a free loopback port, and the
+storage settings that place each part of its data in a directory or on a
+filesystem perflab makes."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from perflab.errors import UserError
+from perflab.hostctl.scratchfs import ScratchFs, fs_problems
+from perflab.settings_model import StrictModel
+
+# Who runs a server perflab starts when perflab is root and `run_as` does not say.
+DEFAULT_RUN_AS = "nobody"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 free now (the server binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resolve_run_as(run_as: str | None) -> str | None:
+    """The OS user a server perflab starts runs as: None (this user) unless
+    perflab is root; then `run_as`, default nobody. Never uid 0: perflab runs
+    no server as root (and PostgreSQL refuses to)."""
+    if os.geteuid() != 0:
+        if run_as:
+            raise UserError("target.run_as: only meaningful when perflab runs as root", "remove target.run_as")
+        return None
+    user = run_as or DEFAULT_RUN_AS
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise UserError(f"target.run_as: no OS user {user!r}", "give an existing unprivileged user") from None
+    if pw.pw_uid == 0:
+        raise UserError(f"target.run_as: {user} is root, and perflab runs no server as root",
+                        "give an unprivileged user, e.g. nobody")
+    return user
+
+
+def reachable_by(path: Path, user: str | None) -> bool:
+    """Can `user` traverse every directory up to `path`?"""
+    if user is None:
+        return True
+    pw = pwd.getpwnam(user)
+    p = path.resolve()
+    for d in [*reversed(p.parents), p]:
+        if not d.exists():
+            break
+        st = d.stat()
+        if st.st_uid == pw.pw_uid:
+            ok = st.st_mode & 0o100
+        elif st.st_gid == pw.pw_gid:
+            ok = st.st_mode & 0o010
+        else:
+            ok = st.st_mode & 0o001
+        if not ok:
+            return False
+    return True
+
+
+class RoleStorage(StrictModel):
+    """`target.storage`: for each role in ROLES (data, wal, redo, ...) a
+    `<role>_dir` or a `<role>_fs` (a filesystem perflab makes; false, as TOML
+    has no null, is none), never both. A subclass declares the fields."""
+
+    ROLES: ClassVar[tuple[str, ...]] = ()
+
+    @field_validator("*")
+    @classmethod
+    def _false_is_none(cls, value: Any, info: ValidationInfo) -> Any:
+        return (value or None) if str(info.field_name).endswith("_fs") else value
+
+    @model_validator(mode="after")
+    def _one_place_each(self) -> RoleStorage:
+        for what in self.ROLES:
+            if getattr(self, f"{what}_dir") is not None and getattr(self, f"{what}_fs") is not None:
+                raise ValueError(f"got both {what}_dir and {what}_fs; allowed: one of them (with {what}_fs, "
+                                 f"perflab places the {what} on the filesystem it makes)")
+        return self
+
+
+def scratch_problems(storage: RoleStorage, base_dir: Path) -> list[tuple[str, str]]:
+    """What stops perflab from making each filesystem `storage` asks for. A
+    relative backing_dir is the experiment file's (in `base_dir`); the default
+    backing directory is the target's, in the output directory (under the
+    working directory unless --out says otherwise)."""
+    problems = []
+    for role in storage.ROLES:
+        fs = getattr(storage, f"{role}_fs")
+        if fs is not None:
+            backing = (base_dir / Path(fs.backing_dir).expanduser()).resolve() if fs.backing_dir else None
+            problems += fs_problems(f"target.storage.{role}_fs", fs, backing or Path.cwd())
+    return problems
+
+
+def scratch_filesystems(storage: RoleStorage, home: Callable[[], Path], workdir: Path, digest: str,
+                        path_from_file: Callable[[str], Path], tag: str = "") -> dict[str, ScratchFs]:
+    """The filesystems `storage` asks for (not yet mounted), by role: each is
+    perflab-<digest>-<tag><role>, mounted at <home>/perflab-<role>-fs, its
+    image (when loop-backed) in its backing_dir (`path_from_file`) or in the
+    target's directory `workdir`."""
+    out = {}
+    for role in storage.ROLES:
+        fs = getattr(storage, f"{role}_fs")
+        if fs is None:
+            continue
+        backing_dir = path_from_file(fs.backing_dir) if fs.backing_dir else workdir
+        name = f"perflab-{digest}-{tag}{role}"
+        out[role] = ScratchFs(name, fs, home() / f"perflab-{role}-fs", backing_dir / f"{name}.img")
+    return out

@@ -1,0 +1,99 @@
+"""A server process perflab starts itself, found again by a token.
+
+Every process of such a server (a web server, a managed MariaDB) carries
+PERFLAB_SERVER_TOKEN=<token> in its environment, inherited by its workers
+and children, and runs in a session of its own. The target journals the
+token (and, where the server rewrites its environment area, a marker its
+command line keeps) *before* the server starts, and the session once it
+has; the guardian's undo (`undo_server_process`) finds the processes by any
+of them in /proc and ends them: SIGTERM, then SIGKILL, within 5 s of
+perflab's death. A pid alone is never enough: the session leader's start
+time is journaled with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from perflab.guardian import pid_alive, register_undo, start_time
+
+TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
+STOP_WAIT_S = 5.0
+
+
+def server_processes(token: str, marker: str | None = None, session: int | None = None) -> list[int]:
+    """Pids of one managed server: its environment holds
+    PERFLAB_SERVER_TOKEN=token, or its command line names `marker` (the
+    target's directory: nginx rewrites its environment area with its process
+    title, which keeps the -p path), or it is in `session` (the server was
+    started in a session of its own; its workers stay in it)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    mark = marker.encode() if marker else None
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if fields[0] in ("Z", "X"):
+                continue
+            mine = session is not None and int(fields[3]) == session
+            if not mine and mark is not None:
+                mine = mark in (entry / "cmdline").read_bytes()
+            if not mine:
+                mine = needle in (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if mine:
+            found.append(int(entry.name))
+    return found
+
+
+def stop_server_processes(token: str, marker: str | None, session: int | None,
+                          wait_s: float = STOP_WAIT_S) -> None:
+    """SIGTERM every process of the server, then SIGKILL what is left after
+    `wait_s`; returns when none is alive (or 2 s after the SIGKILL)."""
+    for sig, seconds in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 2.0)):
+        pids = server_processes(token, marker, session)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+            time.sleep(0.02)
+
+
+def session_of_ours(session: int | None, start: str | None) -> int | None:
+    """The journaled session, if it can still only be the server's: its leader
+    is gone (a pid stays taken while any process has it as its session, so
+    its members are the server's), or is still the leader journaled (same
+    start time). A leader pid alive with another start time was reused by
+    someone else's new session: None."""
+    if session is None:
+        return None
+    now = start_time(session)
+    return session if now is None or now == start else None
+
+
+def undo_server_process(args: dict[str, Any]) -> None:
+    """The guardian's undo of a server started with a token (perflab died)."""
+    session = session_of_ours(args.get("session"), args.get("session_start"))
+    stop_server_processes(str(args["token"]), args.get("marker"), session, wait_s=2.0)
+
+
+# a managed web server (nginx, process) or MariaDB: end every process with its token
+register_undo("web-server", undo_server_process)
+register_undo("server-process", undo_server_process)
+
+
+# a server started with a token (managed MariaDB): end every process that carries it
+register_undo("server-process", undo_server_process)
+# a managed web server (nginx, process), journaled by perflab.targets.webserver: the same undo
+register_undo("web-server", undo_server_process)
