@@ -144,6 +144,30 @@ def test_binary_copy_stores_the_rows_text_copy_stores(scratch_db: Any, dataset: 
         loader(scratch_db.conninfo, SF, ["region" if dataset == "tpch" else "date"], 1, "csv")
 
 
+@pytest.mark.parametrize("dataset", ["tpch", "ssb"])
+def test_a_set_cancel_stops_the_load(scratch_db: Any, dataset: str) -> None:
+    # SF 20's fact table is hundreds of millions of rows: far more than the
+    # test waits for, so only the cancel can end the call (with Interrupted).
+    import threading
+
+    from perflab.workloads.ssb import schema as ssb_schema
+    from perflab.workloads.tpch import schema as tpch_schema
+
+    schema, loader, table = ((tpch_schema, _engine.tpch_load_postgres, "lineitem") if dataset == "tpch"
+                             else (ssb_schema, _engine.ssb_load_postgres, "lineorder"))
+    with scratch_db.connect() as conn:
+        conn.execute(schema.create_table(table))
+    cancel = threading.Event()
+    timer = threading.Timer(1.0, cancel.set)
+    timer.start()
+    try:
+        with pytest.raises(_engine.Interrupted):
+            loader(scratch_db.conninfo, 20.0, [table], 2, "binary", cancel=cancel)
+    finally:
+        timer.cancel()
+    assert cancel.is_set()
+
+
 def test_a_wrong_answer_is_reported_per_query(duckdb_endpoint: Any, workdir: Path) -> None:
     answers = workdir / "answers"
     answers.mkdir()

@@ -1,7 +1,7 @@
 //! What crosses into Python from a run: frozen, typed objects whose every
 //! field `_engine.pyi` states, never a dict whose keys only Rust knows.
 
-use perflab_engine::harness::{EngineEvent, IntervalReport, RunSummary};
+use perflab_engine::harness::{EngineEvent, IntervalReport, RunSummary, TxTypeSummary};
 use perflab_engine::hist::{self, LatencyHistogram, LatencySummary as Summary};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -50,27 +50,61 @@ impl From<Summary> for LatencySummary {
     }
 }
 
-/// One second of a run (the live display and the stored series).
-#[pyclass(module = "perflab._engine", frozen, get_all)]
-#[derive(Clone)]
-pub struct Interval {
-    /// End of the interval, seconds since t0 on CLOCK_MONOTONIC.
-    pub t_s: f64,
-    pub interval_s: f64,
-    pub warmup: bool,
-    pub transactions: u64,
-    pub tps: f64,
-    pub latency_mean_ms: f64,
-    pub latency_p99_ms: f64,
-    pub failed: u64,
-    pub skipped: u64,
-    pub lag_mean_ms: f64,
-    pub clients_running: u32,
-    pub transactions_by_type: Vec<u64>,
-    /// This second's latency histogram, encoded, in a gated run (else None).
-    pub latency_histogram: Option<EncodedBytes>,
-    /// Scheduled transactions whose lag `lag_mean_ms` is the mean of.
-    pub lag_count: u64,
+/// Declares a result class once: per field its doc, name, Rust type, Python
+/// type (as `_engine.pyi` states it) and value, computed from the engine's
+/// record `$s` (with the GIL, `$py`). From that one list follow the pyclass,
+/// its constructor `new(py, s)` and, for the stub test, `FIELDS` (name,
+/// Python type) in order; merge.py reads the fields from the class itself.
+macro_rules! record {
+    (
+        $(#[$meta:meta])*
+        pub struct $class:ident from |$py:ident, $s:ident: &$source:ty| {
+            $( $(#[doc = $doc:literal])* $name:ident: $ty:ty as $pyty:literal = $value:expr, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[pyclass(module = "perflab._engine", frozen, get_all)]
+        pub struct $class {
+            $( $(#[doc = $doc])* pub $name: $ty, )*
+        }
+
+        impl $class {
+            /// Every field (name, Python type), in the order the stub states them.
+            #[cfg_attr(not(test), allow(dead_code))]
+            pub const FIELDS: &'static [(&'static str, &'static str)] =
+                &[$( (stringify!($name), $pyty), )*];
+
+            #[allow(unused_variables)]
+            pub fn new($py: Python<'_>, $s: &$source) -> PyResult<$class> {
+                Ok($class { $( $name: $value, )* })
+            }
+        }
+    };
+}
+
+record! {
+    /// One second of a run (the live display and the stored series).
+    #[derive(Clone)]
+    pub struct Interval from |py, r: &IntervalReport| {
+        /// End of the interval, seconds since t0 on CLOCK_MONOTONIC.
+        t_s: f64 as "float" = r.t_s,
+        interval_s: f64 as "float" = r.interval_s,
+        warmup: bool as "bool" = r.warmup,
+        transactions: u64 as "int" = r.transactions,
+        tps: f64 as "float" = r.tps,
+        latency_mean_ms: f64 as "float" = r.latency_mean_ms,
+        latency_p99_ms: f64 as "float" = r.latency_p99_ms,
+        failed: u64 as "int" = r.failed,
+        skipped: u64 as "int" = r.skipped,
+        lag_mean_ms: f64 as "float" = r.lag_mean_ms,
+        clients_running: u32 as "int" = r.clients_running,
+        transactions_by_type: Vec<u64> as "list[int]" = r.transactions_by_type.clone(),
+        /// This second's latency histogram, encoded, in a gated run (else None).
+        latency_histogram: Option<EncodedBytes> as "bytes | None" =
+            r.latency_encoded.clone().map(EncodedBytes),
+        /// Scheduled transactions whose lag `lag_mean_ms` is the mean of.
+        lag_count: u64 as "int" = r.lag_count,
+    }
 }
 
 /// Bytes that cross into Python as `bytes` (an encoded histogram).
@@ -83,27 +117,6 @@ impl<'py> IntoPyObject<'py> for &EncodedBytes {
     type Error = std::convert::Infallible;
     fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
         Ok(PyBytes::new(py, &self.0))
-    }
-}
-
-impl From<&IntervalReport> for Interval {
-    fn from(r: &IntervalReport) -> Self {
-        Interval {
-            t_s: r.t_s,
-            interval_s: r.interval_s,
-            warmup: r.warmup,
-            transactions: r.transactions,
-            tps: r.tps,
-            latency_mean_ms: r.latency_mean_ms,
-            latency_p99_ms: r.latency_p99_ms,
-            failed: r.failed,
-            skipped: r.skipped,
-            lag_mean_ms: r.lag_mean_ms,
-            clients_running: r.clients_running,
-            transactions_by_type: r.transactions_by_type.clone(),
-            latency_histogram: r.latency_encoded.clone().map(EncodedBytes),
-            lag_count: r.lag_count,
-        }
     }
 }
 
@@ -126,56 +139,68 @@ impl From<&EngineEvent> for DriverEvent {
     }
 }
 
-/// One transaction type's figures over the measured window.
-#[pyclass(module = "perflab._engine", frozen, get_all)]
-pub struct TxTypeResult {
-    pub name: String,
-    pub committed: u64,
-    /// Bytes of the committed transactions (HTTP: body bytes; else 0).
-    pub payload_bytes: u64,
-    pub failed: u64,
-    pub latency: LatencySummary,
-    /// The type's latency histogram, encoded (`histogram_encoding`).
-    pub histogram: Py<PyBytes>,
+record! {
+    /// One transaction type's figures over the measured window.
+    pub struct TxTypeResult from |py, t: &TxTypeSummary| {
+        name: String as "str" = t.name.to_string(),
+        committed: u64 as "int" = t.committed,
+        /// Bytes of the committed transactions (HTTP: body bytes; else 0).
+        payload_bytes: u64 as "int" = t.bytes,
+        failed: u64 as "int" = t.failed,
+        latency: LatencySummary as "LatencySummary" = t.latency.summary().into(),
+        /// The type's latency histogram, encoded (`histogram_encoding`).
+        histogram: Py<PyBytes> as "bytes" = encoded(py, &t.latency),
+    }
 }
 
-/// Everything a run measured (the measured window only: warm-up excluded).
-#[pyclass(module = "perflab._engine", frozen, get_all)]
-pub struct DriverResult {
-    pub transactions: u64,
-    /// Bytes the committed transactions moved (HTTP: body bytes; else 0).
-    pub payload_bytes: u64,
-    pub failed: u64,
-    pub skipped: u64,
-    pub late: u64,
-    pub retries: u64,
-    pub retried: u64,
-    pub errors_by_kind: BTreeMap<String, u64>,
-    pub measured_s: f64,
-    pub measure_start_t_s: f64,
-    pub tps: f64,
-    pub latency: LatencySummary,
-    pub lag: LatencySummary,
-    pub failed_latency: LatencySummary,
-    pub latency_histogram: Py<PyBytes>,
-    pub lag_histogram: Option<Py<PyBytes>>,
-    pub failed_histogram: Option<Py<PyBytes>>,
-    pub histogram_encoding: &'static str,
-    pub by_type: Vec<Py<TxTypeResult>>,
-    pub clients: u32,
-    pub threads: u32,
-    pub lost_clients: u32,
-    pub connect_total_s: f64,
-    pub connect_max_s: f64,
-    pub connect_phase_s: f64,
-    pub driver_cpu_s: f64,
-    pub process_cpu_s: f64,
-    pub cpu_given_s: f64,
-    pub client_bound: bool,
-    pub io: String,
-    pub io_enters_per_tx: f64,
-    pub series: Vec<Interval>,
-    pub events: Vec<DriverEvent>,
+record! {
+    /// Everything a run measured (the measured window only: warm-up excluded).
+    pub struct DriverResult from |py, s: &RunSummary| {
+        transactions: u64 as "int" = s.transactions,
+        /// Bytes the committed transactions moved (HTTP: body bytes; else 0).
+        payload_bytes: u64 as "int" = s.bytes,
+        failed: u64 as "int" = s.failed,
+        skipped: u64 as "int" = s.skipped,
+        late: u64 as "int" = s.late,
+        retries: u64 as "int" = s.retries,
+        retried: u64 as "int" = s.retried,
+        errors_by_kind: BTreeMap<String, u64> as "dict[str, int]" = s.errors_by_kind.clone(),
+        measured_s: f64 as "float" = s.measured_s,
+        measure_start_t_s: f64 as "float" = s.measure_start_t_s,
+        tps: f64 as "float" = s.tps,
+        latency: LatencySummary as "LatencySummary" = s.latency.summary().into(),
+        lag: LatencySummary as "LatencySummary" = s.lag.summary().into(),
+        failed_latency: LatencySummary as "LatencySummary" = s.failed_latency.summary().into(),
+        latency_histogram: Py<PyBytes> as "bytes" = encoded(py, &s.latency),
+        lag_histogram: Option<Py<PyBytes>> as "bytes | None" = encoded_unless_empty(py, &s.lag),
+        failed_histogram: Option<Py<PyBytes>> as "bytes | None" =
+            encoded_unless_empty(py, &s.failed_latency),
+        histogram_encoding: &'static str as "str" = hist::ENCODING,
+        by_type: Vec<Py<TxTypeResult>> as "list[TxTypeResult]" = s
+            .by_type
+            .iter()
+            .map(|t| Py::new(py, TxTypeResult::new(py, t)?))
+            .collect::<PyResult<Vec<_>>>()?,
+        clients: u32 as "int" = s.clients,
+        threads: u32 as "int" = s.threads,
+        lost_clients: u32 as "int" = s.lost_clients,
+        connect_total_s: f64 as "float" = s.connect_total_s,
+        connect_max_s: f64 as "float" = s.connect_max_s,
+        connect_phase_s: f64 as "float" = s.connect_phase_s,
+        driver_cpu_s: f64 as "float" = s.driver_cpu_s,
+        process_cpu_s: f64 as "float" = s.process_cpu_s,
+        cpu_given_s: f64 as "float" = s.cpu_given_s,
+        client_bound: bool as "bool" = s.client_bound,
+        io: String as "str" = s.io.clone(),
+        io_enters_per_tx: f64 as "float" = s.io_enters_per_tx,
+        series: Vec<Interval> as "list[Interval]" = s
+            .series
+            .iter()
+            .map(|r| Interval::new(py, r))
+            .collect::<PyResult<Vec<_>>>()?,
+        events: Vec<DriverEvent> as "list[DriverEvent]" =
+            s.events.iter().map(DriverEvent::from).collect(),
+    }
 }
 
 fn encoded(py: Python<'_>, h: &LatencyHistogram) -> Py<PyBytes> {
@@ -186,68 +211,20 @@ fn encoded_unless_empty(py: Python<'_>, h: &LatencyHistogram) -> Option<Py<PyByt
     (!h.is_empty()).then(|| encoded(py, h))
 }
 
-impl DriverResult {
-    pub fn new(py: Python<'_>, s: &RunSummary) -> PyResult<DriverResult> {
-        let by_type = s
-            .by_type
-            .iter()
-            .map(|t| {
-                Py::new(
-                    py,
-                    TxTypeResult {
-                        name: t.name.to_string(),
-                        committed: t.committed,
-                        payload_bytes: t.bytes,
-                        failed: t.failed,
-                        latency: t.latency.summary().into(),
-                        histogram: encoded(py, &t.latency),
-                    },
-                )
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok(DriverResult {
-            transactions: s.transactions,
-            payload_bytes: s.bytes,
-            failed: s.failed,
-            skipped: s.skipped,
-            late: s.late,
-            retries: s.retries,
-            retried: s.retried,
-            errors_by_kind: s.errors_by_kind.clone(),
-            measured_s: s.measured_s,
-            measure_start_t_s: s.measure_start_t_s,
-            tps: s.tps,
-            latency: s.latency.summary().into(),
-            lag: s.lag.summary().into(),
-            failed_latency: s.failed_latency.summary().into(),
-            latency_histogram: encoded(py, &s.latency),
-            lag_histogram: encoded_unless_empty(py, &s.lag),
-            failed_histogram: encoded_unless_empty(py, &s.failed_latency),
-            histogram_encoding: hist::ENCODING,
-            by_type,
-            clients: s.clients,
-            threads: s.threads,
-            lost_clients: s.lost_clients,
-            connect_total_s: s.connect_total_s,
-            connect_max_s: s.connect_max_s,
-            connect_phase_s: s.connect_phase_s,
-            driver_cpu_s: s.driver_cpu_s,
-            process_cpu_s: s.process_cpu_s,
-            cpu_given_s: s.cpu_given_s,
-            client_bound: s.client_bound,
-            io: s.io.clone(),
-            io_enters_per_tx: s.io_enters_per_tx,
-            series: s.series.iter().map(Interval::from).collect(),
-            events: s.events.iter().map(DriverEvent::from).collect(),
-        })
-    }
-}
-
 /// What a data load did: each step's seconds, in order, and rows per table.
 #[pyclass(module = "perflab._engine", frozen, get_all)]
 pub struct LoadReport {
     pub steps: Vec<(String, f64)>,
     pub rows: BTreeMap<String, i64>,
+}
+
+impl LoadReport {
+    pub fn new(steps: Vec<(String, f64)>, rows: Vec<(String, i64)>) -> Self {
+        LoadReport {
+            steps,
+            rows: rows.into_iter().collect(),
+        }
+    }
 }
 
 /// One TPC-H table's share of a parallel COPY load.
@@ -270,4 +247,59 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<LoadReport>()?;
     m.add_class::<TableLoad>()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `name: type` lines of class `class` in the stub, in order.
+    fn stub_fields(class: &str) -> Vec<(String, String)> {
+        let stub = include_str!("../../../python/perflab/_engine.pyi");
+        let start = stub
+            .find(&format!("\nclass {class}:\n"))
+            .unwrap_or_else(|| panic!("_engine.pyi has no class {class}"));
+        let mut fields = Vec::new();
+        let mut in_doc = false;
+        for line in stub[start..].lines().skip(2) {
+            let text = line.trim();
+            if line.is_empty() {
+                break;
+            }
+            if in_doc || text.starts_with("\"\"\"") {
+                let quotes = text.matches("\"\"\"").count();
+                in_doc = if in_doc { quotes == 0 } else { quotes == 1 };
+                continue;
+            }
+            if text.starts_with('#') {
+                continue;
+            }
+            let (name, ty) = text.split_once(": ").expect("a `name: type` line");
+            fields.push((name.to_string(), ty.to_string()));
+        }
+        fields
+    }
+
+    fn declared(fields: &[(&str, &str)]) -> Vec<(String, String)> {
+        fields
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn the_stub_states_every_record_field_with_its_type_in_order() {
+        for (class, fields) in [
+            ("DriverResult", DriverResult::FIELDS),
+            ("TxTypeResult", TxTypeResult::FIELDS),
+            ("Interval", Interval::FIELDS),
+        ] {
+            assert_eq!(
+                stub_fields(class),
+                declared(fields),
+                "python/perflab/_engine.pyi's class {class} (left) is not the record! here \
+                 (right): state each field there as declared here, in this order"
+            );
+        }
+    }
 }

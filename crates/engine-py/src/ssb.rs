@@ -21,9 +21,10 @@ fn table(name: &str) -> PyResult<Table> {
 }
 
 /// Generate SSB `tables` at `scale_factor` and COPY them into PostgreSQL over
-/// `connections` parallel connections; returns one TableLoad per table.
+/// `connections` parallel connections; returns one TableLoad per table. A
+/// set `cancel` stops the load between chunks.
 #[pyfunction]
-#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary"))]
+#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary", *, cancel = None))]
 pub fn ssb_load_postgres(
     py: Python<'_>,
     conninfo: &str,
@@ -31,6 +32,7 @@ pub fn ssb_load_postgres(
     tables: Vec<String>,
     connections: usize,
     copy_format: &str,
+    cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Vec<TableLoad>> {
     load_tables(
         py,
@@ -40,6 +42,7 @@ pub fn ssb_load_postgres(
         table,
         connections,
         copy_format,
+        cancel,
     )
 }
 

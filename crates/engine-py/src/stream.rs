@@ -1,8 +1,8 @@
 //! The `stream` workload's senders (a harness protocol) and receiver.
 
 use crate::errors::config_error;
+use crate::glue::drive;
 use crate::results::DriverResult;
-use crate::tpcb::drive;
 use perflab_engine::harness::HarnessConfig;
 use perflab_engine::stream::{Receiver, ReceiverConfig, ReceiverMode, StreamProtocol, Transport};
 use pyo3::prelude::*;
@@ -70,7 +70,7 @@ fn stream_run<'py>(
     cfg.rate_tps = rate_pps;
     // A traffic generator paces evenly (iperf3 does), not as a crowd of users.
     cfg.schedule = perflab_engine::harness::Schedule::Constant;
-    let result = drive(py, cfg, senders, progress, cancel);
+    let result = drive(py, cfg, senders, progress, cancel, None);
     py.detach(|| std::thread::sleep(std::time::Duration::from_secs_f64(drain_s.max(0.0))));
     let totals = py.detach(|| rx.stop());
     let result = result?;

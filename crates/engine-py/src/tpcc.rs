@@ -1,21 +1,13 @@
 //! Bindings of TPC-C: its loader and its driver (the harness with
 //! `TpccProtocol`). Glue only; see `perflab_engine::tpcc`.
 
-use crate::errors::{config_error, engine_error, EngineError};
+use crate::errors::{config_error, engine_error};
+use crate::glue::{drive, run_blocking, HarnessArgs};
 use crate::results::{DriverResult, LoadReport};
-use crate::tpcb::{check_cancel, drive_gated, harness_config, POLL_INTERVAL};
-use perflab_engine::error::EngineError as CoreError;
 use perflab_engine::tpcc::load::{self, LoadConfig};
 use perflab_engine::tpcc::protocol::{Constants, Mode, TpccConfig};
 use perflab_engine::tpcc::TpccProtocol;
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-
-enum LoadMessage {
-    Step(String),
-    Done(Result<load::LoadReport, CoreError>),
-}
 
 /// Load the TPC-C initial database into existing empty tables.
 #[pyfunction]
@@ -42,46 +34,15 @@ fn tpcc_load<'py>(
         c_last_load: c_last,
         format: copy_format.parse().map_err(config_error)?,
     };
-    let abort = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let thread_abort = abort.clone();
-    let loader = std::thread::Builder::new()
-        .name("perflab-tpcc-load".into())
-        .spawn(move || {
-            let step_tx = tx.clone();
-            let result = load::load(&cfg, &thread_abort, |name| {
-                let _ = step_tx.send(LoadMessage::Step(name.to_string()));
-            });
-            let _ = tx.send(LoadMessage::Done(result));
-        })
-        .map_err(|e| EngineError::new_err(format!("cannot start a thread: {e}")))?;
-    let rx = Mutex::new(rx);
-    let result = loop {
-        let message = py.detach(|| rx.lock().unwrap().recv_timeout(POLL_INTERVAL));
-        let mut checked = py
-            .check_signals()
-            .and_then(|()| check_cancel(cancel.as_ref()));
-        match message {
-            Ok(LoadMessage::Step(name)) => {
-                if let (Ok(()), Some(callback)) = (&checked, &on_step) {
-                    checked = callback.call1((name,)).map(|_| ());
-                }
-            }
-            Ok(LoadMessage::Done(result)) => break result,
-            Err(_) => {}
-        }
-        if let Err(err) = checked {
-            abort.store(true, Ordering::SeqCst);
-            let _ = py.detach(|| loader.join());
-            return Err(err);
-        }
-    };
-    let _ = loader.join();
-    let report = result.map_err(engine_error)?;
-    Ok(LoadReport {
-        steps: report.steps,
-        rows: report.rows.into_iter().collect(),
-    })
+    let report = run_blocking(
+        py,
+        "perflab-tpcc-load",
+        cancel.as_ref(),
+        on_step.as_ref(),
+        |abort, on_step| load::load(&cfg, abort, on_step),
+    )?
+    .map_err(engine_error)?;
+    Ok(LoadReport::new(report.steps, report.rows))
 }
 
 /// Drive TPC-C's five transactions through the harness; returns the run's
@@ -131,7 +92,7 @@ fn tpcc_run<'py>(
             ))
         })?),
     };
-    let cfg = harness_config(
+    let cfg = HarnessArgs {
         clients,
         threads,
         t0_ns,
@@ -144,7 +105,8 @@ fn tpcc_run<'py>(
         max_tries,
         seed,
         io,
-    )?;
+    }
+    .config()?;
     let protocol = TpccProtocol::new(
         &conninfo,
         TpccConfig {
@@ -160,7 +122,7 @@ fn tpcc_run<'py>(
         },
     )
     .map_err(engine_error)?;
-    drive_gated(py, cfg, protocol, progress, cancel, on_connected)
+    drive(py, cfg, protocol, progress, cancel, on_connected)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
 
 use crate::errors::{config_error, engine_error};
+use crate::glue::run_blocking;
 use crate::results::TableLoad;
 
 use perflab_engine::bulk::{pgcopy, CopyFormat, GeneratedTable};
@@ -32,9 +33,10 @@ pub(crate) fn scale_factor(sf: f64) -> PyResult<f64> {
 
 /// Generate `tables` at `scale_factor` and COPY them into PostgreSQL over
 /// `connections` parallel connections, in COPY format `copy_format`
-/// ("binary" or "text"); returns one TableLoad per table.
+/// ("binary" or "text"); returns one TableLoad per table. A set `cancel`
+/// stops the load between chunks.
 #[pyfunction]
-#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary"))]
+#[pyo3(signature = (conninfo, scale_factor, tables, connections, copy_format = "binary", *, cancel = None))]
 pub fn tpch_load_postgres(
     py: Python<'_>,
     conninfo: &str,
@@ -42,6 +44,7 @@ pub fn tpch_load_postgres(
     tables: Vec<String>,
     connections: usize,
     copy_format: &str,
+    cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Vec<TableLoad>> {
     load_tables(
         py,
@@ -51,11 +54,14 @@ pub fn tpch_load_postgres(
         table,
         connections,
         copy_format,
+        cancel,
     )
 }
 
 /// Generate the named tables (`parse` finds each) and COPY them into
-/// PostgreSQL through the engine's shared loader, the GIL released.
+/// PostgreSQL through the engine's shared loader, the GIL released; stopped
+/// between chunks by a signal or `cancel`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn load_tables<T: GeneratedTable>(
     py: Python<'_>,
     conninfo: &str,
@@ -64,6 +70,7 @@ pub(crate) fn load_tables<T: GeneratedTable>(
     parse: fn(&str) -> PyResult<T>,
     connections: usize,
     copy_format: &str,
+    cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Vec<TableLoad>> {
     let sf = self::scale_factor(scale_factor)?;
     let format: CopyFormat = copy_format.parse().map_err(config_error)?;
@@ -71,9 +78,10 @@ pub(crate) fn load_tables<T: GeneratedTable>(
         .iter()
         .map(|t| parse(t))
         .collect::<PyResult<Vec<_>>>()?;
-    let loads = py
-        .detach(|| pgcopy::load_postgres(conninfo, sf, &tables, connections, format))
-        .map_err(engine_error)?;
+    let loads = run_blocking(py, "perflab-copy", cancel.as_ref(), None, |abort, _| {
+        pgcopy::load_postgres(conninfo, sf, &tables, connections, format, abort)
+    })?
+    .map_err(engine_error)?;
     Ok(table_loads(loads))
 }
 

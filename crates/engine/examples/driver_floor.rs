@@ -34,6 +34,8 @@
 //! system time over the measured window, connecting excluded), user_s,
 //! system_s, voluntary and involuntary context switches, errors.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -47,7 +49,9 @@ struct Usage {
 }
 
 fn usage() -> Usage {
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable rusage for the call.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let t = |v: libc::timeval| v.tv_sec as f64 + v.tv_usec as f64 / 1e6;
     Usage {
@@ -251,12 +255,15 @@ struct Outcome {
 }
 
 fn send_all(fd: RawFd, req: &[u8]) {
+    // SAFETY: `req` is readable for `req.len()` bytes during the call; the
+    // kernel only reads it.
     let n = unsafe { libc::send(fd, req.as_ptr().cast(), req.len(), libc::MSG_NOSIGNAL) };
     // A request is far smaller than the socket's send buffer.
     assert_eq!(n as usize, req.len(), "short send");
 }
 
 fn run_epoll(fds: &[OwnedFd], proto: &mut dyn Proto, stop: Instant) -> Outcome {
+    // SAFETY: plain syscall with a constant flag; the result is checked.
     let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(epfd >= 0);
     for (i, fd) in fds.iter().enumerate() {
@@ -264,6 +271,8 @@ fn run_epoll(fds: &[OwnedFd], proto: &mut dyn Proto, stop: Instant) -> Outcome {
             events: libc::EPOLLIN as u32,
             u64: i as u64,
         };
+        // SAFETY: `epfd` and the connection's fd are open; `ev` is a valid
+        // event the kernel copies during the call.
         let rc = unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) };
         assert_eq!(rc, 0);
     }
@@ -281,11 +290,13 @@ fn run_epoll(fds: &[OwnedFd], proto: &mut dyn Proto, stop: Instant) -> Outcome {
         send_all(fd.as_raw_fd(), &req);
     }
     'run: loop {
+        // SAFETY: `epfd` is open and `events` is writable for its whole length.
         let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), events.len() as i32, 100) };
         for e in &events[..n.max(0) as usize] {
             let i = e.u64 as usize;
             let fd = fds[i].as_raw_fd();
             loop {
+                // SAFETY: `buf` is writable for `buf.len()` bytes during the call.
                 let got = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
                 if got <= 0 {
                     let e = std::io::Error::last_os_error();
@@ -312,6 +323,7 @@ fn run_epoll(fds: &[OwnedFd], proto: &mut dyn Proto, stop: Instant) -> Outcome {
             break;
         }
     }
+    // SAFETY: `epfd` was made above, is closed once, and is not used after.
     unsafe { libc::close(epfd) };
     out
 }

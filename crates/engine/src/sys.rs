@@ -1,7 +1,8 @@
 //! Every libc call of the engine, in one place (as hyperfine keeps its in
-//! `src/timer/`): clocks, timerfd, eventfd, shutdown, and handing an fd to
-//! tokio's reactor. The rest of the engine calls these safe wrappers and
-//! never touches libc itself; the io_uring crate's own unsafe API (queue
+//! `src/timer/`): clocks, timerfd, eventfd, shutdown, socket options, epoll,
+//! network namespaces, and handing an fd to tokio's reactor. The rest of the
+//! engine calls these safe wrappers and never touches libc itself (its
+//! constants and types aside); the io_uring crate's own unsafe API (queue
 //! pushes whose buffers must outlive the kernel's use) stays in `uring.rs`,
 //! where that lifetime is managed.
 
@@ -135,16 +136,6 @@ pub fn eventfd_nonblocking() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// The calling thread's timer slack, in ns: how late the kernel may wake a
-/// sleep to batch wake-ups (50 µs by default). A thread that must wake on
-/// time (the delay relay's writers) sets it to 1.
-pub fn set_timer_slack_ns(ns: u64) {
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes the calling thread's slack.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong);
-    }
-}
-
 /// Shut a socket down both ways, so that a client blocked on it (in epoll or
 /// in an io_uring receive) returns at once. Errors are ignored: the socket
 /// may already be closed by its peer.
@@ -172,6 +163,120 @@ pub fn dup_onto(source: &impl AsRawFd, target: &impl AsRawFd) -> io::Result<()> 
     }
 }
 
+/// Move the calling thread (only it) into the network namespace `ns`, an
+/// open /run/netns/NAME or /proc/PID/ns/net.
+pub fn enter_netns(ns: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: setns(2) with an fd the caller keeps open for the call; it
+    // moves only the calling thread.
+    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// setsockopt(2) of an int option.
+fn set_int_option(fd: RawFd, level: libc::c_int, name: libc::c_int, value: i32) -> io::Result<()> {
+    let value = value as libc::c_int;
+    // SAFETY: `value` is a live c_int for the call, and the length given is
+    // its size; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A TCP socket's maximum segment size (TCP_MAXSEG), set before it connects.
+pub fn set_tcp_maxseg(fd: RawFd, mss: u32) -> io::Result<()> {
+    set_int_option(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as i32)
+}
+
+/// A socket's receive buffer: SO_RCVBUFFORCE (past net.core.rmem_max; needs
+/// CAP_NET_ADMIN) when `force`, else SO_RCVBUF.
+pub fn set_rcvbuf(fd: RawFd, bytes: i32, force: bool) -> io::Result<()> {
+    let name = if force {
+        libc::SO_RCVBUFFORCE
+    } else {
+        libc::SO_RCVBUF
+    };
+    set_int_option(fd, libc::SOL_SOCKET, name, bytes)
+}
+
+/// tcpi_total_retrans of a TCP socket (TCP_INFO); None when it cannot be read.
+pub fn tcp_total_retrans(fd: RawFd) -> Option<u32> {
+    // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` is writable for `len` bytes and `len` is a valid
+    // in/out pointer; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(info.tcpi_total_retrans)
+}
+
+/// One event of `Epoll::wait`: `events` (EPOLLIN, ...) and the token given
+/// to `Epoll::add` (in its `u64`).
+pub type EpollEvent = libc::epoll_event;
+
+/// An epoll instance (close-on-exec), closed on drop.
+pub struct Epoll(OwnedFd);
+
+impl Epoll {
+    pub fn new() -> io::Result<Epoll> {
+        // SAFETY: plain syscall with a constant flag; the result is checked.
+        let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new fd that nothing else owns.
+        Ok(Epoll(unsafe { OwnedFd::from_raw_fd(raw) }))
+    }
+
+    /// Watch `fd` for input (level-triggered); its events carry `token`.
+    pub fn add_readable(&self, fd: RawFd, token: u64) -> io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: the epoll fd is open while `self` lives; `ev` is a valid
+        // event the kernel copies during the call.
+        if unsafe { libc::epoll_ctl(self.0.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Wait up to `timeout_ms` for events into `events`; how many arrived
+    /// (0 on timeout; Interrupted when a signal came first).
+    pub fn wait(&self, events: &mut [EpollEvent], timeout_ms: i32) -> io::Result<usize> {
+        let max = events.len().min(i32::MAX as usize) as i32;
+        // SAFETY: the epoll fd is open while `self` lives, and `events` is
+        // writable for the `max` entries the kernel may fill.
+        let n =
+            unsafe { libc::epoll_wait(self.0.as_raw_fd(), events.as_mut_ptr(), max, timeout_ms) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +299,30 @@ mod tests {
         timerfd_arm_at(fd.as_raw_fd(), monotonic_ns()).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(2));
         assert_eq!(read_counter(fd.as_raw_fd()).unwrap(), 1);
+    }
+
+    #[test]
+    fn epoll_reports_a_readable_socket_with_its_token() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_rcvbuf(rx.as_raw_fd(), 1 << 20, false).unwrap();
+        let ep = Epoll::new().unwrap();
+        ep.add_readable(rx.as_raw_fd(), 42).unwrap();
+        let mut events = [EpollEvent { events: 0, u64: 0 }; 4];
+        assert_eq!(ep.wait(&mut events, 0).unwrap(), 0);
+        tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        assert_eq!(ep.wait(&mut events, 5_000).unwrap(), 1);
+        let token = events[0].u64;
+        assert_eq!(token, 42);
+    }
+
+    #[test]
+    fn tcp_info_reads_a_connected_socket() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(tcp_total_retrans(client.as_raw_fd()), Some(0));
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert_eq!(tcp_total_retrans(udp.as_raw_fd()), None);
     }
 
     #[test]

@@ -39,28 +39,10 @@ struct Job<T> {
 
 /// Generate `tables` at `scale` and COPY them in, in `format`, through
 /// `connections` parallel connections to `conninfo` (a libpq key=value
-/// string).
-pub fn load_postgres<T: CopyTable>(
-    conninfo: &str,
-    scale: f64,
-    tables: &[T],
-    connections: usize,
-    format: CopyFormat,
-) -> Result<Vec<TableLoad>, EngineError> {
-    load_postgres_until(
-        conninfo,
-        scale,
-        tables,
-        connections,
-        format,
-        &AtomicBool::new(false),
-    )
-}
-
-/// `load_postgres`, stopped between chunks once `abort` is set: then the
-/// COPY in flight is abandoned (the server rolls it back) and the result is
+/// string). Stopped between chunks once `abort` is set: then the COPY in
+/// flight is abandoned (the server rolls it back) and the result is
 /// `EngineError::Interrupted`. Parts already copied stay in their tables.
-pub fn load_postgres_until<T: CopyTable>(
+pub fn load_postgres<T: CopyTable>(
     conninfo: &str,
     scale: f64,
     tables: &[T],

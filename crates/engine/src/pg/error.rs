@@ -1,5 +1,6 @@
 //! What can go wrong talking to PostgreSQL, and the server's ErrorResponse.
 
+use crate::harness::ErrorClass;
 use bytes::{BufMut, BytesMut};
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::message::backend::Message;
@@ -16,6 +17,17 @@ pub struct SqlError {
 impl SqlError {
     pub fn sqlstate_str(&self) -> &str {
         std::str::from_utf8(&self.sqlstate).unwrap_or("?????")
+    }
+
+    /// How a transaction's error counts (pgbench's rule): a serialization
+    /// failure (40001) or a deadlock (40P01) is retried, any other SQLSTATE
+    /// is counted under its code.
+    pub fn error_class(&self) -> ErrorClass {
+        let kind = self.sqlstate_str().to_string();
+        match &self.sqlstate {
+            b"40001" | b"40P01" => ErrorClass::Retryable { kind },
+            _ => ErrorClass::Counted { kind },
+        }
     }
 
     /// Read an ErrorResponse (or NoticeResponse) message body with

@@ -22,6 +22,7 @@ pub use receiver::{Receiver, ReceiverConfig, ReceiverMode, ReceiverTotals};
 
 use crate::harness::{ErrorClass, Protocol, TxType};
 use crate::random::Prng;
+use crate::sys;
 use std::fmt;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -48,13 +49,7 @@ impl std::str::FromStr for Transport {
 
 /// Enter the network namespace at `path` (the calling thread only).
 pub fn enter_netns(path: &str) -> std::io::Result<()> {
-    let file = std::fs::File::open(path)?;
-    // SAFETY: setns(2) with a valid fd moves only the calling thread.
-    let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    sys::enter_netns(&std::fs::File::open(path)?)
 }
 
 /// The senders' side.
@@ -125,7 +120,7 @@ impl Protocol for StreamProtocol {
                 }
                 .map_err(StreamError)?;
                 if let Some(mss) = self.mss {
-                    set_mss(socket.as_raw_fd(), mss).map_err(StreamError)?;
+                    sys::set_tcp_maxseg(socket.as_raw_fd(), mss).map_err(StreamError)?;
                 }
                 let s = socket.connect(target).await.map_err(StreamError)?;
                 Ok(StreamClient::Tcp(s))
@@ -187,47 +182,11 @@ impl Protocol for StreamProtocol {
 
     fn close(&self, client: StreamClient) {
         if let StreamClient::Tcp(s) = client {
-            if let Some(r) = total_retrans(s.as_raw_fd()) {
+            if let Some(r) = sys::tcp_total_retrans(s.as_raw_fd()) {
                 self.retransmits.fetch_add(r as u64, Ordering::Relaxed);
             }
         }
     }
-}
-
-fn set_mss(fd: RawFd, mss: u32) -> std::io::Result<()> {
-    let value = mss as libc::c_int;
-    // SAFETY: setsockopt on a valid socket with an int option value.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            &value as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// tcpi_total_retrans of a TCP socket (TCP_INFO).
-fn total_retrans(fd: RawFd) -> Option<u32> {
-    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes into it.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: valid fd, valid out-pointer and length.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            &mut info as *mut libc::tcp_info as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(info.tcpi_total_retrans)
 }
 
 #[cfg(test)]

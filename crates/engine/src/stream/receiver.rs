@@ -236,20 +236,8 @@ fn make_sockets(cfg: &ReceiverConfig) -> io::Result<Vec<Socket>> {
 /// A larger receive buffer for UDP (up to net.core.rmem_max: as root,
 /// SO_RCVBUFFORCE goes past it), so a burst is not dropped at the socket.
 fn set_rcvbuf(fd: RawFd, bytes: i32) {
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: setsockopt with a valid fd and an i32 option value.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &bytes as *const i32 as *const libc::c_void,
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            return;
-        }
+    if sys::set_rcvbuf(fd, bytes, true).is_err() {
+        let _ = sys::set_rcvbuf(fd, bytes, false);
     }
 }
 
@@ -336,22 +324,8 @@ fn timed_out(e: &io::Error) -> bool {
 }
 
 fn receive_epoll(sockets: Vec<Socket>, ctx: &Ctx) -> io::Result<()> {
-    // SAFETY: epoll_create1 with a constant flag; the result is checked.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if ep < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let add = |fd: RawFd| -> io::Result<()> {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: valid epoll fd, valid fd, valid event pointer.
-        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    };
+    let ep = sys::Epoll::new()?;
+    let add = |fd: RawFd| ep.add_readable(fd, fd as u64);
     let mut listener: Option<TcpListener> = None;
     let mut udp: Vec<UdpSocket> = Vec::new();
     let mut tcp: std::collections::HashMap<RawFd, TcpStream> = std::collections::HashMap::new();
@@ -371,27 +345,14 @@ fn receive_epoll(sockets: Vec<Socket>, ctx: &Ctx) -> io::Result<()> {
     }
     let listen_fd = listener.as_ref().map(|l| l.as_raw_fd());
     let mut buf = vec![0u8; BUFFER];
-    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut events = vec![sys::EpollEvent { events: 0, u64: 0 }; 64];
     while !ctx.stopped() {
-        // SAFETY: valid epoll fd and an events buffer of the length given.
-        let n = unsafe {
-            libc::epoll_wait(
-                ep,
-                events.as_mut_ptr(),
-                events.len() as i32,
-                POLL.as_millis() as i32,
-            )
+        let n = match ep.wait(&mut events, POLL.as_millis() as i32) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            // SAFETY: closing the epoll fd made above.
-            unsafe { libc::close(ep) };
-            return Err(e);
-        }
-        for ev in &events[..n as usize] {
+        for ev in &events[..n] {
             let fd = ev.u64 as RawFd;
             if Some(fd) == listen_fd {
                 while let Some(Ok((conn, _))) = listener.as_ref().map(|l| l.accept()) {
@@ -422,7 +383,5 @@ fn receive_epoll(sockets: Vec<Socket>, ctx: &Ctx) -> io::Result<()> {
             }
         }
     }
-    // SAFETY: closing the epoll fd made above; the sockets close on drop.
-    unsafe { libc::close(ep) };
     Ok(())
 }

@@ -17,10 +17,6 @@ use std::fmt;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 
-/// SQLSTATEs after which pgbench retries a transaction (up to max_tries).
-const SERIALIZATION_FAILURE: [u8; 5] = *b"40001";
-const DEADLOCK_DETECTED: [u8; 5] = *b"40P01";
-
 pub struct TpcbProtocol {
     info: ConnInfo,
     script: Script,
@@ -144,14 +140,7 @@ impl Protocol for TpcbProtocol {
 
     fn classify(&self, error: &TpcbError) -> ErrorClass {
         match error {
-            TpcbError::Sql(e) => {
-                let kind = e.sqlstate_str().to_string();
-                if e.sqlstate == SERIALIZATION_FAILURE || e.sqlstate == DEADLOCK_DETECTED {
-                    ErrorClass::Retryable { kind }
-                } else {
-                    ErrorClass::Counted { kind }
-                }
-            }
+            TpcbError::Sql(e) => e.error_class(),
             TpcbError::Pg(_) => ErrorClass::Fatal,
         }
     }

@@ -628,7 +628,7 @@ pub fn load(
         .collect();
     on_step("generate_and_copy");
     let started = Instant::now();
-    let loads = pgcopy::load_postgres_until(
+    let loads = pgcopy::load_postgres(
         &cfg.conninfo,
         cfg.warehouses as f64,
         &tables,
