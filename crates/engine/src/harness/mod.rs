@@ -27,7 +27,9 @@ mod worker;
 
 pub use config::{HarnessConfig, Schedule};
 pub use run::{Progress, Run};
-pub use stats::{EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE};
+pub use stats::{
+    EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE, IO_SLOW_MODE,
+};
 
 pub use crate::error::EngineError;
 use crate::random::Prng;

@@ -40,6 +40,9 @@ pub(crate) struct Shared<P: Protocol> {
     pub io: IoMethod,
     /// io_uring_enter calls of all worker threads.
     pub io_enters: AtomicU64,
+    /// Each worker's ring's count of io_uring_enter calls while it runs
+    /// (None: no ring), read every second for the series.
+    pub ring_enters: Mutex<Vec<Option<Arc<AtomicU64>>>>,
     /// A gated run (`Run::start_gated`): connected, it waits for `go_at`.
     pub gate: Option<Gate>,
 }
@@ -196,6 +199,7 @@ impl<P: Protocol> Run<P> {
             clock_base: (Instant::now(), sys::monotonic_ns()),
             io,
             io_enters: AtomicU64::new(0),
+            ring_enters: Mutex::new(vec![None; threads]),
             gate,
             cfg,
         });
@@ -351,6 +355,8 @@ fn coordinate<P: Protocol>(
     let mut series = Vec::new();
     let mut events: Vec<(Instant, String, String)> = gate_events;
     let types = shared.type_count();
+    // io_uring_enter calls so far, per worker, at the last cut.
+    let mut enters_seen = vec![0u64; threads];
     loop {
         let now = Instant::now();
         if thread_cpu_from.is_none() && cfg.warmup_s > 0.0 && now >= measure_from {
@@ -360,13 +366,25 @@ fn coordinate<P: Protocol>(
         }
         if now >= last_tick + Duration::from_secs(1) {
             last_tick += Duration::from_secs(1);
-            let report = cut_interval(
+            let mut io_enters = 0;
+            for (seen, counter) in enters_seen
+                .iter_mut()
+                .zip(shared.ring_enters.lock().unwrap().iter())
+            {
+                if let Some(counter) = counter {
+                    let now = counter.load(Ordering::Relaxed);
+                    io_enters += now.saturating_sub(*seen);
+                    *seen = now;
+                }
+            }
+            let mut report = cut_interval(
                 shared.stats.iter().map(|s| s.lock().unwrap()),
                 types,
                 shared.t_s(last_tick),
                 last_tick <= measure_from,
                 shared.gate.is_some(),
             );
+            report.io_enters = io_enters;
             if !report.warmup {
                 series.push(report.clone());
             }
@@ -429,6 +447,7 @@ fn coordinate<P: Protocol>(
             events,
             io: shared.io.describe(),
             io_enters: shared.io_enters.load(Ordering::SeqCst),
+            watch_io_mode: shared.io.is_uring() && cfg.rate_tps.is_none(),
         },
     ))
 }

@@ -33,6 +33,8 @@ pub struct IntervalReport {
     pub latency_encoded: Option<Vec<u8>>,
     /// Scheduled transactions (open loop) whose lag this second's mean is of.
     pub lag_count: u64,
+    /// io_uring_enter calls of all worker threads in this second (0 on epoll).
+    pub io_enters: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -337,7 +339,76 @@ pub(crate) fn cut_interval<'a>(
         transactions_by_type: by_type,
         latency_encoded: keep_histogram.then(|| latency.encode()),
         lag_count: c.lag_count,
+        io_enters: 0,
     }
+}
+
+/// The event of a run whose io_uring fell into its slow mode for part of
+/// its window.
+pub const IO_SLOW_MODE: &str = "io-slow-mode";
+
+/// A second is in the slow mode when its io_uring enters per transaction
+/// exceed this multiple of the run's fast level (its lowest second).
+/// Measured (benchmarks/README.md, "The io_uring slow mode, traced"): the slow mode
+/// makes 3-7 times the fast mode's enters per transaction; a steady run's
+/// seconds stay within about 20% of each other.
+pub const IO_SLOW_MODE_RATIO: f64 = 1.5;
+
+/// Seconds in the slow mode before a run says so (one odd second is not a mode).
+pub const IO_SLOW_MODE_SECONDS: usize = 2;
+
+/// Seconds with fewer committed transactions say too little to judge.
+const IO_MODE_MIN_TRANSACTIONS: u64 = 100;
+
+/// Whether a closed-loop io_uring run spent part of its measured window in
+/// the slow mode (the ring woken for about one reply per io_uring_enter
+/// instead of several; benchmarks/README.md), from its per-second series:
+/// the start of the first slow second on the run's clock, and the message,
+/// which carries the series of enters per transaction. A run slow for its
+/// whole window has no fast second to compare with and is not named here.
+pub fn io_mode_event(series: &[IntervalReport]) -> Option<(f64, String)> {
+    let seconds: Vec<(f64, f64)> = series
+        .iter()
+        .filter(|s| !s.warmup && s.transactions >= IO_MODE_MIN_TRANSACTIONS && s.io_enters > 0)
+        .map(|s| (s.t_s, s.io_enters as f64 / s.transactions as f64))
+        .collect();
+    if seconds.len() <= IO_SLOW_MODE_SECONDS {
+        return None;
+    }
+    let fast = seconds
+        .iter()
+        .map(|&(_, e)| e)
+        .fold(f64::INFINITY, f64::min);
+    let slow: Vec<f64> = seconds
+        .iter()
+        .filter(|&&(_, e)| e > IO_SLOW_MODE_RATIO * fast)
+        .map(|&(t, _)| t)
+        .collect();
+    if slow.len() < IO_SLOW_MODE_SECONDS {
+        return None;
+    }
+    const SHOWN: usize = 120;
+    let mut listed: Vec<String> = seconds
+        .iter()
+        .take(SHOWN)
+        .map(|&(_, e)| format!("{e:.2}"))
+        .collect();
+    if seconds.len() > SHOWN {
+        listed.push(format!("... ({} s more)", seconds.len() - SHOWN));
+    }
+    let first = slow[0] - 1.0;
+    Some((
+        first,
+        format!(
+            "io_uring slow mode: {} of {} s above {IO_SLOW_MODE_RATIO}x the run's fastest second's \
+             {fast:.3} io_uring_enter calls per transaction (the driver's ring woken for about one \
+             reply per call; its CPU per transaction rises and its throughput may fall), from \
+             {first:.0} s on the run's clock; enters per transaction, second by second: {}",
+            slow.len(),
+            seconds.len(),
+            listed.join(" ")
+        ),
+    ))
 }
 
 /// What the coordinator measured itself, for the summary.
@@ -352,6 +423,9 @@ pub(crate) struct CoordinatorFigures {
     pub events: Vec<(Instant, String, String)>,
     pub io: String,
     pub io_enters: u64,
+    /// A closed loop on io_uring: say so when its enters per transaction
+    /// jumped for part of the window (`io_mode_event`).
+    pub watch_io_mode: bool,
 }
 
 /// Merge every thread's figures into the run's summary.
@@ -381,6 +455,14 @@ pub(crate) fn summarise(
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut last_completion = timing.measure_from;
     let mut events = figures.events;
+    if figures.watch_io_mode {
+        if let Some((from_t_s, message)) = io_mode_event(&figures.series) {
+            // The event is placed at the start of the first slow second.
+            let after = (from_t_s - t_s(timing.measure_from)).max(0.0);
+            let at = timing.measure_from + std::time::Duration::from_secs_f64(after);
+            events.push((at, IO_SLOW_MODE.into(), message));
+        }
+    }
     let mut lost = 0;
     let (mut connect_total_s, mut connect_max_s) = (0.0, 0.0f64);
     let mut driver_cpu_s = 0.0;

@@ -492,3 +492,171 @@ fn a_gated_run_aborted_while_waiting_ends_interrupted() {
     assert!(matches!(run.join(), Err(EngineError::Interrupted)));
     assert_eq!(server.lines.load(Ordering::SeqCst), 0);
 }
+
+/// A synthetic per-second series: (transactions, io_uring_enter calls) per
+/// second, measured from t = 1 s.
+fn enters_series(seconds: &[(u64, u64)]) -> Vec<IntervalReport> {
+    seconds
+        .iter()
+        .enumerate()
+        .map(|(i, &(transactions, io_enters))| IntervalReport {
+            t_s: i as f64 + 1.0,
+            interval_s: 1.0,
+            transactions,
+            tps: transactions as f64,
+            io_enters,
+            ..IntervalReport::default()
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_slow_for_part_of_its_window_says_so_with_the_series() {
+    use super::stats::io_mode_event;
+    // Fast at 0.14 enters per transaction, then seconds 4-6 at 0.50-0.70
+    // (the slow mode of benchmarks/README.md), then fast again.
+    let series = enters_series(&[
+        (85_000, 11_900),
+        (86_000, 12_300),
+        (84_000, 12_100),
+        (62_000, 31_000),
+        (60_000, 42_000),
+        (64_000, 35_200),
+        (85_000, 12_000),
+    ]);
+    let (at, message) = io_mode_event(&series).expect("the slow seconds are named");
+    assert_eq!(at, 3.0, "from the start of the first slow second");
+    assert!(
+        message.starts_with("io_uring slow mode: 3 of 7 s"),
+        "{message}"
+    );
+    assert!(
+        message.contains("0.140 io_uring_enter calls per transaction"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("0.14 0.14 0.14 0.50 0.70 0.55 0.14"),
+        "the series, second by second: {message}"
+    );
+}
+
+#[test]
+fn a_steady_run_one_odd_second_or_an_epoll_run_says_nothing() {
+    use super::stats::io_mode_event;
+    // Within 20% of each other: one mode (tpcb-like's 1.7-2.1 enters/tx).
+    let steady = enters_series(&[
+        (9_000, 17_000),
+        (9_500, 19_000),
+        (8_800, 18_500),
+        (9_100, 16_400),
+    ]);
+    assert_eq!(io_mode_event(&steady), None);
+    // One slow second is not a mode; a nearly idle second is not judged.
+    let odd = enters_series(&[
+        (85_000, 12_000),
+        (60_000, 40_000),
+        (84_000, 12_000),
+        (50, 49),
+    ]);
+    assert_eq!(io_mode_event(&odd), None);
+    // epoll: no enters at all.
+    let epoll = enters_series(&[(80_000, 0), (40_000, 0), (80_000, 0), (40_000, 0)]);
+    assert_eq!(io_mode_event(&epoll), None);
+    // Too short to have a fast level and a mode beside it.
+    assert_eq!(
+        io_mode_event(&enters_series(&[(85_000, 12_000), (60_000, 40_000)])),
+        None
+    );
+}
+
+/// The echo protocol with its round trips on the thread's io_uring.
+struct RingEcho(Echo);
+
+struct RingEchoClient {
+    echo: EchoClient,
+    ring: Option<crate::uring::RingUser>,
+}
+
+impl Protocol for RingEcho {
+    type Client = RingEchoClient;
+    type Request = u64;
+    type Error = EchoError;
+    const SUPPORTS_RING: bool = true;
+
+    fn transaction_types(&self) -> &[&'static str] {
+        &["ping"]
+    }
+    async fn connect(&self, client: u32) -> Result<RingEchoClient, EchoError> {
+        Ok(RingEchoClient {
+            echo: self.0.connect(client).await?,
+            ring: None,
+        })
+    }
+    fn socket(&self, client: &RingEchoClient) -> Option<RawFd> {
+        self.0.socket(&client.echo)
+    }
+    fn next_transaction(&self, _client: &mut RingEchoClient, rng: &mut Prng) -> (TxType, u64) {
+        (0, rng.uniform_i64(0, 3) as u64)
+    }
+    async fn execute(
+        &self,
+        client: &mut RingEchoClient,
+        tx: TxType,
+        request: &u64,
+    ) -> Result<(), EchoError> {
+        let Some(user) = &client.ring else {
+            return self.0.execute(&mut client.echo, tx, request).await;
+        };
+        let message = format!("ping-{request}\n");
+        let fd = client.echo.reader.get_ref().as_raw_fd();
+        let done = user
+            .ring()
+            .round_trip(fd, message.clone().into_bytes(), vec![0; 64], 0)
+            .await;
+        if done.send_failed.is_some() || done.recv_result <= 0 {
+            return Err(EchoError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        assert_eq!(
+            &done.recv_buf[..done.recv_result as usize],
+            message.as_bytes()
+        );
+        Ok(())
+    }
+    fn classify(&self, error: &EchoError) -> ErrorClass {
+        self.0.classify(error)
+    }
+    fn use_ring(&self, client: &mut RingEchoClient, ring: &Rc<Ring>) -> Result<(), String> {
+        client.ring = Some(ring.attach());
+        Ok(())
+    }
+}
+
+#[test]
+#[ignore = "needs io_uring: ./dev test runs it with --ignored where io_uring_setup is permitted"]
+fn each_second_of_a_ring_run_counts_its_io_uring_enters() {
+    crate::uring::probe().expect("io_uring");
+    let server = EchoServer::start(4, Duration::ZERO, 0);
+    let mut cfg = HarnessConfig::closed_loop(4, 2, 2.5);
+    cfg.seed = 7;
+    cfg.io = crate::uring::IoChoice::Uring;
+    let summary = Run::run(cfg, RingEcho(echo(server.addr))).unwrap();
+    assert!(summary.io.starts_with("io_uring"), "{}", summary.io);
+    assert!(summary.transactions > 0);
+    let seconds: Vec<_> = summary.series.iter().filter(|s| !s.warmup).collect();
+    assert!(seconds.len() >= 2, "{} seconds", seconds.len());
+    for s in &seconds {
+        // Every round trip of a second went through some enter of that second.
+        assert!(
+            s.transactions == 0 || s.io_enters > 0,
+            "{} transactions, no enter at {} s",
+            s.transactions,
+            s.t_s
+        );
+    }
+    let in_series: u64 = seconds.iter().map(|s| s.io_enters).sum();
+    let total = (summary.io_enters_per_tx * summary.transactions as f64).round() as u64;
+    assert!(
+        in_series > 0 && in_series <= total,
+        "{in_series} enters in the series, {total} in the run"
+    );
+}

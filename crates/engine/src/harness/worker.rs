@@ -136,6 +136,7 @@ async fn run_thread<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: 
                     let _ = shared.protocol.use_ring(conn, &ring);
                 }
                 uring::set_thread_ring(Some(ring.clone()));
+                shared.ring_enters.lock().unwrap()[index] = Some(ring.enters_counter());
                 reaper = Some(tokio::task::spawn_local(ring.clone().reap_forever()));
                 ring_used = Some(ring);
             }
