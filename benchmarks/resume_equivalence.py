@@ -8,11 +8,14 @@ Both copies run the same experiment file (tests = ["throughput"], maintenance
 VACUUM ANALYZE between runs, seed fixed so both use the same refresh blocks).
 The killed copy is SIGKILLed as soon as run 3's first RF1 has committed (its
 orders are in the database), then `perflab show` and `perflab resume` run.
-Prints, per copy: each run's repetition, Throughput@Size, change from the
-first run, its refresh pairs and its marks (resumed, retried, fresh load), and
-the degradation verdict; then whether the pair sequences are equal. The
-throughput figures are measurements and differ between copies by the
-machine's noise; the pairs, rows and repetition numbers must not.
+Prints the two degradation tables side by side, run by run: its repetition,
+its refresh pairs, Throughput@Size and its change from the first run (as the
+report's degradation table computes them, each run at its repetition number)
+and its marks (resumed, retried, fresh load), then each copy's degradation
+verdict, whether the refresh sequences, pairs and repetitions are equal, and
+what the resumed copy's report says. The throughput figures are measurements
+and differ between copies by the machine's noise; the pairs, rows and
+repetition numbers must not.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -90,9 +95,23 @@ def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int) -> None:
             pg.close()
 
 
-def table(out: Path) -> tuple[str, list[tuple[int, str]]]:
+@dataclass
+class Copy:
+    """One copy's per-run data, as its store holds it and its report shows it."""
+
+    runs: list[dict[str, Any]]
+    values: dict[int, float]  # Throughput@Size of the runs that have one
+    change: dict[int, float]  # change from the first run, as the degradation table shows it
+    pairs: dict[int, list[int]]  # refresh pairs per run
+    marks: dict[int, list[str]]
+    sequence: list[tuple[int, str]]  # every refresh function, run by run: (run, "RF1 pair 5: inserted ...")
+    verdict: str
+
+
+def read_copy(out: Path) -> Copy:
+    """The degradation table as the report computes it (each run at its
+    repetition number: Builder.degradation), and the refresh pairs per run."""
     store = Store.open(out)
-    marks = store.run_marks()
     runs = store.runs()
     values = {m["run_id"]: m["value"] for m in store.metrics() if m["name"] == "throughput_at_size"}
     pairs: dict[int, list[int]] = {}
@@ -103,20 +122,38 @@ def table(out: Path) -> tuple[str, list[tuple[int, str]]]:
             pair = int(q["text"].split()[2].rstrip(":"))
             if pair not in pairs.setdefault(q["run_id"], []):
                 pairs[q["run_id"]].append(pair)
-    done = [r for r in runs if r["id"] in values]
+    done = [r for r in runs if r["id"] in values and r["status"] == "done"]
     assessed = degradation.assess([values[r["id"]] for r in done], True, positions=[r["repetition"] for r in done])
-    change = dict(zip([r["id"] for r in done], assessed.change_pct, strict=True))
-    lines = ["| run | repetition | Throughput@Size | change from first | refresh pairs | note |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for r in runs:
-        v = values.get(r["id"])
-        pct = "–" if v is None else f"{change[r['id']]:+.2f}%"
-        lines.append(f"| #{r['id']} | {r['repetition']} | {'–' if v is None else f'{v:,.0f}'} | {pct} | "
-                     f"{', '.join(map(str, pairs.get(r['id'], []))) or '–'} | "
-                     f"{', '.join(marks.get(r['id'], [])) or ('' if v is not None else r['status'])} |")
-    lines.append(f"\nverdict: {assessed.verdict}")
+    copy = Copy(runs, values, dict(zip([r["id"] for r in done], assessed.change_pct, strict=True)), pairs,
+                store.run_marks(), sequence, assessed.verdict)
     store.close()
-    return "\n".join(lines), sequence
+    return copy
+
+
+def side_by_side(plain: Copy, killed: Copy) -> str:
+    lines = ["| run | rep | refresh pairs: uninterrupted | refresh pairs: resumed | Throughput@Size: uninterrupted "
+             "| change from first | Throughput@Size: resumed | change from first | note: uninterrupted "
+             "| note: resumed |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cells(c: Copy, run: dict[str, Any]) -> tuple[str, str, str]:
+        v = c.values.get(run["id"])
+        if v is None or run["id"] not in c.change:
+            return "–", "–", ", ".join([run["status"], *c.marks.get(run["id"], [])])
+        return f"{v:,.0f}", f"{c.change[run['id']]:+.2f}%", ", ".join(c.marks.get(run["id"], []))
+
+    by_id = {r["id"]: r for r in killed.runs}
+    for r in plain.runs:
+        k = by_id[r["id"]]
+        (pv, pc, pn), (kv, kc, kn) = cells(plain, r), cells(killed, k)
+        rep = str(r["repetition"]) if r["repetition"] == k["repetition"] else f"{r['repetition']} / {k['repetition']}"
+        lines.append(f"| #{r['id']} | {rep} | {', '.join(map(str, plain.pairs.get(r['id'], []))) or '–'} | "
+                     f"{', '.join(map(str, killed.pairs.get(r['id'], []))) or '–'} | {pv} | {pc} | {kv} | {kc} | "
+                     f"{pn} | {kn} |")
+    lines.append("")
+    lines.append(f"verdict, uninterrupted: {plain.verdict}")
+    lines.append(f"verdict, resumed:       {killed.verdict}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -140,9 +177,18 @@ def main() -> None:
     resumed = perflab("resume", str(killed), "--quiet")
     if resumed.returncode != 0:
         raise SystemExit(resumed.stdout + resumed.stderr)
-    (t_plain, s_plain), (t_killed, s_killed) = table(plain), table(killed)
-    print(f"## uninterrupted ({plain})\n\n{t_plain}\n\n## killed in run 3's refresh, resumed ({killed})\n\n{t_killed}\n")
-    print(f"refresh sequences (pair, rows, run by run) equal: {s_plain == s_killed} ({len(s_plain)} functions)")
+    c_plain, c_killed = read_copy(plain), read_copy(killed)
+    print(f"## uninterrupted ({plain}) and killed in run 3's refresh functions, then resumed ({killed})\n")
+    print(side_by_side(c_plain, c_killed) + "\n")
+    same_reps = [(r["id"], r["repetition"]) for r in c_plain.runs] == [(r["id"], r["repetition"]) for r in c_killed.runs]
+    print(f"refresh sequences (pair, rows, run by run) equal: {c_plain.sequence == c_killed.sequence} "
+          f"({len(c_plain.sequence)} functions); refresh pairs per run equal: {c_plain.pairs == c_killed.pairs}; "
+          f"runs and repetition numbers equal: {same_reps}; every run done in both: "
+          f"{all(r['status'] == 'done' for r in c_plain.runs + c_killed.runs)}")
+    html = (killed / "report.html").read_text()
+    history = html[html.find("Experiment history"):]
+    print(f"the resumed copy's report: an Experiment history section: {'Experiment history' in html}; "
+          f"the killed session in it: {'killed' in history}; run 3 marked resumed: {'resumed' in html}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,14 @@ import pytest
 
 from perflab.context import RunContext
 from perflab.errors import RunFailure, UserError
-from perflab.workloads.queries import QueriesSettings, QueriesWorkload, load_queries
+from perflab.model import RunResult
+from perflab.workloads.queries import (
+    QueriesSettings,
+    QueriesWorkload,
+    load_queries,
+    stream_executions,
+    writes_data,
+)
 
 PREPARE = """
 create table sales (id integer, region varchar, amount integer);
@@ -92,8 +99,66 @@ def test_a_failing_query_is_stored_and_on_error_decides(endpoint: Any, workdir: 
     failed = next(q for q in result.queries if q.status == "error")
     assert "no_such_column" in (failed.error or "")
     stop = QueriesWorkload(settings(params={"a_count": {"region": ["north"]}}, on_error="fail"))
-    with pytest.raises(RunFailure, match="b_sum"):
+    with pytest.raises(RunFailure, match="b_sum") as failed:
         stop.run(endpoint, context(workdir))
+    # what it completed before it failed goes with the failure, for the runner to store with the failed run
+    assert [(q.query, q.status) for q in failed.value.partial.queries] == [("a_count", "ok"), ("b_sum", "error")]
+
+
+@pytest.mark.parametrize(("text", "writes"), [
+    ("select count(*) from t", False),
+    ("-- a comment\n  SELECT 1; select 2", False),
+    ("with x as (select 1) select * from x", False),
+    ("values (1), (2)", False),
+    ("explain select 1", False),
+    ("insert into t values (1)", True),
+    ("-- first\nUPDATE t SET x = 1", True),
+    ("select 1; delete from t", True),
+    ("with gone as (delete from t returning *) select count(*) from gone", True),
+    ("select * into t2 from t", True),
+    ("create table t2 (x int)", True),
+    ("(insert into t values (1))", True),
+    ("truncate t", True),
+    ("call refresh_all()", True),
+])
+def test_statements_that_change_data_are_told_from_reads(text: str, writes: bool) -> None:
+    assert writes_data(text) is writes
+
+
+def test_a_run_records_its_writing_queries_and_a_rerun_asks_for_a_reload(workdir: Path) -> None:
+    """The effect is recorded before any query runs; an earlier attempt's
+    record makes a rerun load the data again when the workload makes it, and
+    only be said when it does not."""
+    recorded: list[tuple[str, dict[str, Any]]] = []
+    ctx = RunContext(run_number=2, run_dir=workdir / "run", t0_ns=time.monotonic_ns(), base_dir=workdir,
+                     record_effect=lambda kind, data: recorded.append((kind, data)))
+    (workdir / "prepare.sql").write_text("create table t (x int)")
+    made = QueriesWorkload(QueriesSettings.model_validate({
+        "kind": "queries", "prepare": "prepare.sql", "repetitions": 3,
+        "queries": {"add": "insert into t values (1)", "read": "select count(*) from t"}}))
+    queries = load_queries(made.settings, workdir)
+    plans = {0: stream_executions(queries, made.settings, 0)}
+
+    made._record_writes(queries, plans, ctx, RunResult())
+    assert recorded == [("queries.writes", {"queries": ["add"], "executions": 3, "reloadable": True})]
+    earlier = [{"attempt": 1, "kind": "queries.writes", "data": recorded[0][1]}]
+    assert "attempt 1 ran queries that change the data (add)" in (made.reload_for_rerun(earlier) or "")
+    assert made.reload_for_rerun([]) is None
+    assert made.reload_for_rerun([{"attempt": 1, "kind": "load", "data": {}}]) is None
+
+    as_is = QueriesWorkload(QueriesSettings.model_validate({"kind": "queries", "queries": {"add": "insert into t values (1)"}}))
+    recorded.clear()
+    result = RunResult()
+    warned: list[str] = []
+    ctx.warn = warned.append
+    as_is._record_writes(load_queries(as_is.settings, workdir), {0: []}, ctx, result)
+    assert recorded[0][1]["reloadable"] is False
+    no_load = [{"attempt": 1, "kind": "queries.writes", "data": recorded[0][1]}]
+    assert as_is.reload_for_rerun(no_load) is None  # nothing to load it from: the rerun says the writes stay
+    ctx.earlier_effects = no_load
+    as_is._record_writes(load_queries(as_is.settings, workdir), {0: []}, ctx, result)
+    assert any(e.kind == "earlier-writes" and "what they wrote stays" in e.message for e in result.events)
+    assert warned and "what they wrote stays" in warned[0]
 
 
 def test_a_query_over_the_timeout_is_stored_as_timeout(scratch_db: Any, workdir: Path) -> None:

@@ -459,3 +459,38 @@ def test_tpch_query_columns_and_bars_are_labelled_by_factor_values() -> None:
             {"id": 2, "repetition": 1, "factors": {"target.kind": "duckdb"}}]
     assert run_labels(once) == {1: "postgres", 2: "duckdb"}
     assert run_labels([{"id": 7, "repetition": 1, "factors": {}}]) == {7: "run 7"}
+
+
+def test_resumed_retried_and_fresh_load_runs_are_marked_in_every_table(tmp_path: Path) -> None:
+    """A durability study whose run 3 was killed and run again, whose run 4
+    failed (retried, failed again), and whose run 5 ran on a fresh load: the
+    plan, degradation (summary and per run), failures and summary say so, the
+    degradation table keeps each run at its repetition, and the history lists
+    the sessions."""
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=6, fail_runs=(4,))
+    store = Store.open(out)
+    first = store.begin_session("run")
+    store.conn.execute("UPDATE session SET ended = 'killed', note = 'it died without ending' WHERE id = ?", (first,))
+    second = store.begin_session("resume --retry-failed", "run 3 was in flight; failed run 4 run again")
+    store.end_session(second, "finished (3 done, 1 failed)")
+    store.conn.execute("INSERT INTO attempt (run_id, attempt, status, started_at, error, files) "
+                       "VALUES (3, 1, 'killed', '2026-01-01T00:00:00', 'killed: pid 1 died', 'runs/003/attempt-1')")
+    store.conn.execute("INSERT INTO attempt (run_id, attempt, status, started_at, error) "
+                       "VALUES (4, 1, 'failed', '2026-01-01T00:00:00', 'server closed the connection')")
+    store.add_effect(5, "load", {"data_key": "k", "reload": True})
+    store.close()
+    html = write_report(out).read_text()
+    plain = re.sub(r"<[^>]+>", " ", html)
+    assert re.search(r"\b3\b.*resumed", plain)
+    # the degradation summary: what it stands on, and which run has no value
+    assert "no value: #4 (failed)" in plain and "resumed: #3" in plain and "retried: #4" in plain
+    assert "fresh load: #5" in plain
+    # per run, each at its repetition number, the failed one's gap shown
+    rows = re.findall(r"<tr><td>#(\d)</td><td[^>]*>(\d)</td>.*?</tr>", html[html.find('id="degradation"'):])
+    assert [(int(a), int(b)) for a, b in rows[:6]] == [(n, n) for n in range(1, 7)]
+    assert "failed: no value, retried" in plain
+    assert "repetition 4, retried)" in plain  # the failure's heading
+    assert "resumed: 1 run(s)" in plain and "fresh load: 1 run(s)" in plain  # the summary's flags
+    assert "resumed: an earlier attempt of the run was interrupted or killed" in plain
+    history = plain[plain.find("Experiment history"):]
+    assert "resume --retry-failed" in history and "killed" in history and "runs/003/attempt-1" in history

@@ -6,6 +6,7 @@ retried run keeps its pairs and its repetition number on a fresh load."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -54,6 +55,8 @@ def experiment(workdir: Path) -> Path:
 
 
 def db(out: Path) -> sqlite3.Connection:
+    if not (out / "perflab.sqlite").is_file():  # not made here: perflab would find a store it cannot read
+        raise sqlite3.OperationalError(f"{out} holds no store yet")
     conn = sqlite3.connect(out / "perflab.sqlite")
     conn.row_factory = sqlite3.Row
     return conn
@@ -152,8 +155,13 @@ def test_sigkill_in_a_refresh_then_resume_equals_an_uninterrupted_study(workdir:
     assert killed[0]["error"].startswith("killed")
     # what it stored (vmstat samples, once a second, if it lived that long) is kept beside
     # it; its end is its last sign of life (a sample, its claim of refresh pairs)
-    if killed[0]["files"] is not None:
-        assert (out / killed[0]["files"] / "series.csv").read_text().startswith("source,name,t,value")
+    kept = out / "runs" / "003" / "attempt-1"
+    assert killed[0]["files"] == "runs/003/attempt-1"
+    if (kept / "series.csv").exists():
+        assert (kept / "series.csv").read_text().startswith("source,name,t,value")
+    # its part of the server log, copied at resume from where it started to where the server stopped
+    assert "shutting down" in (kept / "server.log").read_text() and not (kept / "log-slices.json").exists()
+    assert "shutting down" not in (out / "runs" / "002" / "server.log").read_text()
     assert killed[0]["started_at"] < killed[0]["ended_at"] < conn.execute(
         "SELECT started_at FROM run WHERE id = 3").fetchone()[0]
     sessions = [dict(r) for r in conn.execute("SELECT * FROM session ORDER BY id")]
@@ -191,7 +199,16 @@ def test_retry_failed_keeps_pairs_and_repetitions_on_a_fresh_load(workdir: Path,
     conn = db(out)
     assert [r["status"] for r in conn.execute("SELECT status FROM run ORDER BY id")] == ["done", "done", "failed",
                                                                                             "done"]
+    # the failed run keeps what it completed before it failed: the RF1 that committed among them
+    completed = [(r["query"], r["text"], r["status"]) for r in conn.execute("SELECT * FROM query WHERE run_id = 3")]
+    assert ("RF1", f"RF1 pair {2 * 3 - 1}: ", "ok") in [(q, t[:len(f"RF1 pair {2 * 3 - 1}: ")], st)
+                                                         for q, t, st in completed]
     run_cli("resume", out, "--retry-failed", "--no-report", timeout=600)
+    # ... and its rows and files stay beside the new attempt's, as attempt 1's
+    kept = out / "runs" / "003" / "attempt-1"
+    with (kept / "queries.csv").open(newline="") as rows:
+        assert [(r["query"], r["text"], r["status"]) for r in csv.DictReader(rows)] == completed
+    assert (kept / "server.log").stat().st_size > 0 and (kept / "error.txt").is_file()
     assert [r["status"] for r in conn.execute("SELECT status FROM run ORDER BY id")] == ["done"] * REPETITIONS
     pairs = {run: sorted({int(text.split()[2].rstrip(":")) for r, text in refresh_sequence(out) if r == run})
              for run in range(1, REPETITIONS + 1)}
@@ -203,3 +220,149 @@ def test_retry_failed_keeps_pairs_and_repetitions_on_a_fresh_load(workdir: Path,
     assert [(a["run_id"], a["status"]) for a in store.attempts()] == [(3, "failed")]
     store.close()
     assert postmasters_under(workdir) == []
+
+
+def wait_gone(out: Path) -> None:
+    """The guardian stops the server a killed perflab left."""
+    deadline = time.monotonic() + 10
+    while postmasters_under(out) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert postmasters_under(out) == []
+
+
+def server_of_run_1(out: Path) -> psycopg.Connection | None:
+    """The experiment's server, reached as run 1 recorded it; None until then."""
+    try:
+        row = db(out).execute("SELECT target_json FROM run WHERE id = 1").fetchone()
+        if row is None or row[0] is None:
+            return None
+        return psycopg.connect(json.loads(row[0])["endpoint"], autocommit=True, connect_timeout=5)
+    except (sqlite3.Error, psycopg.Error):
+        return None
+
+
+def kill_when(f: Path, out: Path, ready) -> None:
+    """`perflab run` SIGKILLed as soon as ready(server) holds, run 2 in flight."""
+    log = out.parent / f"{out.name}.log"
+    proc = start(f, out, log)
+    pg: list[psycopg.Connection] = []
+
+    def check() -> bool:
+        if not pg:
+            conn = server_of_run_1(out)
+            if conn is None:
+                return False
+            pg.append(conn)
+        try:
+            return bool(ready(pg[0]))
+        except psycopg.Error:
+            return False
+
+    try:
+        wait_for(check, proc, log)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        for conn in pg:
+            conn.close()
+    assert db(out).execute("SELECT status FROM run WHERE id = 2").fetchone()[0] == "running"
+    wait_gone(out)
+
+
+TPCC = """
+[experiment]
+name = "tpcc-resume"
+repetitions = 2
+order = "sequential"
+
+[target]
+kind = "postgres"
+
+[workload]
+kind = "tpcc"
+warehouses = 1
+clients = 2
+duration = "8s"
+load_jobs = 2
+"""
+
+
+def test_tpcc_run_killed_midway_records_what_it_committed_and_stays_consistent(workdir: Path, run_cli) -> None:
+    """Run 2 of a TPC-C experiment is SIGKILLed while its transactions
+    commit; resumed, it records the New-Orders and Payments the killed
+    attempt committed (they stay: the data only grows, each transaction is
+    atomic), and its consistency conditions hold."""
+    f = workdir / "tpcc.toml"
+    f.write_text(TPCC)
+    out = workdir / "out"
+
+    def run_2_committed(pg: psycopg.Connection) -> bool:
+        rows = db(out).execute("SELECT data_json FROM effect WHERE run_id = 2 AND kind = 'tpcc.orders'").fetchall()
+        if not rows:
+            return False
+        start_sum = json.loads(rows[0][0])["next_o_id_sum"]
+        return pg.execute("SELECT sum(d_next_o_id) FROM district").fetchone()[0] > start_sum + 20
+
+    kill_when(f, out, run_2_committed)
+    run_cli("resume", out, "--no-report", timeout=600)
+    conn = db(out)
+    assert [r["status"] for r in conn.execute("SELECT status FROM run ORDER BY id")] == ["done", "done"]
+    effects = [(r["attempt"], json.loads(r["data_json"])) for r in conn.execute(
+        "SELECT attempt, data_json FROM effect WHERE run_id = 2 AND kind = 'tpcc.orders' ORDER BY rowid")]
+    assert [a for a, _ in effects] == [1, 2]
+    first, second = effects[0][1], effects[1][1]
+    assert first["load_seed"] == second["load_seed"] and first["districts"] == 10
+    left = second["earlier_attempt"]
+    assert left["attempt"] == 1 and left["orders"] == second["next_o_id_sum"] - first["next_o_id_sum"] > 20
+    said = [r["message"] for r in conn.execute("SELECT message FROM event WHERE run_id = 2 AND kind = 'earlier-attempt'")]
+    assert len(said) == 1 and f"attempt 1 committed {left['orders']} New-Orders" in said[0]
+    checks = {r["name"]: r["value"] for r in conn.execute("SELECT name, value FROM metric WHERE run_id = 2 "
+                                                          "AND name LIKE 'check.%'")}
+    assert len(checks) >= 11 and set(checks.values()) == {1.0}, checks
+    assert [(r["run_id"], r["status"]) for r in conn.execute("SELECT * FROM attempt")] == [(2, "killed")]
+
+
+QUERIES = """
+[experiment]
+name = "queries-writes-resume"
+repetitions = 2
+order = "sequential"
+
+[target]
+kind = "postgres"
+
+[workload]
+kind = "queries"
+prepare = "prepare.sql"
+
+[workload.queries]
+a_add = "insert into perflab_t select 1"
+b_wait = "select pg_sleep(4)"
+"""
+
+
+def test_queries_that_write_killed_midway_run_again_on_a_fresh_load(workdir: Path, run_cli) -> None:
+    """A query set with an INSERT: run 2 is SIGKILLed after its insert
+    committed; resumed, its data is loaded again first (its prepare script),
+    and the run is marked resumed and on a fresh load."""
+    f = workdir / "queries.toml"
+    f.write_text(QUERIES)
+    (workdir / "prepare.sql").write_text("drop table if exists perflab_t; create table perflab_t (x int);")
+    out = workdir / "out"
+    kill_when(f, out, lambda pg: pg.execute("SELECT count(*) FROM perflab_t").fetchone()[0] >= 2)
+    resumed = run_cli("resume", out, "--no-report", timeout=600)
+    assert "loading the data again" in resumed.stdout + resumed.stderr
+    conn = db(out)
+    assert [r["status"] for r in conn.execute("SELECT status FROM run ORDER BY id")] == ["done", "done"]
+    effects = [(r["attempt"], r["kind"], json.loads(r["data_json"])) for r in conn.execute(
+        "SELECT * FROM effect WHERE run_id = 2 ORDER BY rowid")]
+    assert [(a, k) for a, k, _ in effects] == [(1, "queries.writes"), (2, "load"), (2, "queries.writes")]
+    assert effects[0][2] == {"queries": ["a_add"], "executions": 1, "reloadable": True}
+    assert effects[1][2]["reload"] is True and "cannot be undone" in effects[1][2]["why"]
+    metrics = {r["name"] for r in conn.execute("SELECT name FROM metric WHERE run_id = 2")}
+    assert "load.prepare script_s" in metrics
+    from perflab.store import Store
+
+    store = Store.open(out)
+    assert store.run_marks() == {2: ["resumed", "fresh load"]}
+    store.close()

@@ -7,6 +7,8 @@ status 2, never a traceback. Anything else is a bug and is shown as one.
 
 from __future__ import annotations
 
+from typing import Any
+
 from perflab import _engine
 
 EXIT_USAGE = 2
@@ -65,11 +67,15 @@ class RunFailure(Exception):
 
     The runner stores the run as failed with this message and goes on with the
     experiment. `log_tail` carries the server log's last lines when there is one.
+    `partial` is what the run measured before it failed (a perflab.model.RunResult:
+    the queries it completed), stored with the failed run: the run's status says
+    they are a failed attempt's, never pooled with finished runs' figures.
     """
 
     def __init__(self, message: str, log_tail: str | None = None) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+        self.partial: Any = None
 
 
 # SIGINT, SIGTERM or a cancel: stop now, tear everything down, keep what is

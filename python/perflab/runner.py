@@ -29,6 +29,7 @@ import contextlib
 import csv
 import errno
 import hashlib
+import json
 import re
 import shutil
 import signal
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab import plan as plan_mod
+from perflab import search as search_mod
 from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
@@ -60,7 +62,7 @@ from perflab.secrets import MASK, mask_secrets
 from perflab.spec import Experiment, RunSpec
 from perflab.store import Store
 from perflab.targets import TARGETS
-from perflab.targets.base import Target
+from perflab.targets.base import LOG_SLICES, Target
 from perflab.targets.confine import Owner, format_bytes, schema_for
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload
@@ -199,6 +201,8 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
         text = original
     exp = spec_mod.load_text(text, spec_path)
     runs = plan_mod.expand(exp, info["seed"])
+    if exp.search is not None:  # a search plans its probes as it goes: its plan is what is stored
+        runs = search_mod.stored_plan(store)
     stored = {r["id"]: r for r in store.runs()}
     def setting(factors: dict[str, Any]) -> dict[str, Any]:  # what a level sets: a store older than labels has none
         return {k: without_label(v) for k, v in factors.items()}
@@ -289,7 +293,31 @@ def _keep_attempt_files(out_dir: Path, run_id: int, attempt: int) -> str | None:
     dest.mkdir(exist_ok=True)
     for p in files:
         shutil.move(str(p), dest / p.name)
+    _copy_log_slices(dest)
     return str(dest.relative_to(out_dir))
+
+
+def _copy_log_slices(dest: Path) -> None:
+    """An attempt that never ended (killed) left the target's note of where
+    its part of a shared log starts (Target.begin_run: LOG_SLICES, name ->
+    {path, offset}) and not the part itself: it is copied now, from there to
+    the log's end (what the server wrote until it was stopped)."""
+    note = dest / LOG_SLICES
+    if not note.is_file():
+        return
+    try:
+        slices = json.loads(note.read_text())
+    except (OSError, ValueError):
+        return
+    for name, where in slices.items():
+        target = dest / Path(name).name
+        src = Path(where.get("path", ""))
+        if target.exists() or not src.is_file():
+            continue
+        with contextlib.suppress(OSError), src.open("rb") as f, target.open("wb") as out:
+            f.seek(min(int(where.get("offset", 0)), f.seek(0, 2)))
+            shutil.copyfileobj(f, out)
+    note.unlink()
 
 
 def execute(session: Session, progress: Progress) -> Outcome:
@@ -407,7 +435,7 @@ class Runner:
             with interrupt_on_signals() as self._stop:
                 if any(self.exp.resolve(self.plan[n].factors).driver.network.namespace for n in todo):
                     self.link.make()  # before any server starts: it listens on the link too
-                for number in todo:
+                for number in search_mod.planned(self.exp, self.store, self.plan, todo, self.progress):
                     if self._stop.is_set():
                         raise Interrupted("stop requested")
                     status = self._one(self.plan[number])
@@ -461,15 +489,16 @@ class Runner:
             # go to runs/NNN/attempt-K/ before this attempt writes its own, and
             # so do the samples it stored (start_run removes them from the store).
             kept = _keep_attempt_files(self.out_dir, n, earlier)
-            samples = self.store.series(n)
-            if samples:
-                dest = run_dir / f"attempt-{earlier}"
-                dest.mkdir(exist_ok=True)
-                with (dest / "series.csv").open("w", newline="") as f:
-                    out = csv.DictWriter(f, ["source", "name", "t", "value"])
-                    out.writeheader()
-                    out.writerows(samples)
-                kept = str(dest.relative_to(self.out_dir))
+            dest = run_dir / f"attempt-{earlier}"
+            for name, rows in (("series.csv", self.store.series(n)), ("queries.csv", self.store.queries(n)),
+                               ("metrics.csv", self.store.metrics(n))):
+                if rows and not (dest / name).exists():
+                    dest.mkdir(exist_ok=True)
+                    with (dest / name).open("w", newline="") as f:
+                        out = csv.DictWriter(f, [k for k in rows[0] if k != "run_id"], extrasaction="ignore")
+                        out.writeheader()
+                        out.writerows(rows)
+                    kept = str(dest.relative_to(self.out_dir))
             if kept:
                 self.store.set_attempt_files(n, earlier, kept)
         self.progress.run_start(n, planned.factors, planned.repetition)
@@ -499,6 +528,7 @@ class Runner:
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
                              cancel=self._stop, status=self.progress.status, warn=self.progress.warn,
                              note=self.progress.say,
+                             second=lambda iv: self.progress.second(iv, workload.series_labels.get("tps", "tps")),
                              driver=self.drivers.get(spec.driver), earlier_effects=self.store.effects(n),
                              record_effect=lambda kind, data: self.store.add_effect(n, kind, data))
             self._prepare(workload, endpoint, identity, ctx, result)
@@ -530,6 +560,13 @@ class Runner:
         except Exception as exc:  # a failed run is stored and the experiment goes on
             status = "failed"
             error = str(exc) if isinstance(exc, RunFailure) else f"{type(exc).__name__}: {exc}"
+            partial = getattr(exc, "partial", None)
+            if partial is not None and partial.queries:
+                # The queries it completed are stored with it: its status (failed) keeps them
+                # out of every figure pooled over finished runs.
+                result.queries.extend(partial.queries)
+                result.events.append(Event(0.0, "partial", f"{len(partial.queries)} queries completed before the "
+                                           "failure are kept with the failed run"))
             if target is not None:
                 alive = target.check_alive()
                 if alive:
@@ -599,7 +636,7 @@ class Runner:
             with signals_ignored():
                 target.teardown()
             raise
-        for note in getattr(target, "notes", []):
+        for note in target.notes:
             self.progress.warn(note)
         self.active = ActiveTarget(identity, target, endpoint)
         if endpoint.fresh:
@@ -679,15 +716,20 @@ class Runner:
     def _prepare(self, workload: Workload, endpoint: Endpoint, identity: str, ctx: RunContext,
                  result: RunResult) -> None:
         key = workload.data_key()
-        if self.store.dataset(identity) == key:
+        why = workload.reload_for_rerun(ctx.earlier_effects) if ctx.earlier_effects else None
+        if self.store.dataset(identity) == key and why is None:
             result.events.append(Event(0.0, "prepare", "data set reused from an earlier run"))
             return
+        if why is not None:
+            self.progress.say(f"run {ctx.run_number}: loading the data again: {why}")
+            result.events.append(Event(0.0, "reload", why))
         self.progress.status("preparing data (load test)")
         self.store.set_dataset(identity, None, None)  # a crash mid-load leaves no claim of a data set
         # A load of data that other runs used already (it was discarded, or
-        # lost) puts this run on a fresh load: the report says so.
-        self.store.add_effect(ctx.run_number, "load", {"data_key": key, "reload": self._used_before(ctx.run_number,
-                                                                                                  identity, key)})
+        # lost, or an earlier attempt of this run changed it beyond undoing)
+        # puts this run on a fresh load: the report says so.
+        record = {"data_key": key, "reload": why is not None or self._used_before(ctx.run_number, identity, key)}
+        self.store.add_effect(ctx.run_number, "load", record if why is None else {**record, "why": why})
         load = workload.prepare(endpoint, ctx)
         for step, seconds in load.steps.items():
             result.add_metric(f"load.{step}_s", seconds, "s", f"load phase step: {step}")
@@ -729,7 +771,7 @@ class Runner:
                 running.append(collector)
             usage = target.resource_usage()
             # host noise: what else used the machine while the workload ran
-            noise = HostNoise(target.processes(), external=bool(getattr(target, "external", False)))
+            noise = HostNoise(target.processes(), external=target.external)
             noise.begin()
             if spec.driver.network.namespace:
                 with self.link.driving(spec.driver.network, target, endpoint, result, ctx.now_s) as remote:
@@ -755,10 +797,8 @@ class Runner:
                     result.events.append(Event(ctx.now_s(), "collector-error", f"{collector.name}: {exc}"))
             writer.close()
         for collector in running:
-            derive = getattr(collector, "derive", None)
-            if derive is not None:
-                for metric in derive(result.metrics).values():
-                    result.metrics[metric.name] = metric
+            for metric in collector.derive(result.metrics).values():
+                result.metrics[metric.name] = metric
             try:
                 collector.annotate(result)
             except Exception as exc:  # telemetry must not lose the run

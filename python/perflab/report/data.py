@@ -155,6 +155,12 @@ def load(store: Store, seed: int | None = None) -> ReportData:
     except (tomllib.TOMLDecodeError, TypeError):
         spec = {}
     runs = store.runs()
+    # A run resumed after an interruption, retried after a failure, or run on
+    # a fresh load carries it as a flag, so that every table that lists it
+    # (and every workload's, which print a run's flags) marks it.
+    marks = store.run_marks()
+    for run in runs:
+        run["flags"] = [*run["flags"], *(m for m in marks.get(run["id"], []) if m not in run["flags"])]
     values: dict[int, dict[str, float]] = {}
     metrics: dict[str, MetricInfo] = {}
     for row in store.metrics():

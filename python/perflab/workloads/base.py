@@ -73,6 +73,15 @@ class Workload(abc.ABC, Generic[EndpointT]):
         needs allow_destructive = true)."""
         return True
 
+    def reload_for_rerun(self, earlier_effects: list[dict[str, Any]]) -> str | None:
+        """Why a run run again (resumed after a kill, or retried) needs its
+        data set loaded first: an earlier attempt changed the data in a way
+        nothing can undo (`earlier_effects`: what its attempts recorded with
+        ctx.record_effect). The runner then loads it again before the run and
+        the report marks the run "fresh load". None (the default): the run
+        undoes or records what an earlier attempt did itself, or changed nothing."""
+        return None
+
     @abc.abstractmethod
     def prepare(self, endpoint: EndpointT, ctx: RunContext) -> LoadResult:
         """Create and load the data set (the timed load test)."""

@@ -29,6 +29,13 @@
   and data load) run after it. Together they are the timed load phase. With
   neither, the queries run on the database as it is: an external target is
   then only read, unless its `allow_destructive` says otherwise.
+- Writes: a query whose statement changes data or schema (`writes_data`:
+  INSERT, UPDATE, DELETE, CREATE, ...) is recorded before the run (the
+  store's effect "queries.writes"). A run run again after an attempt that ran
+  such queries and did not finish gets its data loaded again first (marked
+  "fresh load"), when the workload has a load phase; without one, the run
+  says that the earlier attempt's writes stay. A failed run keeps the
+  queries it completed, stored with it as failed.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import hashlib
 import math
 import os
 import random
+import re
 import string
 import threading
 import time
@@ -250,6 +258,38 @@ def _sql_body(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
+# The first words of statements that change data or schema. A query set
+# holding one changes the data: each run records which of its queries do
+# before it runs them (effect "queries.writes"), and a run run again after an
+# attempt that ran them is loaded afresh first, when the workload has a load
+# phase (dataset, prepare), or says that the earlier writes stay.
+WRITE_VERBS = frozenset({"insert", "update", "delete", "merge", "upsert", "replace", "create", "drop", "alter",
+                         "truncate", "copy", "call", "do", "grant", "revoke", "comment", "refresh", "cluster",
+                         "reindex", "import", "load", "attach", "detach", "install", "checkpoint"})
+_DML = re.compile(r"\b(insert|update|delete|merge)\b", re.IGNORECASE)
+_INTO = re.compile(r"\binto\b", re.IGNORECASE)
+
+
+def writes_data(text: str) -> bool:
+    """Whether a query's text holds a statement that changes data or schema:
+    one that starts with a word of WRITE_VERBS, a WITH whose body holds an
+    INSERT, UPDATE, DELETE or MERGE, or a SELECT ... INTO (a new table).
+    Judged from the words alone: a function with side effects called from a
+    SELECT is not seen."""
+    for statement in _sql_body(text).split(";"):
+        words = statement.split(None, 1)
+        if not words:
+            continue
+        first = words[0].lower().lstrip("(")
+        if first in WRITE_VERBS:
+            return True
+        if first == "with" and _DML.search(statement):
+            return True
+        if first == "select" and _INTO.search(statement):
+            return True
+    return False
+
+
 def draw(spec: list[Scalar] | Range, rng: random.Random) -> str:
     if isinstance(spec, Range):
         if isinstance(spec.min, int) and isinstance(spec.max, int):
@@ -301,6 +341,19 @@ class QueriesWorkload(Workload[SqlEndpoint]):
         return (self.settings.prepare is not None or self.settings.dataset is not None
                 or (isinstance(self.settings.queries, str) and self.settings.queries in BUILTIN_SETS))
 
+    def reload_for_rerun(self, earlier_effects: list[dict[str, Any]]) -> str | None:
+        """An earlier attempt of this run that ran queries that change the
+        data and did not finish left their writes behind; nothing can undo a
+        user's statements, so a workload that makes its data (a data set, a
+        prepare script) has it loaded again, before the run. Without a load
+        phase, run() says that the writes stay."""
+        wrote = [e for e in earlier_effects if e["kind"] == "queries.writes"]
+        if not wrote or not wrote[-1]["data"].get("reloadable"):
+            return None
+        names = ", ".join(wrote[-1]["data"]["queries"])
+        return (f"attempt {wrote[-1]['attempt']} ran queries that change the data ({names}) and did not finish: "
+                "what they wrote cannot be undone, so the data set is loaded again")
+
     def data_key(self) -> str:
         # The prepare script's text defines the data: edits to it count.
         key = super().data_key()
@@ -339,6 +392,7 @@ class QueriesWorkload(Workload[SqlEndpoint]):
         queries = load_queries(s, ctx.base_dir)
         result = RunResult(headline=list(self.headline))
         plans = {n: stream_executions(queries, s, n) for n in range(s.streams)}
+        self._record_writes(queries, plans, ctx, result)
         times: dict[int, list[QueryTime]] = {n: [] for n in plans}
         errors: list[BaseException] = []
         stop = threading.Event()
@@ -371,18 +425,22 @@ class QueriesWorkload(Workload[SqlEndpoint]):
         for th in threads:
             th.join()
         elapsed = time.perf_counter() - started
-        if errors:
-            raise RunFailure(f"a query stream failed: {short_error(errors[0])}") from errors[0]
         for n in sorted(times):
             result.queries.extend(times[n])
+        if errors:
+            failure = RunFailure(f"a query stream failed: {short_error(errors[0])}")
+            failure.partial = result  # the queries completed before it: kept with the failed run
+            raise failure from errors[0]
         failed = [t for t in result.queries if t.status != "ok"]
         for t in failed:
             result.events.append(Event(t.started_s or 0.0, f"query-{t.status}",
                                        f"stream {t.stream} {t.query}: {t.error}"))
         if failed and s.on_error == "fail":
             first = failed[0]
-            raise RunFailure(f"query {first.query} (stream {first.stream}) {first.status}: {first.error}; "
-                             "on_error = \"fail\" stopped the run")
+            failure = RunFailure(f"query {first.query} (stream {first.stream}) {first.status}: {first.error}; "
+                                 "on_error = \"fail\" stopped the run")
+            failure.partial = result
+            raise failure
         if failed:
             result.flags.append(Flag.INVALID_METRICS)
         ok = [t.seconds for t in result.queries if t.status == "ok" and t.seconds]
@@ -394,6 +452,27 @@ class QueriesWorkload(Workload[SqlEndpoint]):
                               "geometric mean of the completed queries' times", False)
         per_query_stats(result)
         return result
+
+    def _record_writes(self, queries: list[QuerySource], plans: dict[int, list[Execution]], ctx: RunContext,
+                       result: RunResult) -> None:
+        """Before any query runs: which of them change the data (effect
+        "queries.writes"), and what an earlier attempt's writes left, when
+        the data was not loaded again for this one (reload_for_rerun)."""
+        writing = [q.name for q in queries if writes_data(q.template.template)]
+        if not writing:
+            return
+        earlier = [e for e in ctx.earlier_effects if e["kind"] == "queries.writes"]
+        if earlier and not earlier[-1]["data"].get("reloadable"):
+            said = (f"attempt {earlier[-1]['attempt']} ran queries that change the data "
+                    f"({', '.join(earlier[-1]['data']['queries'])}) and did not finish: what they wrote stays, "
+                    "since the workload has no load phase (dataset, prepare) to make the data again")
+            result.events.append(Event(ctx.now_s(), "earlier-writes", said))
+            ctx.warn(f"run {ctx.run_number}: {said}")
+        executions = sum(1 for plan in plans.values() for ex in plan if ex.name in writing)
+        reloadable = self.settings.prepare is not None or set_dataset(self.settings, ctx.base_dir) is not None
+        ctx.record_effect("queries.writes", {"queries": writing, "executions": executions, "reloadable": reloadable})
+        result.events.append(Event(ctx.now_s(), "writes", f"queries that change the data: {', '.join(writing)} "
+                                   f"({executions} executions)"))
 
     @classmethod
     def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:

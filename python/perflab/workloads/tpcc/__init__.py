@@ -22,6 +22,10 @@ the spec's metrics, and its twelve consistency conditions after every run.
   percentile response times are checked against clause 5.2's minimums and
   limits; a run below them is flagged.
 - Checks: clause 3.3.2's twelve consistency conditions (`checks.py`).
+- What a run consumes is recorded before it runs (effect "tpcc.orders": the
+  load seed, each district's next order id, the history rows); a run run again
+  after a killed or failed attempt records what that attempt committed, which
+  stays (the data only grows, each transaction atomic: the conditions hold).
 - The NURand constants (`constants.py`): C_LAST's load constant is chosen at
   load and kept in tpcc_meta; each run draws its own by clause 2.1.6.1's
   delta rule.
@@ -29,12 +33,11 @@ the spec's metrics, and its twelve consistency conditions after every run.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -44,31 +47,33 @@ from perflab.drivers import engine_run
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
+from perflab.section import Section
 from perflab.units import Duration
+from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.generated import run_step
-from perflab.workloads.stalls import StallWatch, interval_value
+from perflab.workloads.stalls import StallWatch
 from perflab.workloads.tpcc import checks, constants, mix, procedures, schema
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 APPLICATION = "perflab-tpcc"
 SAMPLER_APPLICATION = "perflab-tpcc-sampler"
 SERIES_SOURCE = "tpcc"
 DEFAULT_DURATION_S = 60.0
 MAX_WAREHOUSES = 100_000
-MAX_CLIENTS = 10_000
 MAX_TRANSACTIONS = 10**12
-MAX_RATE_TPS = 1e9
 MAX_TRIES = 1_000
 # Terminals per warehouse (clause 4.2.2), the most keying allows.
 TERMINALS_PER_WAREHOUSE = 10
 # How often the sampler reads sum(d_next_o_id) for NOPM.
 SAMPLE_INTERVAL_S = 0.02
-SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
 ISOLATION = {"read committed": "read\\ committed", "repeatable read": "repeatable\\ read",
              "serializable": "serializable"}
 
 
-class TpccSettings(WorkloadSettings):
+class TpccSettings(harness.HarnessSettings):
     kind: Literal["tpcc"]
     # The data set: clause 4.2 scales every table but ITEM by warehouses.
     warehouses: int = Field(default=1, ge=1, le=MAX_WAREHOUSES)
@@ -76,17 +81,11 @@ class TpccSettings(WorkloadSettings):
     load_seed: int | None = Field(default=None, ge=0)
     # Parallel COPY connections and index builds at load; default: the machine's CPUs.
     load_jobs: int | None = Field(default=None, ge=1, le=256)
-    # Clients (terminals); default: 10 per warehouse with keying, else 1.
-    clients: int | None = Field(default=None, ge=1, le=MAX_CLIENTS)
-    # Runtime threads of the driver; default: min(clients, cores).
-    threads: int | None = Field(default=None, ge=1)
-    # Run length: a duration, or transactions per client; default: 60 s.
-    duration: Duration | None = Field(default=None, gt=0)
+    # Clients (terminals); default: 10 per warehouse with keying, else 1
+    # (effective_clients(); None only until then, so the type is wider than the harness's).
+    clients: int | None = Field(default=None, ge=1, le=harness.MAX_CLIENTS)  # type: ignore[assignment]
+    # Transactions per client, instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
-    warmup: Duration = Field(default=0.0, ge=0)
-    # Total transactions per second, open loop (latency from the intended start).
-    rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
-    schedule: Literal["poisson", "constant"] = "poisson"
     latency_limit: Duration | None = Field(default=None, gt=0)
     # The spec's keying and think times per terminal (clause 5.2.5); then at
     # most 10 clients per warehouse and tpmC at most 12.86 per warehouse.
@@ -99,10 +98,6 @@ class TpccSettings(WorkloadSettings):
     # Percent of each transaction (new_order, payment, order_status, delivery,
     # stock_level; summing to 100); default: the deck of 23 (10/10/1/1/1).
     weights: dict[str, float] | None = None
-    # Seed of the run's draws and constants; default: a new one per run.
-    seed: int | None = Field(default=None, ge=0)
-    # Socket I/O of the driver, as tpcb's `io`.
-    io: Literal["auto", "uring", "epoll"] = "auto"
 
     @field_validator("weights")
     @classmethod
@@ -138,11 +133,6 @@ class TpccSettings(WorkloadSettings):
             if self.rate is not None:
                 raise ValueError("got keying = true and a rate; allowed: one of them (keying and think "
                                  "times set each terminal's pace)")
-        if self.threads is not None and self.threads > clients:
-            raise ValueError(
-                f"threads = {self.threads} is more than clients = {clients}; "
-                "allowed: 1..clients (each thread drives at least one client)"
-            )
         return self
 
     def effective_clients(self) -> int:
@@ -178,14 +168,6 @@ def with_options(conninfo: str, options: str) -> str:
     params: dict[str, Any] = conninfo_to_dict(conninfo)
     params["options"] = (str(params.get("options", "")) + " " + options).strip()
     return make_conninfo("", **params)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0))
-
-
-def _ms(us: float) -> float:
-    return us / 1000.0
 
 
 class _NewOrderSampler:
@@ -276,14 +258,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
 
     settings: TpccSettings
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TpccSettings) -> None:
         super().__init__(settings)
         self.constants: constants.RunConstants | None = None
 
     # ------------------------------------------------------------ load
 
     def _jobs(self) -> int:
-        return self.settings.load_jobs or _cores()
+        return self.settings.load_jobs or harness.cores()
 
     def prepare(self, endpoint: PgWireEndpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
@@ -308,17 +290,13 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             timed("create", [*schema.drop_sql(), *schema.create_sql()])
             ctx.status(f"{say}: generate and copy ({jobs} connections)")
             started = time.perf_counter()
-            try:
-                report = _engine.tpcc_load(  # type: ignore[attr-defined]
+            with harness.engine_errors("tpcc", failed="tpcc load failed"):
+                report = _engine.tpcc_load(
                     endpoint.wire_conninfo(APPLICATION), warehouses=s.warehouses, jobs=jobs, seed=seed,
                     c_last=c_last_load,
                     on_step=lambda step: ctx.status(f"{say}: {str(step).replace('_', ' ')}"),
                     cancel=ctx.cancel,
                 )
-            except _engine.EngineConnectionError as exc:
-                raise RunFailure(f"tpcc load failed: {exc}") from None
-            except _engine.ConfigError as exc:
-                raise UserError(f"workload tpcc: {exc}") from None
             steps["generate_and_copy"] = time.perf_counter() - started
             rows = {str(k): int(v) for k, v in dict(report.rows).items()}
             timed("keys", schema.primary_key_sql(), parallel=True)
@@ -339,10 +317,6 @@ class TpccWorkload(Workload[PgWireEndpoint]):
 
     # ------------------------------------------------------------ run
 
-    def _threads(self) -> int:
-        s = self.settings
-        return s.threads if s.threads is not None else max(1, min(s.effective_clients(), _cores()))
-
     def _before_run(self, endpoint: PgWireEndpoint, result: RunResult, ctx: RunContext) -> Meta:
         s = self.settings
         try:
@@ -361,6 +335,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                 if delivers and not meta.delivered:
                     # Before the run, so a run that dies midway still ends condition 11.
                     conn.execute(f"UPDATE {schema.META} SET delivered = true")
+                self._record_orders(conn, meta, result, ctx)
                 if s.mode == "procedures":
                     procedures.install(conn)
         except RunFailure:
@@ -368,6 +343,41 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         except Exception as exc:
             raise RunFailure(f"tpcc: cannot prepare the run on {endpoint.display()}: {str(exc).strip()}") from None
         return meta
+
+    @staticmethod
+    def _record_orders(conn: Any, meta: Meta, result: RunResult, ctx: RunContext) -> None:
+        """What this run consumes, recorded before it runs (effect
+        "tpcc.orders"): the data's generation (its load seed and time) and where each
+        district's order ids and the history table stand; its New-Orders take
+        the ids from there on. A run run again after an attempt that did not
+        finish finds what that attempt committed and records it too: the
+        orders and payments stay, since TPC-C's data only grows and every
+        transaction is atomic (clause 3.3.2's conditions hold on it), and
+        undoing them would need the Payments' and Deliveries' balances
+        undone too."""
+        row = conn.execute("SELECT coalesce(sum(d_next_o_id), 0), coalesce(min(d_next_o_id), 0), "
+                           "coalesce(max(d_next_o_id), 0), count(*), (SELECT count(*) FROM history), "
+                           f"(SELECT max(loaded_at)::text FROM {schema.META}) FROM district").fetchone()
+        now = {"load_seed": meta.load_seed, "loaded_at": row[5], "next_o_id_sum": int(row[0]),
+               "next_o_id_min": int(row[1]), "next_o_id_max": int(row[2]), "districts": int(row[3]),
+               "history_rows": int(row[4])}
+        earlier = [e for e in ctx.earlier_effects if e["kind"] == "tpcc.orders"]
+        record: dict[str, Any] = dict(now)
+        if earlier:
+            before, attempt = earlier[-1]["data"], earlier[-1]["attempt"]
+            if (before.get("load_seed"), before.get("loaded_at")) != (meta.load_seed, row[5]):
+                said = f"attempt {attempt}'s orders are gone: the data was loaded again since"
+            else:
+                orders = now["next_o_id_sum"] - int(before["next_o_id_sum"])
+                payments = now["history_rows"] - int(before["history_rows"])
+                record["earlier_attempt"] = {"attempt": attempt, "orders": orders, "history_rows": payments}
+                said = (f"attempt {attempt} committed {orders} New-Orders (order ids from "
+                        f"{before['next_o_id_min']}..{before['next_o_id_max']} per district on) and {payments} "
+                        "Payments before it ended; they stay (TPC-C's data only grows and each transaction is "
+                        "atomic, so the consistency conditions hold), and this run goes on from there")
+            result.events.append(Event(ctx.now_s(), "earlier-attempt", said))
+            ctx.warn(f"run {ctx.run_number}: {said}")
+        ctx.record_effect("tpcc.orders", record)
 
     def run(self, endpoint: PgWireEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
@@ -381,7 +391,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         if s.keying and clients > TERMINALS_PER_WAREHOUSE * warehouses:
             raise UserError(f"workload tpcc: clients = {clients} with keying, but the tables hold "
                             f"{warehouses} warehouse(s); allowed: at most {TERMINALS_PER_WAREHOUSE * warehouses}")
-        threads = self._threads()
+        threads = s.effective_threads()
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         consts = constants.run_constants(meta.c_last_load, seed)
         self.constants = consts
@@ -404,9 +414,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                        f"p99 {interval.latency_p99_ms:.1f} ms, {interval.failed} failed")
             if not interval.warmup:
                 ctx.series.add(SERIES_SOURCE, "tpmC", interval.t_s, tpmc)
-                for name in SERIES_FIELDS:
-                    if name != "lag_mean_ms" or s.rate is not None:
-                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, interval_value(interval, name))
+            harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
         try:
             with endpoint.connect() as stats:
@@ -416,15 +424,16 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                 ctx.status(f"tpcc {s.mode}: connecting {clients} clients on {threads} threads")
                 started = time.monotonic()
                 try:
-                    out = engine_run(
-                        ctx, "tpcc_run", conninfo, warehouses=warehouses, clients=clients, threads=threads, t0_ns=ctx.t0_ns,
-                        mode=s.mode, duration_s=duration, transactions=s.transactions, warmup_s=s.warmup,
-                        rate_tps=s.rate, schedule=s.schedule,
-                        latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
-                        max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id,
-                        ol_i_id=consts.ol_i_id, keying=s.keying, weights=mix.weights_list(s.weights),
-                        io=s.io, progress=progress,
-                    )
+                    with harness.engine_errors("tpcc"):
+                        out = engine_run(
+                            ctx, _engine.tpcc_run, conninfo, warehouses=warehouses, clients=clients,
+                            threads=threads, t0_ns=ctx.t0_ns, mode=s.mode, duration_s=duration,
+                            transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
+                            latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
+                            max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id,
+                            ol_i_id=consts.ol_i_id, keying=s.keying, weights=mix.weights_list(s.weights),
+                            io=s.io, progress=progress,
+                        )
                 finally:
                     sampler.stop()
                 wall_s = time.monotonic() - started
@@ -433,39 +442,20 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                     tx_after: int | None = _server_transactions(stats)
                 except Exception:
                     tx_after = None
-        except _engine.EngineConnectionError as exc:
-            raise RunFailure(f"tpcc: {exc}") from None
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload tpcc: {exc}") from None
-        except _engine.EngineError as exc:
-            raise RunFailure(f"tpcc: {exc}") from None
         except (RunFailure, UserError):
             raise
         except Exception as exc:  # psycopg: the server went away around the run
             raise RunFailure(f"tpcc: {str(exc).strip()}") from None
-        ctx.measure_start_s = out.measure_start_t_s
-        ctx.measure_end_s = out.measure_start_t_s + out.measured_s
-        t = out.measure_start_t_s
-        result.events.append(Event(t, "seed", f"random seed {seed}"))
-        result.events.append(Event(t, "io", f"io: {out.io}"))
-        result.events.append(Event(t, "constants", "NURand constants: " + consts.describe(meta.c_last_load)
-                                   + "; clause 2.1.6.1's delta rule holds"))
-        for e in out.events:
-            result.events.append(Event(e.t_s, e.kind, e.message))
-        if out.lost_clients >= clients:
-            first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
-            raise RunFailure(f"tpcc: all {clients} client connections were lost (server down?): {first}")
-        if out.lost_clients:
-            result.flags.append(Flag.LOST_CONNECTIONS)
-        if out.client_bound:
-            result.flags.append(Flag.CLIENT_BOUND)
-        self._metrics(out, result, threads, clients, warehouses, meta)
+        result.events.append(Event(out.measure_start_t_s, "constants", "NURand constants: "
+                                   + consts.describe(meta.c_last_load) + "; clause 2.1.6.1's delta rule holds"))
+        harness.take_run(ctx, result, out, clients=clients, seed=seed,
+                         lost=f"tpcc: all {clients} client connections were lost (server down?)")
+        self._metrics(out, result, warehouses, meta)
         self._database_metrics(out, result, sampler, tx_before, tx_after, wall_s)
         stalls.annotate(result)
         return result
 
-    def _metrics(self, out: Any, result: RunResult, threads: int, clients: int, warehouses: int,
-                 meta: Meta) -> None:
+    def _metrics(self, out: _engine.DriverResult, result: RunResult, warehouses: int, meta: Meta) -> None:
         s = self.settings
         add = result.add_metric
         minutes = out.measured_s / 60.0
@@ -492,8 +482,6 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         add("tps", out.tps, "tx/s", "transactions completed per second of the measured window",
             higher_is_better=True)
         add("failed", out.failed, "tx", "transactions ended by an error (after retries)", higher_is_better=False)
-        add("retries", out.retries, "tries", "retries after serialization failures or deadlocks")
-        add("measured_s", out.measured_s, "s", "measured window: end of warm-up to the last completion")
         # The mix achieved (clause 5.2.3).
         shares = mix.shares_pct(counts)
         for t in mix.TYPES:
@@ -506,7 +494,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             result.events.append(Event(out.measure_start_t_s + out.measured_s, "mix-below-spec",
                                        "mix below clause 5.2.3's minimums: " + ", ".join(below)))
         # Latency per type, and its 90th percentile against clause 5.2.5.4's limit.
-        base = "from the intended start (open loop)" if s.rate else "from send (closed loop, no think time)"
+        base = s.latency_origin(closed="from send (closed loop, no think time)")
         encoding = out.histogram_encoding
         over: list[str] = []
         for name in mix.ENGINE_TYPES:
@@ -518,14 +506,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             lat = one.latency
             for key, label in (("mean_us", "mean"), ("p50_us", "p50"), ("p90_us", "p90"), ("p95_us", "p95"),
                                ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
-                add(f"{name}.latency_{label}_ms", _ms(getattr(lat, key)), "ms", f"{name} latency {label}, {base}",
+                add(f"{name}.latency_{label}_ms", harness.ms(getattr(lat, key)), "ms", f"{name} latency {label}, {base}",
                     higher_is_better=False)
             result.histograms.append(Histogram(f"latency.{name}", "us", encoding, bytes(one.histogram)))
         parts = [bytes(by_type[n].histogram) for n in ("new_order", "new_order_rollback")
                  if n in by_type and by_type[n].committed]
-        p90_ms = {n: _ms(by_type[n].latency.p90_us) for n in mix.TYPES if n in by_type and by_type[n].committed}
+        p90_ms = {n: harness.ms(by_type[n].latency.p90_us) for n in mix.TYPES if n in by_type and by_type[n].committed}
         if len(parts) == 2:
-            p90_ms["new_order"] = _ms(_engine.hdr_quantile_us(_engine.hdr_merge(parts), 0.9))
+            p90_ms["new_order"] = harness.ms(_engine.hdr_quantile_us(_engine.hdr_merge(parts), 0.9))
         for name, limit_s in mix.P90_LIMIT_S.items():
             if name not in p90_ms:
                 continue
@@ -541,38 +529,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             result.flags.append(Flag.INVALID_METRICS)
             result.events.append(Event(out.measure_start_t_s + out.measured_s, "response-time-limit",
                                        "90th percentiles over clause 5.2.5.4's limits: " + ", ".join(over)))
-        for data, name in ((out.lag_histogram, "lag"), (out.failed_histogram, "failed_latency")):
-            if data is not None:
-                result.histograms.append(Histogram(name, "us", encoding, bytes(data)))
         if s.rate is not None:
             add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
-            add("lag_mean_ms", _ms(out.lag.mean_us), "ms", "schedule lag: actual minus intended start",
-                higher_is_better=False)
-            add("lag_p99_ms", _ms(out.lag.p99_us), "ms", "schedule lag p99", higher_is_better=False)
-        if s.latency_limit is not None:
-            add("late", out.late, "tx", f"completed later than latency_limit ({s.latency_limit * 1000:g} ms)",
-                higher_is_better=False)
-            if s.rate is not None:
-                add("skipped", out.skipped, "tx", "schedule slots skipped: already later than latency_limit",
-                    higher_is_better=False)
         for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
-        add("lost_connections", out.lost_clients, "clients", "clients whose connection was lost",
-            higher_is_better=False)
-        add("connect_time_mean_ms", out.connect_total_s / max(1, out.clients) * 1000, "ms",
-            "mean time to open (and prepare) one client connection; not part of any rate", higher_is_better=False)
-        add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the driver's threads in the measured window")
         if new_orders:
             add("driver_cpu_per_new_order_us", out.driver_cpu_s / new_orders * 1e6, "us",
                 "driver CPU time per committed New-Order (the whole mix's CPU over New-Orders)",
                 higher_is_better=False)
-        if out.cpu_given_s > 0:
-            add("driver_cpu_share", out.driver_cpu_s / out.cpu_given_s, "ratio",
-                f"driver CPU over the CPU its {threads} threads could use; above 0.8 the run is client-bound",
-                higher_is_better=False)
-        add("process_cpu_s", out.process_cpu_s, "s", "CPU time of the whole perflab process in the window")
-        add("clients", clients, "clients")
-        add("threads", threads, "threads")
         add("warehouses", warehouses, "warehouses")
         # The rules the run followed, for the report.
         add("keying", 1.0 if s.keying else 0.0, "bool", "keying and think times (clause 5.2.5) on")
@@ -583,9 +547,12 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             add("constants.c_last_load", meta.c_last_load, "C", "NURand C of C_LAST at load")
             add("constants.c_id", self.constants.c_id, "C", "NURand C of C_ID in this run")
             add("constants.ol_i_id", self.constants.ol_i_id, "C", "NURand C of OL_I_ID in this run")
+        # the harness's own figures, and its lag and failed-latency histograms after the workload's
+        harness.harness_metrics(result, out, per=("tx", "completed transaction"), scheduled=s.rate is not None,
+                                latency_limit_s=s.latency_limit)
 
     @staticmethod
-    def _database_metrics(out: Any, result: RunResult, sampler: _NewOrderSampler, tx_before: int,
+    def _database_metrics(out: _engine.DriverResult, result: RunResult, sampler: _NewOrderSampler, tx_before: int,
                           tx_after: int | None, wall_s: float) -> None:
         add = result.add_metric
         start = out.measure_start_t_s
@@ -628,7 +595,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
     # ------------------------------------------------------------ report
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Section]:
         from perflab.workloads.tpcc import report
 
         return report.sections(store, runs)

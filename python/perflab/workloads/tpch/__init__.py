@@ -29,6 +29,7 @@ is stored as stream S + 1.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import threading
@@ -159,7 +160,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
         conn = endpoint.connect()
         try:
             load = generated.load_generated(
-                endpoint, conn, ctx, "tpch", sf, schema.TABLES, schema.drop_tables(endpoint.schema),
+                endpoint, conn, ctx, schema.DATA, sf, schema.TABLES, schema.drop_tables(endpoint.schema),
                 [schema.create_table(t) for t in schema.TABLES],
                 schema.load_steps(endpoint.dialect, endpoint.schema is not None), self._jobs())
             load_end = dt.datetime.now()
@@ -199,6 +200,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
 
         power: float | None = None
         throughput: float | None = None
+        failed: Exception | None = None
         try:
             if "power" in s.tests and not ctx.cancel.is_set():
                 if s.validation:
@@ -207,10 +209,21 @@ class TpchWorkload(Workload[SqlEndpoint]):
                     power = self._power_test(endpoint, ctx, result, state, base_seed, only, invalid)
             if "throughput" in s.tests and not ctx.cancel.is_set():
                 throughput = self._throughput_test(endpoint, ctx, result, state, base_seed, only, invalid)
+        except Exception as exc:
+            failed = exc
+            # the queries and refresh functions it completed: the runner keeps them with the failed run
+            with contextlib.suppress(AttributeError):
+                exc.partial = result  # type: ignore[attr-defined]
+            raise
         finally:
             # Even after a failure: pairs whose RF1 started are used up, so the
-            # next run never re-inserts their keys.
-            self._finish_state(endpoint, state)
+            # next run never re-inserts their keys. (A server that is gone
+            # cannot take it: the failure that says so is the one raised.)
+            try:
+                self._finish_state(endpoint, state)
+            except Exception:
+                if failed is None:
+                    raise
         if power is not None and throughput is not None and not invalid:
             qphh = metrics.qphh_at_size(power, throughput)
             result.add_metric("qphh_at_size", qphh, "QphH@Size",
@@ -390,12 +403,12 @@ class TpchWorkload(Workload[SqlEndpoint]):
         try:
             rf1 = self._refresh(ctx, conn, endpoint.dialect, "RF1", pair, state, 0, 0, result.queries)
             outcome = self._query_stream(endpoint, ctx, queries)
+            result.queries.extend(outcome.times)  # before RF2: a failed RF2 keeps them
             rf2 = self._refresh(ctx, conn, endpoint.dialect, "RF2", pair, state, 0, len(qgen.QUERY_ORDER[0]) + 1,
                                 result.queries)
         finally:
             conn.close()
         power_s = time.perf_counter() - started
-        result.queries.extend(outcome.times)
         result.add_metric("power_test_s", power_s, "s", "power test: RF1, stream 0, RF2", False)
         bad = [t for t in outcome.times if t.status != "ok"]
         for t in bad:
@@ -454,11 +467,11 @@ class TpchWorkload(Workload[SqlEndpoint]):
             t.start()
         for t in threads:
             t.join()
-        if errors:
-            raise RunFailure(f"throughput test failed: {_short_error(errors[0])}") from errors[0]
-        for n in sorted(outcomes):
+        for n in sorted(outcomes):  # before a failure is raised: a failed run keeps what completed
             result.queries.extend(outcomes[n].times)
         result.queries.extend(refresh_times)
+        if errors:
+            raise RunFailure(f"throughput test failed: {_short_error(errors[0])}") from errors[0]
         # Ts, the measurement interval Throughput@Size divides by (clause 5.4.2):
         # from the start of the first query stream to the end of the last query
         # or refresh stream, whichever ends last. Taken from the stored start
@@ -487,9 +500,12 @@ class TpchWorkload(Workload[SqlEndpoint]):
         if function == "RF1":
             self._refresh_pairs_run += 1  # counted before it runs: see run()'s finally
         started_s = ctx.now_s()
+        started = time.perf_counter()
         try:
             timing = fn(conn, dialect, self.settings.scale_factor, pair, state.refresh_seed)
         except Exception as exc:
+            into.append(QueryTime(stream, seq, function, time.perf_counter() - started, "error",
+                                  text=f"{function} pair {pair}", error=_short_error(exc), started_s=started_s))
             raise RunFailure(f"{function} of refresh pair {pair} failed: {_short_error(exc)}") from exc
         verb = "inserted" if function == "RF1" else "deleted"
         into.append(QueryTime(stream, seq, function, timing.seconds, "ok",

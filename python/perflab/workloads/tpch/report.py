@@ -28,7 +28,7 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
         m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
         factors = fmt_factors(run["factors"], ", ")
         metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
-                            ", ".join([*marks.get(run["id"], []), *run["flags"]])])
+                            ", ".join(dict.fromkeys([*marks.get(run["id"], []), *run["flags"]]))])
         by_query: dict[str, list[float]] = {}
         for q in store.queries(run["id"]):
             if q["status"] == "ok" and q["seconds"] is not None:
@@ -97,7 +97,8 @@ def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
 
 def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
     """Each run by what varied: its factor levels ("postgres", "duckdb"), with
-    the repetition when the experiment repeats; "run N" without factors."""
+    the repetition when the experiment repeats; "run N" without factors;
+    "(failed)" after a failed run's."""
     repeated = len({r["repetition"] for r in runs}) > 1
     out = {}
     for r in runs:
@@ -106,6 +107,8 @@ def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
             out[r["id"]] = f"run {r['id']}"
         else:
             out[r["id"]] = f"{label} #{r['repetition']}" if repeated else label
+        if r.get("status") == "failed":  # its queries are those it completed before it failed
+            out[r["id"]] += " (failed)"
     return out
 
 
