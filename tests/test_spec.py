@@ -90,7 +90,7 @@ def test_target_kind_can_be_a_factor_when_each_run_validates(tmp_path: Path) -> 
     f = tmp_path / "e.toml"
     f.write_text(
         '[experiment]\nname = "x"\n[target]\nkind = "postgres"\n[workload]\nkind = "sql"\nstatements = ["SELECT 1"]\n'
-        '[factors]\n"target.kind" = ["postgres", "mysql"]\n'
+        '[factors]\n"target.kind" = ["postgres", "oracle"]\n'
     )
     with pytest.raises(SpecError) as info:
         spec.load(f)
@@ -192,8 +192,13 @@ clients = 1
     exp = spec.load_text(text)
     runs = [exp.resolve(c).workload for c in exp.combinations()]
     assert [(w.script, w.clients) for w in runs] == [("select-only", 8), ("tpcb-like", 1)]
-    with pytest.raises(SpecError, match="sets workload.kind"):
-        spec.load_text(text.replace('{ script = "tpcb-like" }', '{ kind = "sql" }'))
+    # A level with its own kind is the whole section, validated whole (no clients = 1 from the file).
+    whole = text.replace("clients = 1", "clients = 3").replace('{ script = "tpcb-like" }',
+                                                              '{ kind = "tpcb", script = "tpcb-like" }')
+    runs = [spec.load_text(whole).resolve(c).workload for c in spec.load_text(whole).combinations()]
+    assert [(w.script, w.clients) for w in runs] == [("select-only", 8), ("tpcb-like", 1)]
+    with pytest.raises(SpecError, match=r"factors\.workload\[1\]"):
+        spec.load_text(text.replace('{ script = "tpcb-like" }', '{ kind = "tpcb", scale = "x" }'))
     with pytest.raises(SpecError, match="names nothing"):
         spec.load_text(text.replace('"workload" = [{ script = "select-only", clients = 8 }, { script = "tpcb-like" }]',
                                     '"workload" = [1, 2]'))

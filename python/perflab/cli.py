@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, help="output directory (default: results/NAME-TIMESTAMP)")
     r.add_argument("--quiet", action="store_true", help="plain progress lines, no live display")
     r.add_argument("--no-report", action="store_true", help="do not write report.html at the end")
+    r.add_argument("--progress", type=_seconds, metavar="SECONDS",
+                   help="print a line per SECONDS of each run (rate, p99, errors), on a terminal or not")
 
     c = sub.add_parser("check", help="validate an experiment file and print its plan size")
     c.add_argument("experiment", type=Path)
@@ -57,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run failed runs again, as new attempts (the failed attempts' records are kept)")
     rs.add_argument("--quiet", action="store_true")
     rs.add_argument("--no-report", action="store_true")
+    rs.add_argument("--progress", type=_seconds, metavar="SECONDS",
+                    help="print a line per SECONDS of each run (rate, p99, errors), on a terminal or not")
 
     sh = sub.add_parser("show", help="the runs of an experiment with their headline metrics")
     sh.add_argument("dir", type=Path)
@@ -101,6 +105,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     exp = spec.load(args.experiment)
     for warning in spec.preflight(exp, args.experiment.resolve().parent, connect=True):
         print(f"perflab: warning: {warning}", file=sys.stderr)
+    if exp.search is not None:
+        s = exp.search
+        print(f"ok: {exp.name}: a capacity search over {s.over} from {s.from_:g} to {s.to:g} for {s.goal}, "
+              f"at most {s.max_probes} runs (each probe planned once the one before it is stored)")
+        return 0
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
     print(f"ok: {exp.name}: {combos * reps} runs ({combos} combinations x {reps} repetitions)")
@@ -118,6 +127,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print(f"# {exp.name}: {len(runs)} runs, order {exp.meta.order}" + (f", seed {seed}" if exp.meta.order == "random" else ""))
     rows = [[str(r.number), *(_cell(r.factors[f]) for f in factors), str(r.repetition)] for r in runs]
     print(_table(["run", *factors, "rep"], rows))
+    if exp.search is not None:
+        print(f"then: the capacity search's next probes, each planned from the runs before it "
+              f"(at most {exp.search.max_probes} in all)")
     return 0
 
 
@@ -159,13 +171,15 @@ def _execute(session: Session, args: argparse.Namespace) -> int:
     from perflab.progress import make_progress
 
     store = session.store
-    progress = make_progress(len(session.plan), session.count("done", "failed"), args.quiet)
+    progress = make_progress(len(session.plan), session.count("done", "failed"), args.quiet,
+                             every=getattr(args, "progress", None))
     try:
         outcome = runner.execute(session, progress)
     except Interrupted as exc:
         print(f"\nperflab: interrupted ({exc}); every finished run is stored; servers stopped.\n"
               f"  continue with: perflab resume {store.dir}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    _show(store.dir)  # the summary table `show` prints
     print(f"finished: {outcome.done} done, {outcome.failed} failed in this session; store: {store.path}")
     print(f"output: {store.dir}")
     if not args.no_report:
@@ -213,10 +227,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    _show(args.dir)
+    return 0
+
+
+def _show(directory: Path) -> None:
+    """The runs with their headline metrics, as a table (`show`, and the end of `run`)."""
     from perflab.progress import fmt_value
     from perflab.store import Store, writer_alive
 
-    store = Store.open(args.dir)
+    store = Store.open(directory)
     info = store.experiment()
     runs = store.runs()
     # A run marked running whose perflab is gone (no holder of the store's
@@ -239,7 +259,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows.append(
             [str(r["id"]), *(_cell(r["factors"].get(f)) for f in factors), str(r["repetition"]), r["status"],
              *(fmt_value(ms[h]["value"]) if h in ms else "-" for h in headline),
-             ", ".join([*marks.get(r["id"], []), *r["flags"]])
+             ", ".join([*marks.get(r["id"], []), *r["flags"], *_limit_notes(ms)])
              or ("" if not r["error"] else r["error"].splitlines()[0][:60])]
         )
     units = {}
@@ -260,10 +280,14 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{sum(r['status'] == 'failed' for r in runs)} failed, "
           f"{sum(r['status'] in ('planned', 'interrupted') for r in runs)} to run")
     print(_table(cols, rows))
+    from perflab import search
+
+    found = search.answer(store)
+    if found is not None:
+        print(found.text())
     if orphaned:
         print(f"interrupted: run {', '.join(map(str, orphaned))} was running when its perflab stopped (no perflab "
               f"holds {store.dir} now); continue with `perflab resume {store.dir}`")
-    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -407,6 +431,21 @@ def _cell(value: Any) -> str:
     from perflab.model import fmt_level
 
     return fmt_level(value)
+
+
+def _limit_notes(ms: dict[str, Any]) -> list[str]:
+    """A run's late and skipped transactions (latency_limit), where any."""
+    return [f"{name} {ms[name]['value']:.0f}" for name in ("late", "skipped") if ms.get(name, {}).get("value")]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 < value <= 3600):
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a number of seconds, 0 < SECONDS <= 3600")
+    return value
 
 
 def _table(columns: list[str], rows: list[list[str]]) -> str:

@@ -44,6 +44,9 @@ class RunContext:
     series: SeriesSink = field(default_factory=NullSink)
     cancel: threading.Event = field(default_factory=threading.Event)
     status: Callable[[str], None] = lambda text: None
+    # Each measured second of a harness run (an _engine.Interval, or a merged
+    # one with its fields): `run --progress` prints them.
+    second: Callable[[Any], None] = lambda interval: None
     warn: Callable[[str], None] = lambda text: None
     # One line the user should read, not a warning ("cache: added 1.2GB ...").
     note: Callable[[str], None] = lambda text: None

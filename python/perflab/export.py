@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from perflab import search
 from perflab.errors import UserError
 from perflab.model import fmt_level
 from perflab.store import Store
@@ -34,6 +35,8 @@ def metric_rows(store: Store) -> tuple[list[str], list[dict[str, Any]]]:
         runs[m["run_id"]] | {"metric": m["name"], "value": m["value"], "unit": m["unit"], "method": m["method"]}
         for m in store.metrics()
     ]
+    # a search's answer belongs to no one run: its row has the run columns empty
+    rows += [dict.fromkeys(columns) | row for row in search.export_rows(store)]
     return [*columns, "metric", "value", "unit", "method"], rows
 
 

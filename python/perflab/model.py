@@ -23,6 +23,10 @@ DEFAULT_LEVEL = "default"
 # table, figure, legend, `show` and `export`. It is removed before the level
 # is applied (spec.set_path), so it never reaches the target's settings.
 LABEL_KEY = "label"
+# A level that is not a table carries a label as { value = ..., label = "..." }
+# and applies as its value: how perflab names a server's bin_dir or version
+# by the version it runs ("PostgreSQL 18.6"), and a file may write one too.
+VALUE_KEY = "value"
 # Leaf keys whose value says enough alone ("ext4 1GB", not "type=ext4 size=1GB").
 VALUE_ONLY_KEYS = frozenset({"kind", "type", "size", "fs", "name", "version", "image"})
 
@@ -48,10 +52,18 @@ def fmt_level(value: Any) -> str:
 
 
 def without_label(value: Any) -> Any:
-    """A level as it is applied: a table without its `label` key."""
+    """A level as it is applied: a table without its `label` key (a labelled
+    value, its value)."""
+    if labelled_value(value):
+        return value[VALUE_KEY]
     if isinstance(value, dict) and LABEL_KEY in value:
         return {k: v for k, v in value.items() if k != LABEL_KEY}
     return value
+
+
+def labelled_value(value: Any) -> bool:
+    """A level that is a value with a label: { value = ..., label = "..." }."""
+    return isinstance(value, dict) and set(value) == {VALUE_KEY, LABEL_KEY}
 
 
 def _leaves(value: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -103,7 +115,7 @@ def level_labels(levels: list[Any], namer: LeafNamer | None = None) -> list[str]
     one table level, or levels that differ only in their labels, shows every
     leaf. `namer` may name a leaf by what it is (a server's version for its
     bin_dir). Other levels read as fmt_level says."""
-    tables = [_leaves(without_label(v)) for v in levels if isinstance(v, dict)]
+    tables = [_leaves(without_label(v)) for v in levels if isinstance(v, dict) and not labelled_value(v)]
     keys = list(dict.fromkeys(k for t in tables for k in t))
     missing = object()
 
@@ -159,13 +171,19 @@ def level_labels(levels: list[Any], namer: LeafNamer | None = None) -> list[str]
     return labels
 
 
-def labelled_levels(levels: list[Any], namer: LeafNamer | None = None) -> list[Any]:
+def labelled_levels(levels: list[Any], namer: LeafNamer | None = None, path: str | None = None) -> list[Any]:
     """A factor's levels with each table level's `label` set (its own, else
     derived by level_labels): what the plan runs and the store keeps, so every
-    reader shows one label through fmt_level."""
+    reader shows one label through fmt_level. A value that `namer` names as
+    the factor's `path` becomes a labelled value, where no two names are alike."""
     labels = level_labels(levels, namer)
-    return [{**without_label(v), LABEL_KEY: label} if isinstance(v, dict) else v
-            for v, label in zip(levels, labels, strict=True)]
+    out = [{**without_label(v), LABEL_KEY: label} if isinstance(v, dict) and not labelled_value(v) else v
+           for v, label in zip(levels, labels, strict=True)]
+    if namer is None or path is None:
+        return out
+    names = [None if isinstance(v, dict) else namer(path, v) for v in levels]
+    return [{VALUE_KEY: v, LABEL_KEY: name} if name and names.count(name) == 1 else v
+            for v, name in zip(out, names, strict=True)]
 
 
 _DIGITS = re.compile(r"(\d+)")
@@ -269,6 +287,11 @@ class Flag(str, Enum):
     # The transaction mix achieved is below its spec's minimums (TPC-C
     # clause 5.2.3: Payment 43%, Order-Status, Delivery, Stock-Level 4% each).
     MIX_BELOW_SPEC = "mix-below-spec"
+    # An HTTP server ended its connection after most responses (Connection:
+    # close or HTTP/1.0): each request paid a connect (workloads/http.py).
+    SERVER_CLOSES = "server-closes"
+    # Most of an HTTP server's responses were HTTP/1.0.
+    HTTP10 = "http/1.0"
     # The driver ran in a network namespace over a shaped veth link
     # (driver.network): its latency includes the link's delay.
     SHAPED_LINK = "shaped-link"

@@ -1,6 +1,9 @@
 """Where an experiment is: a bar for the plan and a line per run with its
 headline figures. On a terminal it is live (rich); with --quiet or when stdout
-is not a terminal it is plain lines, one per event, easy to log and grep."""
+is not a terminal it is plain lines, one per event, easy to log and grep.
+With `every` (`run --progress SECONDS`) a harness run also prints a line per
+that many seconds, live or not, as `pgbench -P` does: the rate, the highest
+per-second p99 of the interval, errors and skipped transactions."""
 
 from __future__ import annotations
 
@@ -33,11 +36,13 @@ def fmt_factors(factors: dict[str, Any]) -> str:
 class Progress:
     """Plain lines; the base of the live display."""
 
-    def __init__(self, total: int, done: int = 0, out: Any = None) -> None:
+    def __init__(self, total: int, done: int = 0, out: Any = None, every: float | None = None) -> None:
         self.total = total
         self.done = done
         self.out = out or sys.stdout
         self._run_start = 0.0
+        self.every = every
+        self._acc: list[float] = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds, transactions, max p99, failed, skipped
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -50,10 +55,30 @@ class Progress:
 
     def run_start(self, number: int, factors: dict[str, Any], repetition: int) -> None:
         self._run_start = time.monotonic()
+        self._acc = [0.0, 0.0, 0.0, 0.0, 0.0]
         self.say(f"[{number}/{self.total}] {fmt_factors(factors)} rep={repetition}: running")
 
     def status(self, text: str) -> None:
         pass
+
+    def second(self, interval: Any, unit: str = "tps") -> None:
+        """One measured second; with `every`, a line per that many seconds."""
+        if self.every is None:
+            return
+        acc = self._acc
+        acc[0] += interval.interval_s
+        acc[1] += interval.transactions
+        acc[2] = max(acc[2], interval.latency_p99_ms)
+        acc[3] += interval.failed
+        acc[4] += interval.skipped
+        if acc[0] + 1e-6 < self.every:
+            return
+        line = (f"  {interval.t_s:7.1f} s {acc[1] / acc[0]:10.1f} {unit}  p99 {acc[2]:8.2f} ms  "
+                f"{acc[3]:.0f} errors")
+        if acc[4]:
+            line += f"  {acc[4]:.0f} skipped"
+        self.say(line)
+        self._acc = [0.0, 0.0, 0.0, 0.0, 0.0]
 
     def run_end(self, number: int, status: str, headline: str) -> None:
         self.done += 1
@@ -70,15 +95,20 @@ class Progress:
 class LiveProgress(Progress):
     """A rich progress bar for the plan, and a live status line for the run."""
 
-    def __init__(self, total: int, done: int = 0) -> None:
-        super().__init__(total, done)
+    # The bar's columns before the status text: "plan", the bar, "N/M" and
+    # the elapsed time; the text gets what is left of the line.
+    BAR_WIDTH = 20
+    FIXED_COLUMNS = 4 + 1 + BAR_WIDTH + 1 + 9 + 1 + 7 + 1
+
+    def __init__(self, total: int, done: int = 0, every: float | None = None, console: Any = None) -> None:
+        super().__init__(total, done, every=every)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
 
-        self.console = Console()
+        self.console = console or Console()
         self.bar = Bar(
-            TextColumn("[bold]plan"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("[bold]plan"), BarColumn(bar_width=self.BAR_WIDTH), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.description}"), console=self.console, transient=False,
         )
         self.task = self.bar.add_task("", total=total, completed=done)
@@ -88,7 +118,8 @@ class LiveProgress(Progress):
         self.bar.console.print(text, highlight=False, markup=False)
 
     def status(self, text: str) -> None:
-        self.bar.update(self.task, description=text)
+        room = max(0, self.console.width - self.FIXED_COLUMNS - 1)
+        self.bar.update(self.task, description=text if len(text) <= room else text[:max(0, room - 1)] + "…")
 
     def run_end(self, number: int, status: str, headline: str) -> None:
         super().run_end(number, status, headline)
@@ -101,7 +132,7 @@ class LiveProgress(Progress):
         self.bar.stop()
 
 
-def make_progress(total: int, done: int, quiet: bool) -> Progress:
+def make_progress(total: int, done: int, quiet: bool, every: float | None = None) -> Progress:
     if quiet or not sys.stdout.isatty():
-        return Progress(total, done)
-    return LiveProgress(total, done)
+        return Progress(total, done, every=every)
+    return LiveProgress(total, done, every=every)

@@ -31,7 +31,8 @@ from perflab.errors import SpecError, UserError
 from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
-from perflab.model import LABEL_KEY, labelled_levels, without_label
+from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
+from perflab.search import SearchSettings, rounded
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
@@ -117,12 +118,14 @@ class DriverSettings(StrictModel):
 
 class FileModel(StrictModel):
     experiment: ExperimentSection
-    target: dict[str, Any]
+    # May be left out when a factor on the whole section gives every level's kind.
+    target: dict[str, Any] = Field(default_factory=dict)
     workload: dict[str, Any]
     factors: dict[str, Any] = Field(default_factory=dict)
     collect: dict[str, Any] | None = None
     host: dict[str, Any] | None = None
     driver: dict[str, Any] | None = None
+    search: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class Experiment:
     raw: dict[str, Any]
     meta: ExperimentSection
     factors: dict[str, list[Any]] = field(default_factory=dict)
+    # [search]: the plan holds its first probe; the runner plans the next ones (perflab.search).
+    search: SearchSettings | None = None
 
     @property
     def name(self) -> str:
@@ -406,9 +411,11 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]
         section = doc.setdefault(parts[0], {})
         if not isinstance(section, dict):
             return [(where, f"names nothing: {parts[0]} is not a table")]
-        if "kind" in value and value["kind"] != section.get("kind"):
-            return [(where, f"sets {parts[0]}.kind; allowed: the section's other keys (make kind a factor of its own, "
-                            f"\"{parts[0]}.kind\")")]
+        if "kind" in value:
+            # A level that carries its own kind is the whole section (the server
+            # as a factor: nginx against a `process` server), validated whole.
+            doc[parts[0]] = dict(value)
+            return []
         section.update(value)
         return []
     if parts[0] not in FACTOR_ROOTS or len(parts) < 2:
@@ -458,6 +465,8 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
         else:
             factors[fpath] = values
             problems += _label_problems(where, values)
+    search, search_problems = _search(raw, model, factors)
+    problems += search_problems
     if model is None or problems:
         # Report the target's and workload's problems too, not only the first section's.
         reported = {p for p, _ in problems}
@@ -497,7 +506,8 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
                 if err_path == at and text.startswith("unknown key"):
                     factor_problems.append((where, "names nothing: " + text))
                 elif err_path == at or err_path.startswith(at + ".") or err_path.startswith(at + "["):
-                    factor_problems.append((f"{where}[{i}]", text))
+                    # the key inside the level, where the problem is one ("factors.target[1].command")
+                    factor_problems.append((f"{where}[{i}]{err_path[len(at):]}", text))
                 elif (err_path, text) not in base_problems:
                     factor_problems.append((err_path, f"{text} (with {fpath} = {_short(value)})"))
     at_factors = {fmt_path(split_factor_path(p)) for p in factors}
@@ -505,8 +515,8 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
     # every table level carries its label from here on: the plan, the store and every reader show it
-    labelled = {fpath: labelled_levels(values, _leaf_name) for fpath, values in factors.items()}
-    exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=labelled)
+    labelled = {fpath: labelled_levels(values, _leaf_namer(raw, fpath), fpath) for fpath, values in factors.items()}
+    exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=labelled, search=search)
     # Every combination, for constraints between factors; each problem once.
     for combo in exp.combinations():
         _, errs = _resolve(raw, combo)
@@ -517,15 +527,57 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     return exp
 
 
-def _leaf_name(key: str, value: Any) -> str | None:
-    """A level's bin_dir named by the server it holds ("PostgreSQL 18.6"),
-    asked of that binary when the file is loaded; None if it does not run
-    here (the label is then the path's last components)."""
-    if key.rsplit(".", 1)[-1] != "bin_dir" or not isinstance(value, str):
-        return None
-    from perflab.targets.postgres import version_label
+def _search(raw: dict[str, Any], model: FileModel | None,
+            factors: dict[str, list[Any]]) -> tuple[SearchSettings | None, list[tuple[str, str]]]:
+    """[search]: its settings, and its path made the one factor, its first
+    probe the one level (`to` is validated too, as a level of its own)."""
+    if model is None or model.search is None:
+        return None, []
+    try:
+        search = SearchSettings.model_validate(model.search)
+    except ValidationError as exc:
+        return None, pydantic_problems(exc, ("search",), SearchSettings)
+    problems = []
+    if factors:
+        problems.append(("factors", f"got {', '.join(json.dumps(f) for f in factors)} with [search]; allowed: no "
+                         "factors in a search's experiment (it varies search.over itself; compare servers with "
+                         "one search each)"))
+    if model.experiment.repetitions != 1:
+        problems.append(("experiment.repetitions", f"got {model.experiment.repetitions} with [search]; allowed: 1 "
+                         "(search.repetitions says how often the boundary rate runs)"))
+    if not problems:
+        at = fmt_path(split_factor_path(search.over))
+        for value in (search.to, search.from_):
+            _, errs = _resolve(raw, {search.over: rounded(value)})
+            problems += [("search.over" if p == at or "names nothing" in t else p,
+                          f"{t} (with {search.over} = {rounded(value):g})") for p, t in errs]
+        factors[search.over] = [rounded(search.from_)]
+    return search, list(dict.fromkeys(problems))
 
-    return version_label(value)
+
+def _leaf_namer(raw: dict[str, Any], fpath: str) -> LeafNamer:
+    """Names a level's target.bin_dir or target.version (in a table level, or
+    as the factor itself) by the server it runs ("PostgreSQL 18.6"), asked of
+    that binary when the file is loaded; None where none runs here (the label
+    is then the value, or the path's last components)."""
+    target = raw.get("target")
+    kind = target.get("kind") if isinstance(target, dict) else None
+
+    def name(key: str, value: Any) -> str | None:
+        full = key if key == fpath else f"{fpath}.{key}"
+        if full == "target.bin_dir" and kind == "mariadb" and isinstance(value, str):
+            from perflab.targets.mariadb import version_label
+
+            return version_label(value)  # "MariaDB 10.11.19"
+        if full not in ("target.bin_dir", "target.version") or kind not in (None, "postgres"):
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return None
+        from perflab.targets.postgres import server_label
+
+        return server_label(bin_dir=str(value)) if full == "target.bin_dir" else server_label(version=str(value))
+
+    return name
 
 
 def _label_problems(where: str, values: list[Any]) -> list[tuple[str, str]]:

@@ -2,15 +2,13 @@
 //! cached generation) and the HTTP/1.1 driver (the harness with
 //! `HttpProtocol`). Glue only; see `perflab_engine::http`.
 
-use crate::errors::{config_error, engine_error, EngineError};
-use crate::results::DriverResult;
-use crate::tpcb::{check_cancel, drive_gated, harness_config, POLL_INTERVAL};
+use crate::errors::{config_error, engine_error};
+use crate::glue::{drive, run_blocking, HarnessArgs};
+use crate::results::{DriverEvent, DriverResult};
 use perflab_engine::http::fileset::{self, Prepared};
-use perflab_engine::http::{HttpConfig, HttpProtocol};
+use perflab_engine::http::{Churn, HttpConfig, HttpProtocol, MixEntry, RequestMix, Requests};
 use pyo3::prelude::*;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A file set found in the cache or generated into it.
@@ -97,37 +95,40 @@ fn fileset_prepare<'py>(
     jobs: u32,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<FileSetReport> {
-    let abort = Arc::new(AtomicBool::new(false));
-    let thread_abort = abort.clone();
-    let worker = std::thread::Builder::new()
-        .name("perflab-fileset".into())
-        .spawn(move || fileset::prepare(&cache_dir, dirs, seed, jobs, &thread_abort))
-        .map_err(|e| EngineError::new_err(format!("cannot start a thread: {e}")))?;
-    loop {
-        if worker.is_finished() {
-            break;
-        }
-        py.detach(|| std::thread::sleep(POLL_INTERVAL / 4));
-        if let Err(err) = py
-            .check_signals()
-            .and_then(|()| check_cancel(cancel.as_ref()))
-        {
-            abort.store(true, Ordering::SeqCst);
-            let _ = py.detach(|| worker.join());
-            return Err(err);
-        }
-    }
-    let result = worker
-        .join()
-        .map_err(|_| EngineError::new_err("the file set generator panicked"))?;
+    let result = run_blocking(py, "perflab-fileset", cancel.as_ref(), None, |abort, _| {
+        fileset::prepare(&cache_dir, dirs, seed, jobs, abort)
+    })?;
     Ok(result.map_err(engine_error)?.into())
 }
 
-/// Drive HTTP/1.1 GETs of the file set through the harness; by_type is the
-/// four classes, each with its body bytes.
+/// One request of a mix as Python gives it: (method, path, headers, body, weight).
+type MixTuple = (String, String, Vec<(String, String)>, Vec<u8>, f64);
+
+/// The run's connection churn as one event, "http-connections", of
+/// `key=value` words (summed over workers by whoever merges events).
+fn churn_event(churn: &Churn, t_s: f64) -> DriverEvent {
+    use std::sync::atomic::Ordering::Relaxed;
+    DriverEvent {
+        t_s,
+        kind: "http-connections".into(),
+        message: format!(
+            "opened={} connect_ns={} responses={} closed_by_server={} http10={}",
+            churn.opened.load(Relaxed),
+            churn.connect_ns.load(Relaxed),
+            churn.responses.load(Relaxed),
+            churn.closed_by_server.load(Relaxed),
+            churn.http10.load(Relaxed),
+        ),
+    }
+}
+
+/// Drive HTTP/1.1 requests through the harness: GETs of the file set (by_type
+/// is the four classes, each with its body bytes), or, with `request_mix`,
+/// the mix's requests by weight (by_type: "r1", "r2", ... in its order). The
+/// events end with "http-connections" (churn_event).
 #[pyfunction]
 #[pyo3(signature = (
-    address, *, host, dirs, clients, threads, t0_ns, prefix="/", duration_s=None,
+    address, *, host, clients, threads, t0_ns, dirs=None, request_mix=None, prefix="/", duration_s=None,
     transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson", latency_limit_ms=None,
     seed=0, requests_per_connection=None, connect_timeout_s=5.0, request_timeout_s=30.0,
     think_time_s=None, only=None, client="own", io="epoll", progress=None, cancel=None,
@@ -138,10 +139,11 @@ fn http_run<'py>(
     py: Python<'py>,
     address: &str,
     host: String,
-    dirs: u32,
     clients: u32,
     threads: u32,
     t0_ns: u64,
+    dirs: Option<u32>,
+    request_mix: Option<Vec<MixTuple>>,
     prefix: &str,
     duration_s: Option<f64>,
     transactions: Option<u64>,
@@ -176,14 +178,46 @@ fn http_run<'py>(
     if requests_per_connection == Some(0) {
         return Err(config_error("requests_per_connection must be at least 1"));
     }
-    if let Some((dir, class, file)) = only {
-        if dir >= dirs || class >= fileset::CLASSES || file >= fileset::FILES_PER_CLASS {
-            return Err(config_error(format!(
-                "only = ({dir}, {class}, {file}) is not in a set of {dirs} directories"
-            )));
+    let requests = match (request_mix, dirs) {
+        (Some(mix), None) => {
+            if only.is_some() {
+                return Err(config_error(
+                    "only is for the file set; give it or a request_mix",
+                ));
+            }
+            let entries: Vec<MixEntry> = mix
+                .into_iter()
+                .map(|(method, path, headers, body, weight)| MixEntry {
+                    method,
+                    path,
+                    headers,
+                    body,
+                    weight,
+                })
+                .collect();
+            Requests::Mix(RequestMix::new(&entries, &host).map_err(config_error)?)
         }
-    }
-    let cfg = harness_config(
+        (None, Some(dirs)) => {
+            if let Some((dir, class, file)) = only {
+                if dir >= dirs || class >= fileset::CLASSES || file >= fileset::FILES_PER_CLASS {
+                    return Err(config_error(format!(
+                        "only = ({dir}, {class}, {file}) is not in a set of {dirs} directories"
+                    )));
+                }
+            }
+            Requests::FileSet {
+                prefix: prefix.to_string(),
+                dirs,
+                only,
+            }
+        }
+        _ => {
+            return Err(config_error(
+                "give the file set's dirs or a request_mix, one of them",
+            ))
+        }
+    };
+    let cfg = HarnessArgs {
         clients,
         threads,
         t0_ns,
@@ -193,27 +227,32 @@ fn http_run<'py>(
         rate_tps,
         schedule,
         latency_limit_ms,
-        1,
+        max_tries: 1,
         seed,
         io,
-    )?;
+    }
+    .config()?;
     let protocol = HttpProtocol::new(HttpConfig {
         addr,
         host,
-        prefix: prefix.to_string(),
-        dirs,
+        requests,
         requests_per_connection,
         connect_timeout: seconds("connect_timeout", connect_timeout_s)?,
         request_timeout: seconds("request_timeout", request_timeout_s)?,
         think_time: think_time_s.map(|s| seconds("think_time", s)).transpose()?,
-        only,
     });
     match client {
-        "own" => drive_gated(py, cfg, protocol, progress, cancel, on_connected),
+        "own" => {
+            let churn = protocol.churn();
+            let mut out = drive(py, cfg, protocol, progress, cancel, on_connected)?;
+            let end = out.measure_start_t_s + out.measured_s;
+            out.events.push(churn_event(&churn, end));
+            Ok(out)
+        }
         #[cfg(feature = "hyper-client")]
         "hyper" => {
             let protocol = perflab_engine::http::hyper_client::HyperProtocol::new(protocol);
-            drive_gated(py, cfg, protocol, progress, cancel, on_connected)
+            drive(py, cfg, protocol, progress, cancel, on_connected)
         }
         #[cfg(not(feature = "hyper-client"))]
         "hyper" => Err(config_error(

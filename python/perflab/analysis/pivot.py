@@ -127,7 +127,12 @@ def cell(values: Sequence[float], center: str = "mean") -> str:
 def run_rows(runs: Sequence[Run], values: dict[int, dict[str, Any]],
              columns: Sequence[tuple[str, str]]) -> tuple[list[str], list[list[Any]]]:
     """The per-run table below a study's own: one row per run (id, factors,
-    status, the metrics `columns` name as (metric, header), flags)."""
+    status, the metrics `columns` name as (metric, header), flags). Late and
+    skipped transactions (`latency_limit`) get their columns wherever a run
+    has them."""
+    named = {k for k, _ in columns}
+    columns = [*columns, *[(k, k) for k in ("late", "skipped")
+                           if k not in named and any(k in values.get(r["id"], {}) for r in runs)]]
     rows = [[run["id"], fmt_factors(run["factors"], ", "), run["status"],
              *[values.get(run["id"], {}).get(k) for k, _ in columns], ", ".join(run["flags"])] for run in runs]
     return ["run", "factors", "status", *[label for _, label in columns], "flags"], rows

@@ -65,6 +65,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
+# The marks a run carries beside its flags (Store.run_marks), as the report explains them.
+RUN_MARKS = {
+    "resumed": "an earlier attempt of the run was interrupted or killed, and the run was run again (undoing "
+               "what that attempt changed in the data, or recording what it left)",
+    "retried": "an earlier attempt of the run failed, and `resume --retry-failed` ran it again",
+    "fresh load": "the data set was loaded again for the run (other runs had used it, or an earlier attempt "
+                  "changed it beyond undoing): its figures are from fresh data, not from the data the runs "
+                  "before it left",
+}
+
+
 def _short(factor: str) -> str:
     return factor.rsplit(".", 1)[-1]
 
@@ -679,6 +690,11 @@ class ReportBuilder:
                 f"and the server share were under {SATURATED_IDLE_PCT:g}% idle (host.shared_idle_pct): the driver "
                 "and the server competed for them. Either makes a run's figures depend on the machine's state as "
                 "much as on its factors.", "warn"))
+        marked = [m for m in RUN_MARKS if m in flags]
+        if marked:
+            notes.append(h.note(
+                "; ".join(f"{m}: {RUN_MARKS[m]}" for m in marked) + ". The Experiment history section lists "
+                "every attempt and what it changed in the data.", "warn"))
         if Flag.LOOP_BACKED in flags:
             notes.append(h.note(
                 "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "
@@ -709,7 +725,8 @@ class ReportBuilder:
         parts = []
         for r in failed:
             factors = fmt_factors(r["factors"], ", ") or "no factors"
-            parts.append(f"<h3>run #{r['id']} ({h.esc(factors)}, repetition {r['repetition']})</h3>")
+            marks = "".join(f", {m}" for m in self.run_marks().get(r["id"], []))
+            parts.append(f"<h3>run #{r['id']} ({h.esc(factors)}, repetition {r['repetition']}{h.esc(marks)})</h3>")
             parts.append(h.pre(r["error"] or "(no error recorded)"))
             if r["log_tail"]:
                 parts.append(h.details("server log tail", h.pre(r["log_tail"]), open_=len(failed) <= 3))
@@ -965,7 +982,7 @@ class ReportBuilder:
                             for cp in r.change_points) or "none"
             real = (tr is not None and tr.significant) or bool(r.change_points)
             rows.append([
-                combo.index, combo.label(), name, len(ids), r.values[0], r.values[-1],
+                combo.index, combo.label(), name, self.degradation_runs(combo, ids), r.values[0], r.values[-1],
                 h.td(h.fmt_pct(r.change_pct[-1]), "num"),
                 h.td(slope, "num"), h.td(cps), h.td(r.verdict, "warn" if real else ""),
             ])
@@ -998,6 +1015,22 @@ class ReportBuilder:
             parts.append(self.figure(fig, f"degradation-{combo.index}-{name}",
                                      "Metric per run in order, its OLS trend, and change points (dotted)."))
         return [("degradation", "Degradation", "".join(parts))]
+
+    def degradation_runs(self, combo: Combination, ids: list[int]) -> Any:
+        """The runs a degradation row stands on: their count, the runs of the
+        combination without a value (failed, not run), and the marked ones."""
+        d = self.data
+        same = [x for x in d.runs if x["combination"] == d.runs_by_id[ids[0]]["combination"]]
+        missing = [f"#{x['id']} ({x['status']})" for x in same if x["id"] not in ids]
+        notes = [f"no value: {', '.join(missing)}"] if missing else []
+        marks = self.run_marks()
+        for mark in RUN_MARKS:
+            marked = [f"#{x['id']}" for x in same if mark in marks.get(x["id"], [])]
+            if marked:
+                notes.append(f"{mark}: {', '.join(marked)}")
+        if not notes:
+            return len(ids)
+        return h.td(f"{len(ids)} ({'; '.join(notes)})", "warn")
 
     def run_marks(self) -> dict[int, list[str]]:
         """By run: resumed, retried, fresh load (the store's attempts and effects)."""
@@ -1060,7 +1093,8 @@ class ReportBuilder:
                 f"what runs recorded they would change in the target's data ({len(erows)})",
                 h.table(["run", "attempt", "kind", "what", "at (UTC)"], erows,
                         caption="Recorded before the change was made: a run run again first undoes what its "
-                        "earlier attempt changed (TPC-H refresh pairs), or says what it left (tpcb history)."),
+                        "earlier attempt changed (TPC-H refresh pairs), has the data loaded again (a query "
+                        "set that writes), or records what it left (tpcb's history, TPC-C's orders)."),
                 open_=len(erows) <= 12))
         return [("history", "Experiment history", "".join(parts))]
 
@@ -1090,6 +1124,11 @@ class ReportBuilder:
                 body = h.note(f"the {kind} workload's report section failed: {type(exc).__name__}: {exc}", "bad")
                 body += h.details("traceback", h.pre(traceback.format_exc()))
                 out.append((f"workload-{kind}", kind, body))
+        from perflab import search
+
+        found = search.report_sections(self.store)  # a capacity search's answer leads: the experiment's question
+        if found:
+            out.insert(0, ("search", "capacity search", found))
         self.__dict__["_workload_sections"] = out
         return list(out)
 
@@ -1198,8 +1237,7 @@ class ReportBuilder:
                 r["id"], r["combination"], r["repetition"], *[fmt_level(r["factors"].get(f)) for f in factor_names],
                 r["status"], r["started_at"] or "", r["seconds"] if r["seconds"] is not None else "–",
                 *[d.values.get(r["id"], {}).get(n, "–") for n in d.headline[:1]],
-                h.td(", ".join([*self.run_marks().get(r["id"], []), *r["flags"]]), "flag")
-                if r["flags"] or r["id"] in self.run_marks() else "", error,
+                h.td(", ".join(r["flags"]), "flag") if r["flags"] else "", error,
             ])
             classes.append("failed" if r["status"] == "failed" else "")
         headers = ["run", "#", "rep", *[_short(f) for f in factor_names], "status", "started (UTC)", "seconds",

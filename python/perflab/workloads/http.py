@@ -21,14 +21,27 @@ short-body, long-body, bad-response, closed), never ignored. Closed loop
 request's intended send time. `requests_per_connection` closes and re-opens
 a connection after that many requests (the Haboob test used 5); the
 re-connection is inside the next request's latency.
+
+Any server's URLs: `request_mix` (a list of { path, weight, method, headers,
+body }) or `request_mix_file` (a request a line, `[METHOD] PATH [weight]`)
+instead of the file set. No file set is made or probed for them (a managed
+server serves `root`, else the file set); a response is good with any status
+below 400, its size unchecked; each entry is a transaction type ("r1", "r2",
+... in the mix's order) with its own counts and latency.
+
+Connection churn: the engine counts the connections every client opened
+and the time their connects took, and the responses that ended their
+connection (Connection: close, HTTP/1.0). A run where most did is flagged
+`server-closes` (and `http/1.0`): each of its requests paid a connect.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -38,17 +51,20 @@ from perflab.drivers import engine_run
 from perflab.endpoints import Capability, HttpEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, Histogram, LoadResult, RunResult
+from perflab.section import Section
 from perflab.settings_model import StrictModel
 from perflab.units import Duration, Size, format_size
+from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
-from perflab.workloads.stalls import StallWatch, interval_value
+from perflab.workloads.stalls import StallWatch
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 CLASSES = ("class0", "class1", "class2", "class3")
 CLASS_SHARE = (0.35, 0.50, 0.14, 0.01)
 DEFAULT_DURATION_S = 30.0
 SERIES_SOURCE = "http"
-SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean_ms")
-MAX_CLIENTS = 10_000
 # The seed's Table 10 (Flash/DeBox): 5%, median, 95% and mean.
 QUANTILES = (("p5", 0.05, "5%"), ("p50", 0.50, "median"), ("p95", 0.95, "95%"), ("p99", 0.99, "99%"),
              ("p99_9", 0.999, "99.9%"))
@@ -82,25 +98,66 @@ class FileSetSettings(StrictModel):
         return self
 
 
-class HttpSettings(WorkloadSettings):
+# A mix is at most this many requests (each is a transaction type of its own).
+MAX_MIX = 256
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+# A run is flagged when more than this share of its responses ended their connection.
+CHURN_FLAG_SHARE = 0.5
+
+
+class MixRequest(StrictModel):
+    """One request of `request_mix`: its path under the target's URL."""
+
+    path: str = Field(min_length=1, max_length=8192, pattern=r"^[^\s]+$")
+    weight: float = Field(default=1.0, gt=0, le=1e9)
+    method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] = "GET"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str = ""
+
+
+def read_mix_file(path: Path) -> list[MixRequest]:
+    """`[METHOD] PATH [weight]` a line, as vegeta's and wrk's users keep their
+    URL lists; blank lines and lines starting with # are skipped. UserError
+    names the line."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"workload.request_mix_file: cannot read {path}: {exc}",
+                        "give a readable text file, a request a line: [METHOD] PATH [weight]") from None
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        method = words.pop(0).upper() if words[0].upper() in METHODS else "GET"
+        weight = 1.0
+        if len(words) == 2:
+            try:
+                weight = float(words.pop())
+            except ValueError:
+                words.append("?")
+        if len(words) != 1 or not (weight > 0 and weight < 1e9):
+            raise UserError(f"workload.request_mix_file: {path} line {number}: got {line.strip()!r}",
+                            "write a request a line: [METHOD] PATH [weight], e.g. \"GET /index.html 3\"")
+        out.append(MixRequest(path=words[0], weight=weight, method=method))  # type: ignore[arg-type]
+    if not out or len(out) > MAX_MIX:
+        raise UserError(f"workload.request_mix_file: {path} holds {len(out)} requests",
+                        f"give 1..{MAX_MIX} requests, one a line: [METHOD] PATH [weight]")
+    return out
+
+
+class HttpSettings(harness.HarnessSettings):
     kind: Literal["http"]
     fileset: FileSetSettings = Field(default_factory=FileSetSettings)
-    clients: int = Field(default=16, ge=1, le=MAX_CLIENTS)
-    threads: int | None = Field(default=None, ge=1)
-    duration: Duration | None = Field(default=None, gt=0)
+    clients: int = Field(default=16, ge=1, le=harness.MAX_CLIENTS)
     # Requests per client (instead of a duration).
     requests: int | None = Field(default=None, ge=1, le=10**12)
-    warmup: Duration = Field(default=0.0, ge=0)
-    # Total requests per second (open loop); latency from each intended send time.
-    rate: float | None = Field(default=None, gt=0, le=1e9)
-    schedule: Literal["poisson", "constant"] = "poisson"
     think_time: Duration | None = Field(default=None, gt=0)
     requests_per_connection: int | None = Field(default=None, ge=1)
     connect_timeout: Duration = Field(default=5.0, gt=0)
     request_timeout: Duration = Field(default=30.0, gt=0)
     # Ask for one file every time ("dir00000/class1_0", 1 KiB): the raw request rate.
     only: str | None = Field(default=None, pattern=r"^dir\d{5}/class[0-3]_[0-8]$")
-    seed: int | None = Field(default=None, ge=0)
     # Socket I/O: "epoll" (the default), "uring" (fails without io_uring) or
     # "auto" (io_uring where the kernel and process allow it, else epoll with
     # the reason). On the ring every ready connection's send and receive go
@@ -110,17 +167,40 @@ class HttpSettings(WorkloadSettings):
     # of it), and no soak has run it against a failing server. Recorded as
     # the run's "io" event.
     io: Literal["auto", "uring", "epoll"] = "epoll"
+    # Any server's URLs instead of the file set: requests drawn by weight, or
+    # read from a file (relative to the experiment file), one a line.
+    request_mix: list[MixRequest] | None = Field(default=None, min_length=1, max_length=MAX_MIX)
+    request_mix_file: str | None = Field(default=None, min_length=1)
+    # With a mix, the directory a managed server (nginx, process) serves;
+    # default: the file set.
+    root: str | None = Field(default=None, min_length=1)
+    # A request later than this (from its intended start) counts as late; under
+    # a rate, a request whose slot is already later than it is skipped, not sent.
+    latency_limit: Duration | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> HttpSettings:
+        if self.request_mix is not None and self.request_mix_file is not None:
+            raise ValueError("got both request_mix and request_mix_file; allowed: one of them")
+        if self.only is not None and self.has_mix():
+            raise ValueError("got only with a request mix; allowed: only for the file set")
+        if self.root is not None and not self.has_mix():
+            raise ValueError("got root without a request mix; allowed: root with request_mix or request_mix_file")
         if self.duration is not None and self.requests is not None:
             raise ValueError("got both duration and requests; allowed: one of them")
-        if self.threads is not None and self.threads > self.clients:
-            raise ValueError(f"threads = {self.threads} is more than clients = {self.clients}; "
-                             "allowed: 1..clients")
         if self.think_time is not None and self.rate is not None:
             raise ValueError("got think_time with rate; allowed: think_time in closed loop only")
         return self
+
+    def has_mix(self) -> bool:
+        return self.request_mix is not None or self.request_mix_file is not None
+
+    def mix(self, base_dir: Path) -> list[MixRequest]:
+        """The mix's requests (the file read from `base_dir` on)."""
+        if self.request_mix is not None:
+            return self.request_mix
+        assert self.request_mix_file is not None
+        return read_mix_file(base_dir / Path(self.request_mix_file).expanduser())
 
     def dirs(self) -> int:
         f = self.fileset
@@ -136,8 +216,43 @@ class HttpSettings(WorkloadSettings):
         return int(d.removeprefix("dir")), int(c), int(f)
 
 
-def _ms(us: float) -> float:
-    return us / 1000.0
+CHURN_WORDS = re.compile(r"(\w+)=(\d+)")
+
+
+def churn(out: _engine.DriverResult, result: RunResult) -> None:
+    """The engine's "http-connections" events (one per driver) summed as
+    metrics; a run where most responses ended their connection is flagged,
+    and says so in an event."""
+    sums: dict[str, int] = {}
+    for e in out.events:
+        if e.kind == "http-connections":
+            for key, value in CHURN_WORDS.findall(e.message):
+                sums[key] = sums.get(key, 0) + int(value)
+    opened, responses = sums.get("opened", 0), sums.get("responses", 0)
+    if not opened:
+        return
+    add = result.add_metric
+    add("connections_opened", opened, "conns", "connections the clients opened over the run (warm-up and set-up "
+        "included)")
+    add("connect_mean_ms", sums.get("connect_ns", 0) / opened / 1e6, "ms", "mean time of one connect, every "
+        "reconnection included (a reconnection's is inside its request's latency)", higher_is_better=False)
+    if not responses:
+        return
+    add("connections_per_req", opened / responses, "conns", "connections opened per response read (1: the server "
+        "closes every connection; near 0: kept alive)", higher_is_better=False)
+    closed, http10 = sums.get("closed_by_server", 0), sums.get("http10", 0)
+    add("server_closed_share", closed / responses, "ratio", "responses after which the server ended the connection "
+        "(Connection: close or HTTP/1.0)", higher_is_better=False)
+    add("http10_share", http10 / responses, "ratio", "responses with an HTTP/1.0 status line")
+    at = out.measure_start_t_s + out.measured_s
+    if closed > CHURN_FLAG_SHARE * responses:
+        result.flags.append(Flag.SERVER_CLOSES)
+        why = "HTTP/1.0" if http10 > CHURN_FLAG_SHARE * responses else "Connection: close"
+        result.events.append(Event(at, "connection-churn", f"the server ended the connection after {closed} of "
+                                   f"{responses} responses ({why}): {opened / responses:.2f} connections a request, "
+                                   f"each connect {sums.get('connect_ns', 0) / opened / 1e6:.3f} ms on average"))
+    if http10 > CHURN_FLAG_SHARE * responses:
+        result.flags.append(Flag.HTTP10)
 
 
 class HttpWorkload(Workload[HttpEndpoint]):
@@ -157,6 +272,14 @@ class HttpWorkload(Workload[HttpEndpoint]):
     @classmethod
     def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
         problems = []
+        if settings.request_mix_file is not None:
+            try:
+                settings.mix(base_dir)
+            except UserError as exc:
+                problems.append(exc.as_problem("workload.request_mix_file"))
+        if settings.root is not None and not (base_dir / Path(settings.root).expanduser()).is_dir():
+            problems.append(("workload.root", f"got {settings.root!r}, not a directory; allowed: the directory "
+                             "a managed server serves for the mix"))
         only = settings.only_file()
         if only is not None and only[0] >= settings.dirs():
             problems.append(("workload.only", f"got {settings.only!r}; the file set has {settings.dirs()} "
@@ -179,7 +302,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         from perflab.targets import TARGETS
         from perflab.targets.webserver import ManagedWebServer
 
-        if not issubclass(TARGETS.get(target.kind), ManagedWebServer):
+        if not issubclass(TARGETS.get(target.kind), ManagedWebServer) or settings.root is not None:
             return {}
         entry = fileset_entry(cls.cache_dir_of(settings, base_dir), settings.dirs(), settings.fileset.seed)
         if (entry / cache.FILESET_COMPLETE).is_file():
@@ -190,9 +313,17 @@ class HttpWorkload(Workload[HttpEndpoint]):
 
     def prepare(self, endpoint: HttpEndpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
+        if s.has_mix():
+            mix = s.mix(ctx.base_dir)
+            if s.root is not None and endpoint.publish is not None:
+                endpoint.publish((ctx.base_dir / Path(s.root).expanduser()).resolve())
+            if s.root is not None or endpoint.publish is None:
+                # any server's own URLs: nothing to make or to probe
+                return LoadResult(steps={}, rows={"requests": len(mix)}, reused=True)
         dirs = s.dirs()
         if endpoint.publish is None:
             # perflab never uploads to a server it did not start: the set must be there.
+            # (A mix of the server's own URLs needs none: it returned above.)
             self._probe(endpoint, dirs)
             return LoadResult(steps={}, rows={"directories": dirs}, reused=True)
         jobs = s.fileset.jobs or max(1, len(os.sched_getaffinity(0)))
@@ -200,13 +331,9 @@ class HttpWorkload(Workload[HttpEndpoint]):
         ctx.status(f"file set: {dirs} directories (seed {s.fileset.seed}) in {where}")
         # In use until this process exits: `perflab cache prune` leaves it.
         cache.use(fileset_entry(where, dirs, s.fileset.seed))
-        try:
+        with harness.engine_errors("http", settings="workload.fileset"):
             report = _engine.fileset_prepare(str(where), dirs=dirs, seed=s.fileset.seed, jobs=jobs,
                                              cancel=ctx.cancel)
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload.fileset: {exc}") from None
-        except _engine.EngineError as exc:
-            raise RunFailure(f"http: {exc}") from None
         want = dirs * _engine.fileset_dir_bytes()
         if report.size_bytes != want or (s.fileset.size is not None and report.size_bytes < s.fileset.size):
             raise RunFailure(f"http: the file set holds {report.size_bytes} bytes, {want} were asked for")
@@ -242,19 +369,16 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 raise RunFailure(
                     f"http: {endpoint.display()} does not hold the file set of {dirs} directories: {path} "
                     f"answered {status} with {length} bytes ({want} expected); perflab never uploads to a "
-                    "server it did not start: copy a set perflab generated (its cache) there"
+                    f"server it did not start: copy a set perflab generated there ({default_cache_dir()}, made by "
+                    "a run on a managed nginx), or give workload.request_mix with the server's own URLs"
                 )
 
     # ------------------------------------------------------------ run
 
-    def _threads(self) -> int:
-        s = self.settings
-        return s.threads if s.threads is not None else max(1, min(s.clients, len(os.sched_getaffinity(0))))
-
     def run(self, endpoint: HttpEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         result = RunResult(headline=list(self.headline))
-        threads = self._threads()
+        threads = s.effective_threads()
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         duration = s.duration
         if duration is None and s.requests is None:
@@ -268,56 +392,51 @@ class HttpWorkload(Workload[HttpEndpoint]):
             phase = "warm-up" if interval.warmup else "progress"
             ctx.status(f"{phase}: {interval.t_s:.1f} s, {interval.tps:.0f} req/s, "
                        f"p99 {interval.latency_p99_ms:.2f} ms, {interval.failed} errors")
-            if not interval.warmup:
-                for name in SERIES_FIELDS:
-                    if name != "lag_mean_ms" or s.rate is not None:
-                        ctx.series.add(SERIES_SOURCE, name, interval.t_s, interval_value(interval, name))
+            harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
         ctx.status(f"http: connecting {s.clients} clients on {threads} threads to {endpoint.display()}")
-        try:
+        if s.has_mix():
+            mix = s.mix(ctx.base_dir)
+            what: dict[str, Any] = {"request_mix": [
+                (r.method, endpoint.prefix + r.path.lstrip("/"), list(r.headers.items()), r.body.encode(), r.weight)
+                for r in mix]}
+        else:
+            mix = []
+            what = {"dirs": s.dirs(), "prefix": endpoint.prefix, "only": s.only_file()}
+        with harness.engine_errors("http"):
             out = engine_run(
-                ctx, "http_run", endpoint.address, host=endpoint.host_header, prefix=endpoint.prefix, dirs=s.dirs(),
+                ctx, _engine.http_run, endpoint.address, host=endpoint.host_header, **what,
                 clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
                 transactions=s.requests, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
+                latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000,
                 seed=seed, requests_per_connection=s.requests_per_connection,
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
-                think_time_s=s.think_time, only=s.only_file(), io=s.io, progress=progress,
+                think_time_s=s.think_time, io=s.io, progress=progress,
             )
-        except _engine.ConfigError as exc:
-            raise UserError(f"workload http: {exc}") from None
-        except _engine.EngineError as exc:
-            raise RunFailure(f"http: {exc}") from None
-        ctx.measure_start_s = out.measure_start_t_s
-        ctx.measure_end_s = out.measure_start_t_s + out.measured_s
-        result.events.append(Event(out.measure_start_t_s, "seed", f"random seed {seed}"))
-        result.events.append(Event(out.measure_start_t_s, "io", f"io: {out.io}"))
-        for e in out.events:
-            result.events.append(Event(e.t_s, e.kind, e.message))
-        if out.lost_clients:
-            first = next((e.message for e in out.events if e.kind == "lost-connection"), "")
-            raise RunFailure(f"http: {out.lost_clients} of {s.clients} clients lost the server "
-                             f"(server down?): {first}")
-        if out.client_bound:
-            result.flags.append(Flag.CLIENT_BOUND)
-        self._metrics(out, result, threads)
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True,
+                         lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")
+        self._metrics(out, result, mix)
+        churn(out, result)
         stalls.annotate(result)
         return result
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult, threads: int) -> None:
+    def _metrics(self, out: _engine.DriverResult, result: RunResult, mix: list[MixRequest]) -> None:
         s = self.settings
         add = result.add_metric
         measured = out.measured_s
-        add("req_per_s", out.tps, "req/s", "responses with status 200 and the file's exact size per second "
-            "over the measured window (connection set-up excluded)", higher_is_better=True)
-        add("throughput_mbps", out.payload_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
-            "body bytes of the good responses per second, in megabits (10^6 bits)", higher_is_better=True)
+        good = ("responses with a status below 400" if mix else "responses with status 200 and the file's exact size")
+        add("req_per_s", out.tps, "req/s", f"{good} per second over the measured window (connection set-up "
+            "excluded)", higher_is_better=True)
+        if not mix:  # a mix's body sizes are not known: no Mb/s is claimed
+            add("throughput_mbps", out.payload_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
+                "body bytes of the good responses per second, in megabits (10^6 bits)", higher_is_better=True)
         add("requests", out.transactions, "req", "good responses in the measured window")
-        add("body_bytes", out.payload_bytes, "B", "body bytes of the good responses")
+        if not mix:
+            add("body_bytes", out.payload_bytes, "B", "body bytes of the good responses")
         add("errors", out.failed, "req", "requests that failed (every kind)", higher_is_better=False)
         for kind, n in out.errors_by_kind.items():
             add(f"errors.{kind}", n, "req", f"requests that failed with {kind}", higher_is_better=False)
-        add("measured_s", measured, "s", "measured window: end of warm-up to the last completion")
-        base = "from the intended send time (open loop)" if s.rate else "from send (closed loop)"
+        base = s.latency_origin()
         histograms: list[tuple[str, bytes, Any]] = [("all", bytes(out.latency_histogram), out.latency)]
         histograms += [(t.name, bytes(t.histogram), t.latency) for t in out.by_type]
         total = sum(t.committed + t.failed for t in out.by_type)
@@ -327,12 +446,21 @@ class HttpWorkload(Workload[HttpEndpoint]):
             if summary.count == 0:
                 continue
             for label, q, words in QUANTILES:
-                add(f"{prefix}_{label}_ms", _ms(_engine.hdr_quantile_us(data, q)), "ms", f"{what} {words}, {base}",
+                add(f"{prefix}_{label}_ms", harness.ms(_engine.hdr_quantile_us(data, q)), "ms", f"{what} {words}, {base}",
                     higher_is_better=False)
-            add(f"{prefix}_mean_ms", _ms(summary.mean_us), "ms", f"{what} mean, {base}", higher_is_better=False)
-            add(f"{prefix}_max_ms", _ms(summary.max_us), "ms", f"{what} max", higher_is_better=False)
+            add(f"{prefix}_mean_ms", harness.ms(summary.mean_us), "ms", f"{what} mean, {base}", higher_is_better=False)
+            add(f"{prefix}_max_ms", harness.ms(summary.max_us), "ms", f"{what} max", higher_is_better=False)
             result.histograms.append(Histogram(prefix, "us", out.histogram_encoding, data))
-        for t in out.by_type:
+        weights = sum(r.weight for r in mix)
+        for i, t in enumerate(out.by_type):
+            if mix:
+                r = mix[i]
+                add(f"requests.{t.name}", t.committed + t.failed, "req", f"requests {r.method} {r.path} sent "
+                    f"(good or failed; weight {r.weight:g})")
+                if total:
+                    add(f"mix.{t.name}", (t.committed + t.failed) / total, "ratio",
+                        f"share of requests for {r.method} {r.path} (realised; asked: {r.weight / weights:.1%})")
+                continue
             if total:
                 add(f"mix.{t.name}", (t.committed + t.failed) / total, "ratio",
                     f"share of requests for {t.name} (realised; asked: "
@@ -341,29 +469,17 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 f"body bytes of {t.name} per second, in megabits")
         if s.rate is not None:
             add("rate_target", s.rate, "req/s", "requested rate (open loop)")
-            add("lag_p99_ms", _ms(out.lag.p99_us), "ms", "schedule lag p99", higher_is_better=False)
-        add("driver_cpu_s", out.driver_cpu_s, "s", "CPU time of the driver's threads in the measured window")
-        if out.transactions:
-            add("driver_cpu_per_req_us", out.driver_cpu_s / out.transactions * 1e6, "us",
-                "driver CPU time per good response", higher_is_better=False)
-            if out.io.startswith("io_uring"):
-                add("io_enters_per_req", out.io_enters_per_tx, "calls",
-                    f"io_uring_enter calls per good response ({out.io})", higher_is_better=False)
-        if out.cpu_given_s > 0:
-            add("driver_cpu_share", out.driver_cpu_s / out.cpu_given_s, "ratio",
-                f"driver CPU over what its {threads} threads could use; above 0.8 the run is client-bound",
-                higher_is_better=False)
-        add("connect_time_mean_ms", out.connect_total_s / max(1, out.clients) * 1000, "ms",
-            "mean time to open one connection at the start", higher_is_better=False)
-        add("clients", s.clients, "clients")
-        add("threads", threads, "threads")
-        add("fileset_dirs", s.dirs(), "dirs")
-        add("fileset_bytes", s.dirs() * _engine.fileset_dir_bytes(), "B")
+        if not mix:
+            add("fileset_dirs", s.dirs(), "dirs")
+            add("fileset_bytes", s.dirs() * _engine.fileset_dir_bytes(), "B")
+        # the harness's own figures, and its lag and failed-latency histograms after the workload's
+        harness.harness_metrics(result, out, per=("req", "good response"), scheduled=s.rate is not None,
+                                latency_limit_s=s.latency_limit)
 
     # ------------------------------------------------------------ report
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Section]:
         """The Flash/DeBox study's Table 10, aggregated per factor level over
         repetitions: Mb/s with a row per data set and a column per server or
         configuration, and the 5%/median/95%/mean response times per data set
@@ -407,9 +523,10 @@ class HttpWorkload(Workload[HttpEndpoint]):
             ], headline=True))
         columns = (("fileset_bytes", "data set B"), ("throughput_mbps", "Mb/s"), ("req_per_s", "req/s"),
                    ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"), ("latency_p95_ms", "95% ms"),
-                   ("latency_mean_ms", "mean ms"), ("errors", "errors"), ("driver_cpu_per_req_us", "driver us/req"))
+                   ("latency_mean_ms", "mean ms"), ("errors", "errors"), ("connections_per_req", "conns/req"),
+                   ("driver_cpu_per_req_us", "driver us/req"))
         headers, rows = pivot.run_rows(runs, values, columns)
         sections.append(Section("Web server runs", [
-            Table(headers, rows, "Each HTTP run on the SPECweb99-like file set"),
+            Table(headers, rows, "Each HTTP run (on the SPECweb99-like file set, or a request mix)"),
         ]))
         return sections

@@ -4,7 +4,8 @@
 //! same error kinds; each connection's task runs on the worker's LocalSet.
 
 use super::fileset::{file_size, CLASS_NAMES};
-use super::protocol::{check_response, HttpError, HttpProtocol, HttpRequest};
+use super::protocol::{HttpProtocol, HttpRequest, Requests};
+use super::response::{check_response, HttpError};
 use crate::harness::{ErrorClass, Protocol, TxType};
 use crate::random::Prng;
 use bytes::Bytes;
@@ -58,7 +59,14 @@ impl HyperProtocol {
         r: &HttpRequest,
     ) -> Result<(), HttpError> {
         let cfg = self.inner.config();
-        let uri = format!("{}dir{:05}/class{}_{}", cfg.prefix, r.dir, r.class, r.file);
+        let (Requests::FileSet { prefix, .. }, HttpRequest::File { dir, class, file }) =
+            (&cfg.requests, r)
+        else {
+            return Err(HttpError::BadResponse(
+                "the hyper client asks for the file set only".into(),
+            ));
+        };
+        let uri = format!("{prefix}dir{dir:05}/class{class}_{file}");
         let request = hyper::Request::get(uri)
             .header(hyper::header::HOST, cfg.host.as_str())
             .body(Empty::<Bytes>::new())
@@ -76,7 +84,11 @@ impl HyperProtocol {
                 got += data.len() as u64;
             }
         }
-        check_response(status, got, file_size(r.class as usize, r.file as usize))
+        check_response(
+            status,
+            got,
+            Some(file_size(*class as usize, *file as usize)),
+        )
     }
 }
 

@@ -1,0 +1,334 @@
+"""Capacity search: the highest rate that meets a latency goal.
+
+An experiment with a `[search]` section names a numeric path (`over`, e.g.
+"workload.rate"), a goal ("latency_p99_ms <= 5", several joined by "and";
+no errors and no skipped transactions are implied) and a range. perflab
+runs a probe at `from`, doubles the rate while the goal is met (never past
+`to`), then bisects between the highest rate that met it and the lowest
+above that did not, until the two are within `resolution` (relative) of
+each other; then it runs the highest rate that met the goal again, up to
+`repetitions` runs in all. A rate meets the goal when every run of it does:
+a repetition that misses moves the boundary down and the bisection goes on.
+
+Every probe is a stored run, its rate the level of the factor `over`: the
+next probe is decided from the store alone (`next_rate`), so `resume`
+continues a search where it stopped, and `show`, `export` and the report
+read the answer from the store (`answer`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from perflab import tomldoc
+from perflab.settings_model import StrictModel
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from perflab.plan import PlannedRun
+    from perflab.progress import Progress
+    from perflab.section import Section
+    from perflab.spec import Experiment
+    from perflab.store import Store
+
+# The most probes one search runs (repetitions at the boundary included).
+DEFAULT_MAX_PROBES = 30
+_CONDITION = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|<|>|==)\s*(-?[0-9.]+(?:[eE][-+]?\d+)?)\s*$")
+_OPS = {"<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b,
+        "==": lambda a, b: a == b}
+# Implied by every goal: a run with errors or skipped transactions does not meet it.
+IMPLIED = (("errors", "==", 0.0), ("failed", "==", 0.0), ("skipped", "==", 0.0))
+
+
+def parse_goal(text: str) -> list[tuple[str, str, float]]:
+    """"latency_p99_ms <= 5 and errors == 0" -> [(metric, op, number), ...];
+    ValueError names what is wrong."""
+    out = []
+    for part in re.split(r"\s+and\s+", text.strip()):
+        m = _CONDITION.match(part)
+        if m is None:
+            raise ValueError(f"got {part!r}; allowed: METRIC OP NUMBER (OP one of <=, <, >=, >, ==), several "
+                             "joined by \"and\", e.g. \"latency_p99_ms <= 5\"")
+        try:
+            number = float(m.group(3))
+        except ValueError:
+            raise ValueError(f"got {m.group(3)!r} in {part!r}; allowed: a number") from None
+        out.append((m.group(1), m.group(2), number))
+    return out
+
+
+class SearchSettings(StrictModel):
+    # The numeric path the search varies (a factor path, e.g. "workload.rate").
+    over: str = Field(min_length=1)
+    # METRIC OP NUMBER, several joined by "and"; errors == 0 is implied.
+    goal: str = Field(min_length=1)
+    from_: float = Field(alias="from", gt=0)
+    to: float = Field(gt=0)
+    # Relative width at which the bisection stops (0.05: within 5%).
+    resolution: float = Field(default=0.05, gt=0, lt=1)
+    # Runs of the boundary rate in all.
+    repetitions: int = Field(default=3, ge=1, le=20)
+    max_probes: int = Field(default=DEFAULT_MAX_PROBES, ge=2, le=200)
+
+    model_config = {"populate_by_name": True}
+
+    @field_validator("goal")
+    @classmethod
+    def _goal(cls, value: str) -> str:
+        parse_goal(value)
+        return value
+
+    @model_validator(mode="after")
+    def _range(self) -> SearchSettings:
+        if self.to <= self.from_:
+            raise ValueError(f"got from = {self.from_:g} and to = {self.to:g}; allowed: from < to")
+        return self
+
+    def conditions(self) -> list[tuple[str, str, float]]:
+        return parse_goal(self.goal)
+
+
+def settings_of(spec_text: str) -> SearchSettings | None:
+    """The [search] section of a stored experiment's text, if it has one."""
+    try:
+        raw = tomldoc.parse(spec_text)[0].get("search")
+    except tomldoc.TomlProblem:
+        return None
+    return SearchSettings.model_validate(raw) if isinstance(raw, dict) else None
+
+
+def rounded(rate: float) -> float:
+    """A probe's rate: 3 significant digits, a whole number from 100 on."""
+    if rate <= 0:
+        return rate
+    digits = 3 - int(math.floor(math.log10(rate))) - 1
+    value = round(rate, digits)
+    return int(value) if value >= 100 else value
+
+
+@dataclass
+class Probe:
+    rate: float
+    run_id: int
+    met: bool
+    values: dict[str, float]
+    why: str  # the first condition it missed ("" when met)
+
+
+def meets(s: SearchSettings, values: dict[str, float], status: str) -> tuple[bool, str]:
+    if status != "done":
+        return False, f"the run {status}"
+    for metric, op, number in s.conditions():
+        if metric not in values:
+            return False, f"no metric {metric}"
+        if not _OPS[op](values[metric], number):
+            return False, f"{metric} {values[metric]:.4g}"
+    for metric, op, number in IMPLIED:
+        if metric in values and not _OPS[op](values[metric], number):
+            return False, f"{metric} {values[metric]:.0f}"
+    return True, ""
+
+
+def probes(s: SearchSettings, store: Store) -> list[Probe]:
+    """The search's finished probes, in run order (failed runs miss the goal)."""
+    values: dict[int, dict[str, float]] = {}
+    for m in store.metrics():
+        values.setdefault(m["run_id"], {})[m["name"]] = m["value"]
+    out = []
+    for r in store.runs():
+        rate = r["factors"].get(s.over)
+        if r["status"] not in ("done", "failed") or not isinstance(rate, int | float):
+            continue
+        v = values.get(r["id"], {})
+        met, why = meets(s, v, r["status"])
+        out.append(Probe(rate, r["id"], met, v, why))
+    return out
+
+
+@dataclass
+class State:
+    next_rate: float | None  # None: the search is over
+    lo: float | None  # the highest rate every run of which met the goal
+    hi: float | None  # the lowest rate above lo that missed it
+    probes: list[Probe]
+    capped: bool = False
+
+
+def state(s: SearchSettings, done: list[Probe]) -> State:
+    """Where a search stands after the probes `done`, and its next rate."""
+    by_rate: dict[float, list[bool]] = {}
+    for p in done:
+        by_rate.setdefault(p.rate, []).append(p.met)
+    met = sorted(r for r, ok in by_rate.items() if all(ok))
+    lo = met[-1] if met else None
+    missed = sorted(r for r, ok in by_rate.items() if not all(ok) and (lo is None or r > lo))
+    hi = missed[0] if missed else None
+    start = rounded(s.from_)
+    if len(done) >= s.max_probes:
+        return State(None, lo, hi, done, capped=True)
+    if start not in by_rate:
+        return State(start, lo, hi, done)
+    if lo is None:
+        return State(None, None, hi, done)  # not met at any rate tried
+    if hi is None and lo < rounded(s.to):
+        return State(min(rounded(s.to), rounded(lo * 2)), lo, hi, done)
+    if hi is not None and (hi - lo) / lo > s.resolution:
+        mid = rounded((lo + hi) / 2)
+        if lo < mid < hi:
+            return State(mid, lo, hi, done)
+    if len(by_rate[lo]) < s.repetitions:
+        return State(lo, lo, hi, done)
+    return State(None, lo, hi, done)
+
+
+def next_rate(s: SearchSettings, store: Store) -> float | None:
+    """The next probe's rate, from the store alone; None when the search is over."""
+    return state(s, probes(s, store)).next_rate
+
+
+@dataclass
+class Answer:
+    settings: SearchSettings
+    lo: float | None
+    hi: float | None
+    probes: list[Probe]
+    over_unit: str
+    finished: bool
+    capped: bool
+
+    def text(self) -> str:
+        s, unit = self.settings, self.over_unit
+        tried = f"{len(self.probes)} probe{'s' if len(self.probes) != 1 else ''}"
+        if self.lo is None:
+            if not self.probes:
+                return f"search: no probe has run yet ({s.over} from {s.from_:g})"
+            low = min(self.probes, key=lambda p: p.rate)
+            return (f"search: {s.goal}: not met at any rate tried (lowest: {low.rate:g}{unit}, "
+                    f"{low.why or 'met'}); {tried}")
+        if self.hi is not None:
+            interval = f"between {self.lo:g} and {self.hi:g}{unit}"
+        else:
+            interval = f"at least {self.lo:g}{unit}, the top of the range"
+        state = "" if self.finished else " (search not finished: resume continues it)"
+        if self.capped:
+            state = f" (stopped at max_probes = {s.max_probes})"
+        runs = sum(1 for p in self.probes if p.rate == self.lo)
+        return (f"search: sustains {self.lo:g}{unit} at {s.goal} (capacity {interval}; {runs} run"
+                f"{'s' if runs != 1 else ''} at {self.lo:g}; {tried}){state}")
+
+
+def answer(store: Store) -> Answer | None:
+    """The search's answer from the store; None without a [search]."""
+    s = settings_of(store.experiment()["spec_text"])
+    if s is None:
+        return None
+    st = state(s, probes(s, store))
+    unit = f" {rate_unit(store, s)}" if s.over.endswith("rate") else ""
+    return Answer(s, st.lo, st.hi, st.probes, unit, st.next_rate is None, st.capped)
+
+
+def rate_unit(store: Store, s: SearchSettings) -> str:
+    """The unit of what the search varies: the runs' own rate unit (req/s,
+    tx/s) when it is a rate."""
+    units = {m["name"]: m["unit"] for m in store.metrics() if m["name"] in ("rate_target", "tps", "req_per_s")}
+    if s.over.endswith("rate"):
+        return units.get("rate_target") or units.get("req_per_s") or units.get("tps") or "1/s"
+    return ""
+
+
+def export_rows(store: Store) -> list[dict[str, Any]]:
+    """`search.sustainable` (and the first rate above it that missed) as
+    metric rows with no run, the goal in their `method`."""
+    a = answer(store)
+    if a is None or a.lo is None or not a.finished:
+        return []
+    unit = rate_unit(store, a.settings)
+    rows = [{"metric": "search.sustainable", "value": a.lo, "unit": unit or a.settings.over,
+             "method": f"goal: {a.settings.goal}"}]
+    if a.hi is not None:
+        rows.append({"metric": "search.first_missed", "value": a.hi, "unit": unit or a.settings.over,
+                     "method": f"goal: {a.settings.goal}"})
+    return rows
+
+
+def report_sections(store: Store) -> list[Section]:
+    """The answer and the latency–rate curve with the knee marked."""
+    from perflab.section import Figure, Section, Table, Text
+
+    a = answer(store)
+    if a is None:
+        return []
+    s = a.settings
+    metric = s.conditions()[0][0]
+    blocks: list[Any] = [Text(a.text().removeprefix("search: ") + ". Each probe is a run at one rate; a rate "
+                              "meets the goal when every run of it does, with no errors and no skipped "
+                              "transactions. The search doubles the rate from `from` while the goal is met, "
+                              "bisects to the resolution, then runs the boundary again.")]
+    rows = [[p.run_id, p.rate, p.values.get(metric), "met" if p.met else f"missed: {p.why}"] for p in a.probes]
+    blocks.append(Table(["run", s.over, metric, "goal"], rows, f"Probes in run order; goal: {s.goal}"))
+    if a.probes:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure as MplFigure
+
+        fig = MplFigure(figsize=(6.4, 3.6))
+        ax = fig.add_subplot()
+        points = sorted((p.rate, p.values[metric], p.met) for p in a.probes if metric in p.values)
+        if points:
+            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], color="0.6", linewidth=1)
+            for met in (True, False):
+                xs = [x for x, _, m in points if m == met]
+                ys = [y for _, y, m in points if m == met]
+                if xs:
+                    ax.scatter(xs, ys, marker="o" if met else "x", label="met" if met else "missed", zorder=3)
+        goal_value = next((n for m, op, n in s.conditions() if m == metric and op in ("<=", "<")), None)
+        if goal_value is not None:
+            ax.axhline(goal_value, linestyle="--", color="tab:red", linewidth=1, label=f"goal {metric} {goal_value:g}")
+        if a.lo is not None:
+            ax.axvline(a.lo, linestyle=":", color="tab:green", linewidth=1.5, label=f"knee: {a.lo:g}{a.over_unit}")
+        ax.set_xlabel(f"{s.over} ({a.over_unit.strip()})" if a.over_unit else s.over)
+        ax.set_ylabel(metric)
+        if points and min(y for _, y, _ in points) > 0:
+            ax.set_yscale("log")
+        ax.legend(loc="upper left", fontsize="small")
+        fig.tight_layout()
+        blocks.append(Figure("search-latency-rate", fig, f"{metric} against {s.over}: every probe; the dotted line "
+                             "is the highest rate that met the goal (the knee)"))
+    return [Section("Capacity search", blocks, headline=True)]
+
+
+def stored_plan(store: Store) -> list[PlannedRun]:
+    """A search's plan: its probes as stored."""
+    from perflab.plan import PlannedRun
+
+    return [PlannedRun(r["id"], r["combination"], r["repetition"], r["factors"]) for r in store.runs()]
+
+
+def planned(exp: Experiment, store: Store, plan: dict[int, PlannedRun], todo: list[int],
+            progress: Progress | None = None) -> Iterator[int]:
+    """The run numbers to run: `todo`, then, for a search, each next probe,
+    planned (in `plan` and the store, counted in `progress`) only once the
+    one before it is stored."""
+    from perflab.plan import PlannedRun
+
+    yield from todo
+    if exp.search is None:
+        return
+    while (rate := next_rate(exp.search, store)) is not None:
+        runs = store.runs()
+        same = [r for r in runs if r["factors"].get(exp.search.over) == rate]
+        combination = same[0]["combination"] if same else max((r["combination"] for r in runs), default=0) + 1
+        probe = PlannedRun(max((r["id"] for r in runs), default=0) + 1, combination, len(same) + 1,
+                           {exp.search.over: rate})
+        plan[probe.number] = probe
+        store.add_plan([probe])
+        if progress is not None:
+            progress.total = max(progress.total, probe.number)
+        yield probe.number
