@@ -55,12 +55,14 @@ COLLECTOR_KEYS = {name: _keys(COLLECTORS.get(name).Settings) for name in COLLECT
 # Valid starting points, so that many documents get past the first error.
 TARGET_BASES = {"postgres": {"kind": "postgres"}, "duckdb": {"kind": "duckdb"}, "nginx": {"kind": "nginx"},
                 "process": {"kind": "process", "command": "true {port} {root}"},
-                "http": {"kind": "http", "url": "http://127.0.0.1:8080/"}, "router": {"kind": "router"}}
+                "http": {"kind": "http", "url": "http://127.0.0.1:8080/"}, "router": {"kind": "router"},
+                "mariadb": {"kind": "mariadb"}, "mysql": {"kind": "mysql", "dsn": "mysql://perflab@127.0.0.1:1/"}}
 WORKLOAD_BASES = {
     "tpcb": {"kind": "tpcb", "duration": "1s"},
     "sql": {"kind": "sql", "statements": ["SELECT 1"]},
     "tpch": {"kind": "tpch"},
     "tpcc": {"kind": "tpcc", "duration": "1s"},
+    "oltp": {"kind": "oltp", "duration": "1s"},
     "http": {"kind": "http", "duration": "1s"},
     "ssb": {"kind": "ssb"},
     "queries": {"kind": "queries", "queries": {"q1": "select 1"}},
@@ -129,7 +131,8 @@ def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str,
     }
     web = ("nginx", "process", "http")
     if ((target_kind == "duckdb" and workload_kind == "tpcb") or (target_kind == "router") != (workload_kind == "stream")
-            or (target_kind in web) != (workload_kind == "http")):
+            or (target_kind in web) != (workload_kind == "http")
+            or (target_kind in ("mariadb", "mysql") and workload_kind not in ("sql", "queries"))):
         # the nearest valid pair: the workload decides the target
         nearest = {"stream": "router", "http": "nginx"}.get(workload_kind, "postgres")
         doc["target"] = dict(TARGET_BASES[nearest])

@@ -3,7 +3,9 @@
 use pyo3::prelude::*;
 
 mod errors;
+mod glue;
 mod http;
+mod oltp;
 mod relay;
 mod results;
 mod ssb;
@@ -32,5 +34,6 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tpch::register(m)?;
     http::register(m)?;
     ssb::register(m)?;
+    oltp::register(m)?;
     Ok(())
 }

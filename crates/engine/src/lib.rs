@@ -16,6 +16,7 @@ pub mod error;
 pub mod harness;
 pub mod hist;
 pub mod http;
+pub mod oltp;
 pub mod pg;
 pub mod random;
 pub mod relay;

@@ -14,6 +14,11 @@ WORKLOADS.register(
     "pgbench's TPC-B-like transactions (tpcb-like, simple-update, select-only) from a Rust driver",
 )
 WORKLOADS.register(
+    "oltp",
+    "perflab.workloads.oltp:OltpWorkload",
+    "sysbench's OLTP scripts (point_select, read_only, read_write, ...) on its sbtest tables from a Rust driver",
+)
+WORKLOADS.register(
     "tpch",
     "perflab.workloads.tpch:TpchWorkload",
     "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions",

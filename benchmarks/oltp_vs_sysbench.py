@@ -1,0 +1,175 @@
+"""perflab's `oltp` workload against sysbench 1.0.20's oltp_* scripts (pgsql driver), on one server.
+
+Starts one managed PostgreSQL with perflab's own PostgresTarget (and always
+stops it), times `sysbench oltp_common prepare` (--threads 2, so it loads two
+tables at once) against perflab's loader (binary COPY, load_jobs 2) at the same
+--tables and --table-size (perflab's data, loaded second, is what the runs
+use; sysbench runs on it as on its own), then runs them alternately: for each
+script and thread count, --pairs pairs of runs of --seconds each, sysbench then
+perflab, the same script, the same key distribution (sysbench's default
+--rand-type=special), prepared statements on both sides.
+synchronous_commit=off: a shared disk's fsync times otherwise drown the
+drivers' difference.
+
+TPS: sysbench's "transactions ... per sec." against perflab's tps (committed
+events). Driver CPU per transaction: sysbench's whole process (the child's
+rusage, os.wait4) over its transactions; perflab's growth of this process's
+getrusage around the run (driver threads, coordinator, polling thread and
+connection set-up included, as sysbench's figure includes them) over its
+transactions, with its stored driver_cpu_per_tx_us (driver threads, measured
+window) beside it. sysbench runs one OS thread per connection; perflab runs
+the connections on min(threads, cores) runtime threads. Ratios are perflab /
+sysbench, the mean of the per-pair ratios with their spread.
+
+    .venv/bin/python benchmarks/oltp_vs_sysbench.py [--tables 10] [--table-size 100000] [--seconds 10]
+        [--pairs 3] [--threads 8 32] [--scripts point_select read_only read_write] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import cores, run_child, run_main, spread
+from perflab.context import RunContext
+from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+from perflab.workloads.oltp import OltpSettings, OltpWorkload
+
+# The issue's targets.
+TARGET_TPS_RATIO = 1.05
+TARGET_CPU_RATIO = 0.8
+TARGET_LOAD_RATIO = 0.5
+
+
+def sysbench_args(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int) -> list[str]:
+    return ["sysbench", f"oltp_{script}" if script != "common" else "oltp_common", "--db-driver=pgsql",
+            f"--pgsql-host={ep.host}", f"--pgsql-port={ep.port}", f"--pgsql-user={ep.user}", f"--pgsql-db={ep.dbname}",
+            f"--tables={tables}", f"--table-size={table_size}", f"--threads={threads}"]
+
+
+def run_sysbench(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int,
+                 seconds: int) -> dict[str, float]:
+    args = [*sysbench_args(ep, script, tables, table_size, threads), f"--time={seconds}", "run"]
+    code, text, error, usage = run_child(args)
+    if code != 0:
+        raise RuntimeError(f"sysbench failed: {error.strip() or text.strip()[-500:]}")
+    found = re.search(r"transactions:\s+(\d+)\s+\(([0-9.]+) per sec", text)
+    ignored = re.search(r"ignored errors:\s+(\d+)", text)
+    assert found, text
+    done = int(found.group(1))
+    return {"tps": float(found.group(2)), "transactions": done,
+            "cpu_per_tx_us": (usage.ru_utime + usage.ru_stime) / done * 1e6,
+            "ignored_errors": int(ignored.group(1)) if ignored else 0}
+
+
+def run_perflab(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
+                workdir: Path) -> dict[str, Any]:
+    w = OltpWorkload(OltpSettings.model_validate({
+        "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
+        "threads": min(threads, cores()), "duration": float(seconds)}))
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    result = w.run(ep, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    m = result.metrics
+    done = m["transactions"].value
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
+            "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
+            "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", type=int, default=10)
+    ap.add_argument("--table-size", type=int, default=100_000)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--threads", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--scripts", nargs="+", default=["point_select", "read_only", "read_write"])
+    ap.add_argument("--json", type=Path, help="write every run's figures here")
+    args = ap.parse_args()
+    if shutil.which("sysbench") is None:
+        raise SystemExit("sysbench is not installed (apt-get install sysbench)")
+
+    base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))
+    base.chmod(0o755)  # the server runs as `nobody` when we are root
+    target = PostgresTarget(PostgresSettings.model_validate({
+        "kind": "postgres", "settings": {"max_connections": max(args.threads) + 20, "shared_buffers": "256MB",
+                                         "synchronous_commit": "off"},
+    }), base / "target")
+    rows: list[dict[str, Any]] = []
+    try:
+        ep = target.provision()
+        assert isinstance(ep, PostgresEndpoint)
+        version = subprocess.run(["sysbench", "--version"], capture_output=True, text=True).stdout.strip()
+        print(f"server: {target.describe().get('version', '?')}; {version}; synchronous_commit=off; "
+              f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
+        started = time.monotonic()
+        code, text, error, _ = run_child([*sysbench_args(ep, "common", args.tables, args.table_size, 2), "prepare"])
+        sysbench_load_s = time.monotonic() - started
+        if code != 0:
+            raise RuntimeError(f"sysbench prepare failed: {error.strip() or text[-500:]}")
+        w = OltpWorkload(OltpSettings.model_validate({"kind": "oltp", "tables": args.tables,
+                                                      "table_size": args.table_size, "load_jobs": 2}))
+        load = w.prepare(ep, RunContext(run_number=0, run_dir=base, t0_ns=time.monotonic_ns()))
+        load_ratio = load.total_s / sysbench_load_s
+        print(f"load {args.tables} x {args.table_size} rows: sysbench prepare {sysbench_load_s:.2f} s; "
+              f"perflab {load.total_s:.2f} s; ratio {load_ratio:.3f}", flush=True)
+        for script in args.scripts:
+            for threads in args.threads:
+                for pair in range(args.pairs):
+                    a = run_sysbench(ep, script, args.tables, args.table_size, threads, args.seconds)
+                    b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base)
+                    rows.append({"script": script, "threads": threads, "pair": pair + 1, "sysbench": a,
+                                 "perflab": b, "load_average": os.getloadavg()[0]})
+                    print(f"  {script:12s} t={threads:<3d} pair {pair + 1}: sysbench {a['tps']:8.1f} tps "
+                          f"{a['cpu_per_tx_us']:7.1f} us/tx ({a['ignored_errors']} ignored errors) | perflab "
+                          f"{b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
+                          f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} failed; "
+                          f"{b['io']})", flush=True)
+    finally:
+        target.teardown()
+        shutil.rmtree(base, ignore_errors=True)
+
+    print("\n| script | threads | sysbench tps | perflab tps | tps ratio (pairs) | sysbench us/tx | perflab us/tx "
+          "| cpu ratio (pairs) |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+    verdicts = [f"load: ratio {load_ratio:.3f} {'meets' if load_ratio <= TARGET_LOAD_RATIO else 'MISSES'} "
+                f"<= {TARGET_LOAD_RATIO}"]
+    for script, threads in ((s, t) for s in args.scripts for t in args.threads):
+        group = [r for r in rows if r["script"] == script and r["threads"] == threads]
+        tps = [r["perflab"]["tps"] / r["sysbench"]["tps"] for r in group]
+        cpu = [r["perflab"]["cpu_per_tx_us"] / r["sysbench"]["cpu_per_tx_us"] for r in group]
+
+        def mean(side: str, key: str, group: list[dict[str, Any]] = group) -> float:
+            return statistics.mean(r[side][key] for r in group)
+
+        print(f"| {script} | {threads} | {mean('sysbench', 'tps'):.0f} | {mean('perflab', 'tps'):.0f} "
+              f"| {statistics.mean(tps):.3f} ({spread(tps, 3)}) | {mean('sysbench', 'cpu_per_tx_us'):.1f} "
+              f"| {mean('perflab', 'cpu_per_tx_us'):.1f} | {statistics.mean(cpu):.3f} ({spread(cpu, 3)}) |")
+        verdicts.append(f"{script} t={threads}: tps ratio {statistics.mean(tps):.3f} "
+                        f"{'meets' if statistics.mean(tps) >= TARGET_TPS_RATIO else 'MISSES'} >= {TARGET_TPS_RATIO}; "
+                        f"cpu ratio {statistics.mean(cpu):.3f} "
+                        f"{'meets' if statistics.mean(cpu) <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    print()
+    print("\n".join(verdicts))
+    print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
+    if args.json:
+        args.json.write_text(json.dumps({"load": {"sysbench_s": sysbench_load_s, "perflab_s": load.total_s},
+                                         "runs": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    # Ctrl-C and SIGTERM run main's `finally`, which stops the server it started
+    run_main(main)

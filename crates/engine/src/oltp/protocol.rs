@@ -1,0 +1,565 @@
+//! sysbench's OLTP scripts on PostgreSQL, as a protocol of the load harness.
+//!
+//! One transaction is one sysbench event: `point_select`, `update_index`,
+//! `update_non_index` and `insert` are one autocommit statement; `read_only`,
+//! `read_write` and `write_only` are BEGIN, sysbench's statement groups and
+//! COMMIT. Per event each group picks its table uniformly from 1..tables and
+//! its ids from 1..table_size by `rand_type`; a range is `id .. id + 99`.
+//! Statements are prepared once per connection (sysbench's default
+//! `--db-ps-mode=auto`) and each waits for its own ReadyForQuery, as
+//! sysbench's driver does. sysbench restarts an event on a deadlock, a
+//! serialization failure or a duplicate key (its pgsql driver's ignorable
+//! errors): those are retryable here.
+
+use crate::harness::{EngineError, ErrorClass, Protocol, TxType};
+use crate::pg::{ConnInfo, Param, PgConn, PgError, SqlError};
+use crate::random::Prng;
+use crate::uring::Ring;
+use std::fmt;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::str::FromStr;
+
+/// sysbench's defaults: statements per group, the range length.
+const POINT_SELECTS: usize = 10;
+pub const RANGE_SIZE: i64 = 100;
+/// `c` is 10 groups of 11 digits joined by dashes (119 bytes), `pad` 5 (59).
+pub const C_LEN: usize = 119;
+pub const PAD_LEN: usize = 59;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Script {
+    PointSelect,
+    ReadOnly,
+    ReadWrite,
+    WriteOnly,
+    UpdateIndex,
+    UpdateNonIndex,
+    Insert,
+}
+
+impl Script {
+    pub const NAMES: [&'static str; 7] = [
+        "point_select",
+        "read_only",
+        "read_write",
+        "write_only",
+        "update_index",
+        "update_non_index",
+        "insert",
+    ];
+    const ALL: [Script; 7] = [
+        Script::PointSelect,
+        Script::ReadOnly,
+        Script::ReadWrite,
+        Script::WriteOnly,
+        Script::UpdateIndex,
+        Script::UpdateNonIndex,
+        Script::Insert,
+    ];
+
+    pub fn name(self) -> &'static str {
+        Script::NAMES[self as usize]
+    }
+
+    /// The statements one event runs, in order (BEGIN and COMMIT included).
+    pub fn statements(self) -> Vec<Kind> {
+        use Kind::*;
+        let reads = [
+            [PointSelect; POINT_SELECTS].as_slice(),
+            &[SimpleRange, SumRange, OrderRange, DistinctRange],
+        ]
+        .concat();
+        let writes = [IndexUpdate, NonIndexUpdate, Delete, Insert];
+        match self {
+            Script::PointSelect => vec![PointSelect],
+            Script::ReadOnly => [&[Begin][..], &reads, &[Commit]].concat(),
+            Script::ReadWrite => [&[Begin][..], &reads, &writes, &[Commit]].concat(),
+            Script::WriteOnly => [&[Begin][..], &writes, &[Commit]].concat(),
+            Script::UpdateIndex => vec![IndexUpdate],
+            Script::UpdateNonIndex => vec![NonIndexUpdate],
+            Script::Insert => vec![InsertAuto],
+        }
+    }
+}
+
+impl FromStr for Script {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Script::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "script {s:?} is not one of sysbench's; allowed: {}",
+                    Script::NAMES.join(", ")
+                )
+            })
+    }
+}
+
+/// One statement of a script. Reads and writes take their table from the
+/// event's draw for their group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Begin,
+    Commit,
+    PointSelect,
+    SimpleRange,
+    SumRange,
+    OrderRange,
+    DistinctRange,
+    IndexUpdate,
+    NonIndexUpdate,
+    Delete,
+    /// delete_inserts' insert: the deleted id again.
+    Insert,
+    /// oltp_insert on PostgreSQL: the id from the SERIAL sequence.
+    InsertAuto,
+}
+
+impl Kind {
+    const PER_TABLE: [Kind; 10] = [
+        Kind::PointSelect,
+        Kind::SimpleRange,
+        Kind::SumRange,
+        Kind::OrderRange,
+        Kind::DistinctRange,
+        Kind::IndexUpdate,
+        Kind::NonIndexUpdate,
+        Kind::Delete,
+        Kind::Insert,
+        Kind::InsertAuto,
+    ];
+
+    /// sysbench's statement (oltp_common.lua's `stmt_defs`) with `$n` for `?`.
+    fn sql(self, table: u32) -> String {
+        let range = "WHERE id BETWEEN $1 AND $2";
+        match self {
+            Kind::Begin => "BEGIN".into(),
+            Kind::Commit => "COMMIT".into(),
+            Kind::PointSelect => format!("SELECT c FROM sbtest{table} WHERE id=$1"),
+            Kind::SimpleRange => format!("SELECT c FROM sbtest{table} {range}"),
+            Kind::SumRange => format!("SELECT SUM(k) FROM sbtest{table} {range}"),
+            Kind::OrderRange => format!("SELECT c FROM sbtest{table} {range} ORDER BY c"),
+            Kind::DistinctRange => {
+                format!("SELECT DISTINCT c FROM sbtest{table} {range} ORDER BY c")
+            }
+            Kind::IndexUpdate => format!("UPDATE sbtest{table} SET k=k+1 WHERE id=$1"),
+            Kind::NonIndexUpdate => format!("UPDATE sbtest{table} SET c=$1 WHERE id=$2"),
+            Kind::Delete => format!("DELETE FROM sbtest{table} WHERE id=$1"),
+            Kind::Insert => {
+                format!("INSERT INTO sbtest{table} (id, k, c, pad) VALUES ($1, $2, $3, $4)")
+            }
+            Kind::InsertAuto => {
+                format!("INSERT INTO sbtest{table} (k, c, pad) VALUES ($1, $2, $3)")
+            }
+        }
+    }
+}
+
+/// sysbench's `--rand-type`, with its default parameters (`--rand-spec-iter=12`,
+/// `--rand-spec-pct=1`, `--rand-spec-res=75`, `--rand-pareto-h=0.2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RandType {
+    Uniform,
+    Gaussian,
+    Special,
+    Pareto,
+}
+
+impl FromStr for RandType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uniform" => Ok(RandType::Uniform),
+            "gaussian" => Ok(RandType::Gaussian),
+            "special" => Ok(RandType::Special),
+            "pareto" => Ok(RandType::Pareto),
+            other => Err(format!(
+                "rand_type {other:?} is unknown; allowed: uniform, gaussian, special, pareto"
+            )),
+        }
+    }
+}
+
+const SPEC_ITER: i64 = 12;
+const SPEC_PCT: i64 = 1;
+const SPEC_RES: i64 = 75;
+const PARETO_H: f64 = 0.2;
+
+/// `sysbench.rand.default(1, n)`: a key in 1..=n by the distribution.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyRand {
+    pub rand_type: RandType,
+    pub n: i64,
+}
+
+impl KeyRand {
+    #[inline]
+    pub fn draw(&self, rng: &mut Prng) -> i64 {
+        let t = self.n;
+        // The mean of SPEC_ITER uniform draws on 0..t: bell-shaped, centred.
+        let bell = |rng: &mut Prng| {
+            (0..SPEC_ITER)
+                .map(|_| rng.uniform_i64(0, t - 1))
+                .sum::<i64>()
+                / SPEC_ITER
+        };
+        1 + match self.rand_type {
+            RandType::Uniform => rng.uniform_i64(0, t - 1),
+            RandType::Gaussian => bell(rng),
+            RandType::Special => {
+                // SPEC_RES percent of draws hit the SPEC_PCT percent of keys
+                // in the middle; the rest are bell-shaped over all keys.
+                let res = rng.uniform_i64(1, t * (100 / (100 - SPEC_RES)));
+                if res <= t {
+                    bell(rng)
+                } else {
+                    let d = (t * SPEC_PCT / 100).max(1);
+                    res % d + t / 2 - t * SPEC_PCT / 200
+                }
+            }
+            RandType::Pareto => {
+                let power = PARETO_H.ln() / (1.0 - PARETO_H).ln();
+                ((t as f64 * rng.next_f64().powf(power)) as i64).min(t - 1)
+            }
+        }
+    }
+}
+
+/// `sysbench.rand.string("###########-...")`: `n` bytes of 11-digit groups
+/// joined by dashes.
+pub fn digits(rng: &mut Prng, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = if i % 12 == 11 {
+            b'-'
+        } else {
+            b'0' + rng.uniform_i64(0, 9) as u8
+        };
+    }
+}
+
+/// One statement's draws: its table (0-based) and up to two numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub kind: Kind,
+    pub table: u32,
+    pub a: i64,
+    pub b: i64,
+}
+
+/// One event's draws, reused by every retry.
+#[derive(Debug, Clone)]
+pub struct Draws {
+    pub steps: Vec<Step>,
+    pub c_update: [u8; C_LEN],
+    pub c_insert: [u8; C_LEN],
+    pub pad: [u8; PAD_LEN],
+}
+
+pub struct OltpProtocol {
+    info: ConnInfo,
+    script: Script,
+    tables: u32,
+    keys: KeyRand,
+    plan: Vec<Kind>,
+    /// Prepared statement names, [table * PER_TABLE.len() + kind].
+    names: Vec<String>,
+    types: [&'static str; 1],
+}
+
+impl OltpProtocol {
+    pub fn new(
+        conninfo: &str,
+        script: Script,
+        tables: u32,
+        table_size: u32,
+        rand_type: RandType,
+    ) -> Result<OltpProtocol, EngineError> {
+        if tables == 0 || table_size == 0 {
+            return Err(EngineError::Config(
+                "tables and table_size must be at least 1".into(),
+            ));
+        }
+        let info = ConnInfo::parse(conninfo).map_err(|e| EngineError::Config(e.to_string()))?;
+        let names = (1..=tables)
+            .flat_map(|t| (0..Kind::PER_TABLE.len()).map(move |k| format!("s{t}_{k}")))
+            .collect();
+        Ok(OltpProtocol {
+            info,
+            script,
+            tables,
+            keys: KeyRand {
+                rand_type,
+                n: table_size as i64,
+            },
+            plan: script.statements(),
+            names,
+            types: [script.name()],
+        })
+    }
+
+    fn name(&self, kind: Kind, table: u32) -> &str {
+        match kind {
+            Kind::Begin => "begin",
+            Kind::Commit => "commit",
+            _ => {
+                let k = Kind::PER_TABLE.iter().position(|&x| x == kind).unwrap_or(0);
+                &self.names[table as usize * Kind::PER_TABLE.len() + k]
+            }
+        }
+    }
+
+    /// The draws of one event, group by group as oltp_common.lua makes them.
+    pub fn draw(&self, rng: &mut Prng) -> Draws {
+        let mut d = Draws {
+            steps: Vec::with_capacity(self.plan.len()),
+            c_update: [0; C_LEN],
+            c_insert: [0; C_LEN],
+            pad: [0; PAD_LEN],
+        };
+        let mut table = 0;
+        let mut group = None;
+        let mut delete_id = 0;
+        for &kind in &self.plan {
+            // A new group (a run of one kind; delete and insert share one)
+            // draws its table.
+            let same = group == Some(kind) || (group == Some(Kind::Delete) && kind == Kind::Insert);
+            if !same && !matches!(kind, Kind::Begin | Kind::Commit) {
+                table = rng.uniform_i64(0, self.tables as i64 - 1) as u32;
+                group = Some(kind);
+            }
+            let (a, b) = match kind {
+                Kind::Begin | Kind::Commit => (0, 0),
+                Kind::SimpleRange | Kind::SumRange | Kind::OrderRange | Kind::DistinctRange => {
+                    let id = self.keys.draw(rng);
+                    (id, id + RANGE_SIZE - 1)
+                }
+                Kind::NonIndexUpdate => {
+                    digits(rng, &mut d.c_update);
+                    (self.keys.draw(rng), 0)
+                }
+                Kind::Delete => {
+                    delete_id = self.keys.draw(rng);
+                    (delete_id, 0)
+                }
+                Kind::Insert | Kind::InsertAuto => {
+                    let k = self.keys.draw(rng);
+                    digits(rng, &mut d.c_insert);
+                    digits(rng, &mut d.pad);
+                    (delete_id, k)
+                }
+                _ => (self.keys.draw(rng), 0),
+            };
+            d.steps.push(Step { kind, table, a, b });
+        }
+        d
+    }
+}
+
+pub struct OltpClient {
+    conn: PgConn,
+}
+
+#[derive(Debug)]
+pub enum OltpError {
+    Sql(SqlError),
+    Pg(PgError),
+}
+
+impl fmt::Display for OltpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OltpError::Sql(e) => e.fmt(f),
+            OltpError::Pg(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<PgError> for OltpError {
+    fn from(e: PgError) -> Self {
+        OltpError::Pg(e)
+    }
+}
+
+impl Protocol for OltpProtocol {
+    type Client = OltpClient;
+    type Request = Draws;
+    type Error = OltpError;
+    const SUPPORTS_RING: bool = true;
+
+    fn transaction_types(&self) -> &[&'static str] {
+        &self.types
+    }
+
+    async fn connect(&self, _client: u32) -> Result<OltpClient, OltpError> {
+        let mut conn = PgConn::connect(&self.info).await?;
+        conn.put_parse("begin", "BEGIN");
+        conn.put_parse("commit", "COMMIT");
+        let mut kinds = self.plan.clone();
+        kinds.dedup();
+        for table in 0..self.tables {
+            for &kind in kinds
+                .iter()
+                .filter(|k| !matches!(k, Kind::Begin | Kind::Commit))
+            {
+                conn.put_parse(self.name(kind, table), &kind.sql(table + 1));
+            }
+        }
+        conn.put_sync();
+        if let Some(err) = conn.round_trip().await? {
+            return Err(OltpError::Pg(PgError::Connect(format!(
+                "preparing the {} statements failed: {err} (are sbtest1..{} loaded?)",
+                self.script.name(),
+                self.tables
+            ))));
+        }
+        Ok(OltpClient { conn })
+    }
+
+    fn socket(&self, client: &OltpClient) -> Option<RawFd> {
+        Some(client.conn.raw_fd())
+    }
+
+    fn next_transaction(&self, _client: &mut OltpClient, rng: &mut Prng) -> (TxType, Draws) {
+        (0, self.draw(rng))
+    }
+
+    async fn execute(
+        &self,
+        client: &mut OltpClient,
+        _tx: TxType,
+        d: &Draws,
+    ) -> Result<(), OltpError> {
+        let conn = &mut client.conn;
+        for st in &d.steps {
+            let name = self.name(st.kind, st.table);
+            let (a, b) = (Param::Int(st.a), Param::Int(st.b));
+            match st.kind {
+                Kind::Begin | Kind::Commit => conn.put_bind(name, &[]),
+                Kind::SimpleRange | Kind::SumRange | Kind::OrderRange | Kind::DistinctRange => {
+                    conn.put_bind(name, &[a, b])
+                }
+                Kind::NonIndexUpdate => conn.put_bind(name, &[Param::Text(&d.c_update), a]),
+                Kind::Insert => {
+                    conn.put_bind(name, &[a, b, Param::Text(&d.c_insert), Param::Text(&d.pad)])
+                }
+                Kind::InsertAuto => {
+                    conn.put_bind(name, &[b, Param::Text(&d.c_insert), Param::Text(&d.pad)])
+                }
+                _ => conn.put_bind(name, &[a]),
+            }
+            conn.put_execute();
+            conn.put_sync();
+            if let Some(err) = conn.round_trip().await? {
+                if conn.tx_status != b'I' {
+                    conn.put_query("ROLLBACK");
+                    conn.round_trip().await?;
+                }
+                return Err(OltpError::Sql(err));
+            }
+        }
+        Ok(())
+    }
+
+    fn classify(&self, error: &OltpError) -> ErrorClass {
+        match error {
+            // sysbench's pgsql driver restarts the event on a duplicate key too.
+            OltpError::Sql(e) if &e.sqlstate == b"23505" => ErrorClass::Retryable {
+                kind: "23505".into(),
+            },
+            OltpError::Sql(e) => e.error_class(),
+            OltpError::Pg(_) => ErrorClass::Fatal,
+        }
+    }
+
+    fn use_ring(&self, client: &mut OltpClient, ring: &Rc<Ring>) -> Result<(), String> {
+        client
+            .conn
+            .use_ring(ring.clone())
+            .map_err(|e| e.to_string())
+    }
+
+    fn close(&self, mut client: OltpClient) {
+        client.conn.terminate();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn protocol(script: Script, rand: RandType) -> OltpProtocol {
+        OltpProtocol::new("host=/tmp dbname=x", script, 10, 100_000, rand).unwrap()
+    }
+
+    #[test]
+    fn read_write_is_sysbenchs_mix() {
+        let p = protocol(Script::ReadWrite, RandType::Uniform);
+        let d = p.draw(&mut Prng::seeded(1));
+        let count = |k: Kind| d.steps.iter().filter(|s| s.kind == k).count();
+        assert_eq!(d.steps.len(), 20);
+        assert_eq!(count(Kind::PointSelect), 10);
+        assert_eq!(count(Kind::Delete) + count(Kind::Insert), 2);
+        // one table per group; the insert puts back the id just deleted
+        let ps: Vec<_> = d
+            .steps
+            .iter()
+            .filter(|s| s.kind == Kind::PointSelect)
+            .collect();
+        assert!(ps.iter().all(|s| s.table == ps[0].table));
+        let del = d.steps.iter().find(|s| s.kind == Kind::Delete).unwrap();
+        let ins = d.steps.iter().find(|s| s.kind == Kind::Insert).unwrap();
+        assert_eq!((del.table, del.a), (ins.table, ins.a));
+        let range = d.steps.iter().find(|s| s.kind == Kind::SumRange).unwrap();
+        assert_eq!(range.b - range.a, RANGE_SIZE - 1);
+        assert_eq!(d.c_insert[11], b'-');
+        assert!(d.pad.iter().all(|b| b.is_ascii_digit() || *b == b'-'));
+    }
+
+    #[test]
+    fn keys_stay_in_range_and_special_favours_the_middle() {
+        let mut rng = Prng::seeded(7);
+        for rand_type in [
+            RandType::Uniform,
+            RandType::Gaussian,
+            RandType::Special,
+            RandType::Pareto,
+        ] {
+            let keys = KeyRand { rand_type, n: 1000 };
+            assert!((0..20_000)
+                .map(|_| keys.draw(&mut rng))
+                .all(|k| (1..=1000).contains(&k)));
+        }
+        let special = KeyRand {
+            rand_type: RandType::Special,
+            n: 100_000,
+        };
+        let middle = (0..10_000)
+            .filter(|_| (49_501..=50_500).contains(&special.draw(&mut rng)))
+            .count();
+        // 75% of draws go to the middle 1%, plus the bell's share of it
+        assert!((7_400..8_200).contains(&middle), "{middle}");
+        let pareto = KeyRand {
+            rand_type: RandType::Pareto,
+            n: 100_000,
+        };
+        let low = (0..10_000)
+            .filter(|_| pareto.draw(&mut rng) <= 1000)
+            .count();
+        assert!(low > 5_000, "{low}");
+    }
+
+    #[test]
+    fn names_parse_and_unknown_names_say_what_is_allowed() {
+        assert_eq!("read_only".parse::<Script>().unwrap(), Script::ReadOnly);
+        assert!("oltp_read_only"
+            .parse::<Script>()
+            .unwrap_err()
+            .contains("point_select"));
+        assert!("zipfian".parse::<RandType>().is_err());
+        assert_eq!(Script::PointSelect.statements(), vec![Kind::PointSelect]);
+        assert_eq!(Script::WriteOnly.statements().len(), 6);
+    }
+}

@@ -1,0 +1,217 @@
+"""The `oltp` workload: sysbench's OLTP scripts (sysbench 1.0.20) on PostgreSQL, driven from Rust.
+
+Tables, statements, ranges and key distributions are sysbench's (oltp_common.lua and
+oltp_*.lua): sysbench can run on tables loaded here, and this workload on tables
+`sysbench prepare` loaded. The loader (`perflab._engine.oltp_load`) streams binary COPY;
+the run (`perflab._engine.oltp_run`, crates/engine/src/oltp) is the engine's load harness,
+so the harness's settings, figures and flags come with it (perflab.workloads.harness).
+
+A transaction is one sysbench event, and TPS counts committed ones as sysbench's
+"transactions"; the latency is the event's. Statement counts per type are the script's
+mix times committed transactions (STATEMENTS below; the test checks them against the
+server's own counters).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from perflab import _engine
+from perflab.context import RunContext
+from perflab.drivers import engine_run
+from perflab.endpoints import Capability, PgWireEndpoint
+from perflab.errors import RunFailure, UserError
+from perflab.model import CheckResult, Histogram, LoadResult, RunResult
+from perflab.workloads import harness
+from perflab.workloads.base import Workload, WorkloadSettings
+
+# Statements per event, by type (sysbench's defaults: --point-selects=10, one of each
+# range, --index-updates=1, --non-index-updates=1, --delete-inserts=1); BEGIN and COMMIT
+# are "other" in sysbench's query counts.
+STATEMENTS: dict[str, dict[str, int]] = {
+    "point_select": {"point_selects": 1},
+    "read_only": {"point_selects": 10, "range_selects": 4, "other": 2},
+    "read_write": {"point_selects": 10, "range_selects": 4, "updates": 2, "deletes": 1, "inserts": 1, "other": 2},
+    "write_only": {"updates": 2, "deletes": 1, "inserts": 1, "other": 2},
+    "update_index": {"updates": 1},
+    "update_non_index": {"updates": 1},
+    "insert": {"inserts": 1},
+}
+READ_ONLY_SCRIPTS = ("point_select", "read_only")
+DEFAULT_DURATION_S = 60.0
+SERIES_SOURCE = "oltp"
+
+
+class OltpSettings(harness.HarnessSettings):
+    """sysbench's options: --threads is `clients` (the harness's), --time `duration`,
+    --rate `rate`; these are its OLTP scripts' own."""
+
+    kind: Literal["oltp"]
+    # Which of sysbench's oltp_*.lua scripts.
+    script: Literal["point_select", "read_only", "read_write", "write_only", "update_index",
+                    "update_non_index", "insert"] = "read_write"
+    # --tables and --table-size: the data set (sbtest1..tables).
+    tables: int = Field(default=10, ge=1, le=10_000)
+    table_size: int = Field(default=100_000, ge=1, le=2**31 - 1)
+    # --rand-type: the distribution of ids (and of k at load), with sysbench's parameters.
+    rand_type: Literal["uniform", "gaussian", "special", "pareto"] = "special"
+    # --events, per client, instead of a duration; default: 60 s.
+    transactions: int | None = Field(default=None, ge=1, le=10**12)
+    # Tries of an event after a deadlock, serialization failure or duplicate key
+    # (sysbench's pgsql driver restarts the event on these).
+    max_tries: int = Field(default=10, ge=1, le=harness.MAX_TRIES)
+    # Connections loading tables at once.
+    load_jobs: int = Field(default=2, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _one_length(self) -> OltpSettings:
+        if self.duration is not None and self.transactions is not None:
+            raise ValueError("got both duration and transactions; allowed: one of them")
+        return self
+
+
+class OltpWorkload(Workload[PgWireEndpoint]):
+    Settings: ClassVar[type[WorkloadSettings]] = OltpSettings
+    data_fields: ClassVar[tuple[str, ...]] = ("tables", "table_size", "rand_type")
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
+    headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p95_ms")
+    distributable: ClassVar[bool] = True
+
+    settings: OltpSettings
+
+    def __init__(self, settings: OltpSettings) -> None:
+        super().__init__(settings)
+        self._before: list[int] | None = None  # rows per table before the run, for check()
+        self._committed = 0
+
+    def writes(self) -> bool:
+        # point_select and read_only run on the tables found there (a read-only
+        # target's own sbtest tables); every other script writes.
+        return self.settings.script not in READ_ONLY_SCRIPTS
+
+    def prepare(self, endpoint: PgWireEndpoint, ctx: RunContext) -> LoadResult:
+        s = self.settings
+        if endpoint.read_only:
+            self._tables_present(endpoint)
+            return LoadResult()
+        with harness.engine_errors("oltp", failed="oltp load failed"):
+            report = _engine.oltp_load(
+                endpoint.wire_conninfo("perflab-oltp"), tables=s.tables, table_size=s.table_size,
+                rand_type=s.rand_type, workers=s.load_jobs, seed=s.seed or 0,
+                on_step=lambda table: ctx.status(f"load {s.tables} x {s.table_size} rows: {table}"),
+            )
+        return LoadResult(steps=dict(report.steps), rows=dict(report.rows))
+
+    def _tables_present(self, endpoint: PgWireEndpoint) -> None:
+        """On a read-only target nothing is loaded: sbtest1..tables must be there."""
+        names = [f"sbtest{i}" for i in range(1, self.settings.tables + 1)]
+        with endpoint.connect() as conn:
+            found = {r[0] for r in conn.execute("SELECT relname::text FROM pg_class WHERE relname = ANY(%s)"
+                                                " AND relkind = 'r' AND pg_table_is_visible(oid)", (names,))}
+        missing = [n for n in names if n not in found]
+        if missing:
+            raise UserError(f"workload oltp: the target is read-only and has no {', '.join(missing[:3])}"
+                            + (" ..." if len(missing) > 3 else ""),
+                            "load them there (sysbench oltp_read_only --db-driver=pgsql prepare), or set "
+                            "target.allow_destructive = true to let perflab load them")
+
+    def run(self, endpoint: PgWireEndpoint, ctx: RunContext) -> RunResult:
+        s = self.settings
+        if endpoint.read_only and self.writes():
+            raise UserError(f"workload oltp: script {s.script!r} writes and the target is read-only",
+                            'use script = "read_only" or "point_select", or set target.allow_destructive = true')
+        result = RunResult(headline=list(self.headline))
+        self._before = self._rows(endpoint)
+        threads = s.effective_threads()
+        seed = s.seed if s.seed is not None else secrets.randbits(63)
+        duration = s.duration if s.duration is not None or s.transactions is not None else DEFAULT_DURATION_S
+
+        def progress(interval: _engine.Interval) -> None:
+            ctx.status(f"{'warm-up' if interval.warmup else 'progress'}: {interval.t_s:.1f} s, {interval.tps:.1f} tps, "
+                       f"p99 {interval.latency_p99_ms:.3f} ms, {interval.failed} failed")
+            harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
+
+        ctx.status(f"oltp {s.script}: connecting {s.clients} clients on {threads} threads")
+        with harness.engine_errors("oltp"):
+            out = engine_run(
+                ctx, _engine.oltp_run, endpoint.wire_conninfo("perflab-oltp"),
+                script=s.script, tables=s.tables, table_size=s.table_size, rand_type=s.rand_type,
+                clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
+                transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
+                max_tries=s.max_tries, seed=seed, io=s.io, progress=progress,
+            )
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
+                         lost=f"oltp: all {s.clients} client connections were lost (server down?)")
+        self._committed = out.transactions
+        self._metrics(out, result)
+        return result
+
+    def _metrics(self, out: _engine.DriverResult, result: RunResult) -> None:
+        s = self.settings
+        add = result.add_metric
+        add("tps", out.tps, "tx/s", "committed events per second over the measured window (sysbench: "
+            "transactions/s)", higher_is_better=True)
+        mix = STATEMENTS[s.script]
+        add("qps", out.tps * sum(mix.values()), "queries/s", "statements per second of committed events, "
+            "BEGIN and COMMIT included (sysbench: queries/s)", higher_is_better=True)
+        add("transactions", out.transactions, "tx", "committed events in the measured window")
+        add("failed", out.failed, "tx", "events ended by an error (after retries)", higher_is_better=False)
+        for kind, per_tx in mix.items():
+            add(f"statements.{kind}", per_tx * out.transactions, "statements",
+                f"{kind.replace('_', ' ')} of committed events ({per_tx} per event)")
+        base = s.latency_origin()
+        for key, name in (("mean_us", "mean"), ("p50_us", "p50"), ("p95_us", "p95"), ("p99_us", "p99"),
+                          ("max_us", "max")):
+            add(f"latency_{name}_ms", harness.ms(getattr(out.latency, key)), "ms", f"event latency {name}, {base}",
+                higher_is_better=False)
+        for state, n in out.errors_by_kind.items():
+            add(f"errors.{state}", n, "tx", f"events failed with SQLSTATE {state}", higher_is_better=False)
+        result.histograms.append(Histogram(f"latency.{s.script}", "us", out.histogram_encoding,
+                                           bytes(out.latency_histogram)))
+        harness.harness_metrics(result, out, scheduled=s.rate is not None)
+
+    def _rows(self, endpoint: PgWireEndpoint) -> list[int]:
+        try:
+            with endpoint.connect() as conn:
+                # a sequential count leaves the indexes' scan counters to the run
+                for method in ("indexscan", "indexonlyscan", "bitmapscan"):
+                    conn.execute(f"SET enable_{method} = off")
+                return [int(conn.execute(f"SELECT count(*) FROM sbtest{i}").fetchone()[0])
+                        for i in range(1, self.settings.tables + 1)]
+        except Exception as exc:
+            raise RunFailure(f"oltp: cannot count the rows on {endpoint.display()}: {str(exc).strip()}") from None
+
+    def check(self, endpoint: PgWireEndpoint, ctx: RunContext) -> CheckResult:
+        """Rows per table against the counts before the run: read_write and
+        write_only delete and insert back the same id, so every script but
+        `insert` leaves each count as it was; `insert` adds at least one row per
+        committed event of the measured window."""
+        out = CheckResult()
+        if self._before is None:
+            return out
+        before, self._before = self._before, None
+        after = self._rows(endpoint)
+        if self.settings.script == "insert":
+            added = sum(after) - sum(before)
+            out.add("rows_added", added >= self._committed, f"{added} rows added, {self._committed} events committed")
+        else:
+            changed = [f"sbtest{i} {b} -> {a}" for i, (b, a) in enumerate(zip(before, after, strict=True), 1) if a != b]
+            out.add("row_counts", not changed, ", ".join(changed[:5]) or f"{len(after)} tables as before the run")
+        return out
+
+    @classmethod
+    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+        """Each run's figures, one row per run."""
+        from perflab.analysis import pivot
+        from perflab.section import Section, Table
+
+        if not runs:
+            return []
+        values = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"])} for r in runs}
+        columns = (("tps", "tps"), ("qps", "qps"), ("latency_p95_ms", "p95 ms"), ("latency_p99_ms", "p99 ms"),
+                   ("failed", "failed"), ("retries", "retries"), ("driver_cpu_per_tx_us", "driver CPU us/tx"))
+        headers, rows = pivot.run_rows(runs, values, columns)
+        return [Section("sysbench OLTP runs", [Table(headers, rows, "sysbench OLTP runs, one row per run")])]

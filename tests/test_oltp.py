@@ -1,0 +1,166 @@
+"""The oltp workload (sysbench's OLTP scripts) against a real PostgreSQL.
+
+Two tables of 10,000 rows and a few hundred events per run keep this short;
+the comparison with sysbench itself is a benchmark (benchmarks/oltp_vs_sysbench.py).
+The statement mix is checked against the server's own counters
+(pg_stat_user_tables, pg_stat_user_indexes), not against the driver's claims.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from perflab.context import RunContext
+from perflab.errors import UserError
+from perflab.workloads import WORKLOADS
+from perflab.workloads.oltp import STATEMENTS, OltpSettings, OltpWorkload
+
+TABLES, ROWS = 2, 10_000
+EVENTS = 60
+
+
+def workload(**settings: Any) -> OltpWorkload:
+    return OltpWorkload(OltpSettings.model_validate(
+        {"kind": "oltp", "tables": TABLES, "table_size": ROWS, "io": "epoll", **settings}))
+
+
+def context(tmp_path: Path) -> RunContext:
+    return RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns())
+
+
+@pytest.fixture(scope="module")
+def loaded(pg_target) -> Any:
+    """A database holding sbtest1..2 as the loader left them."""
+    _, endpoint = pg_target
+    name = "t_oltp_module"
+    with endpoint.connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    from psycopg.conninfo import make_conninfo
+
+    db = dataclasses.replace(endpoint, dbname=name, conninfo=make_conninfo(endpoint.conninfo, dbname=name))
+    load = workload().prepare(db, RunContext(run_number=1, run_dir=Path("/tmp"), t0_ns=time.monotonic_ns()))
+    yield db, load
+    with endpoint.connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_registered_and_settings_say_what_is_allowed() -> None:
+    assert WORKLOADS.get("oltp") is OltpWorkload
+    s = OltpSettings.model_validate({"kind": "oltp"})
+    assert (s.script, s.tables, s.table_size, s.rand_type) == ("read_write", 10, 100_000, "special")
+    with pytest.raises(ValidationError, match="point_select"):
+        OltpSettings.model_validate({"kind": "oltp", "script": "oltp_read_write"})
+    with pytest.raises(ValidationError, match="zipfian|uniform"):
+        OltpSettings.model_validate({"kind": "oltp", "rand_type": "zipfian"})
+    with pytest.raises(ValidationError, match="both duration and transactions"):
+        OltpSettings.model_validate({"kind": "oltp", "duration": "5s", "transactions": 10})
+    # read_write = 10 point selects + 4 range selects + 2 updates + 1 delete + 1 insert (+ BEGIN, COMMIT)
+    assert STATEMENTS["read_write"] == {"point_selects": 10, "range_selects": 4, "updates": 2, "deletes": 1,
+                                        "inserts": 1, "other": 2}
+    assert not workload(script="read_only").writes() and workload(script="write_only").writes()
+
+
+def test_loader_leaves_sysbenchs_tables_and_k_index(loaded) -> None:
+    db, load = loaded
+    assert load.rows == {"sbtest1": ROWS, "sbtest2": ROWS} and load.steps["tables"] > 0
+    with db.connect() as conn:
+        for t in (1, 2):
+            count, low, high, kmin, kmax = conn.execute(
+                f"SELECT count(*), min(id), max(id), min(k), max(k) FROM sbtest{t}").fetchone()
+            assert (count, low, high) == (ROWS, 1, ROWS) and 1 <= kmin <= kmax <= ROWS
+            indexes = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s",
+                                        (f"sbtest{t}",)).fetchall())
+            assert indexes[f"k_{t}"].endswith(f"ON public.sbtest{t} USING btree (k)")
+            assert f"sbtest{t}_pkey" in indexes
+            # the insert script's ids follow the loaded ones
+            assert conn.execute(f"SELECT nextval('sbtest{t}_id_seq')").fetchone()[0] == ROWS + 1
+            conn.execute(f"SELECT setval('sbtest{t}_id_seq', {ROWS})")
+        columns = conn.execute("SELECT column_name, data_type, character_maximum_length FROM "
+                               "information_schema.columns WHERE table_name = 'sbtest1' ORDER BY ordinal_position"
+                               ).fetchall()
+        assert columns == [("id", "integer", None), ("k", "integer", None), ("c", "character", 120),
+                           ("pad", "character", 60)]
+        c, pad = conn.execute("SELECT c, pad FROM sbtest1 WHERE id = 7").fetchone()
+        assert re.fullmatch(r"(\d{11}-){9}\d{11} ", c) and re.fullmatch(r"(\d{11}-){4}\d{11} ", pad)
+        # special: 75% of k values in the middle 1% of the range
+        middle = conn.execute("SELECT count(*) FROM sbtest1 WHERE k BETWEEN 4951 AND 5050").fetchone()[0]
+        assert 0.7 * ROWS < middle < 0.85 * ROWS
+
+
+def _counters(db: Any) -> dict[str, int]:
+    with db.connect() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        ins, upd, dele = conn.execute(
+            "SELECT sum(n_tup_ins), sum(n_tup_upd), sum(n_tup_del) FROM pg_stat_user_tables"
+            " WHERE relname LIKE 'sbtest%'").fetchone()
+        scans = conn.execute("SELECT sum(idx_scan) FROM pg_stat_user_indexes WHERE indexrelname LIKE 'sbtest%_pkey'"
+                             ).fetchone()[0]
+    return {"inserts": int(ins), "updates": int(upd), "deletes": int(dele), "pkey_scans": int(scans)}
+
+
+@pytest.mark.parametrize("script", list(STATEMENTS))
+def test_each_script_runs_sysbenchs_statement_mix(loaded, tmp_path, script) -> None:
+    db, _ = loaded
+    before = _counters(db)
+    w = workload(script=script, clients=1, transactions=EVENTS)
+    result = w.run(db, context(tmp_path))
+    metrics = {k: m.value for k, m in result.metrics.items()}
+    assert metrics["transactions"] == EVENTS and metrics["failed"] == 0
+    mix = STATEMENTS[script]
+    expected = {
+        "inserts": mix.get("inserts", 0) * EVENTS,
+        "updates": mix.get("updates", 0) * EVENTS,
+        "deletes": mix.get("deletes", 0) * EVENTS,
+        # every read, update and delete finds its rows by the primary key
+        "pkey_scans": sum(mix.get(k, 0) for k in ("point_selects", "range_selects", "updates", "deletes")) * EVENTS,
+    }
+    # the server's counters arrive when the clients' sessions end
+    deadline = time.monotonic() + 10
+    while True:
+        after = _counters(db)
+        change = {k: after[k] - before[k] for k in after}
+        if change == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert change == expected
+    for kind, per_event in mix.items():
+        assert metrics[f"statements.{kind}"] == per_event * EVENTS
+    assert [h.name for h in result.histograms][0] == f"latency.{script}"
+    check = w.check(db, context(tmp_path))
+    assert check.passed and len(check.checks) == 1, check
+
+
+def test_read_only_target_runs_read_scripts_and_refuses_writes(loaded, tmp_path) -> None:
+    db, _ = loaded
+    read_only = dataclasses.replace(db, read_only=True)
+    w = workload(script="read_only", clients=2, duration="1s")
+    assert w.prepare(read_only, context(tmp_path)).rows == {}  # nothing loaded: the tables are used as found
+    metrics = {k: m.value for k, m in w.run(read_only, context(tmp_path)).metrics.items()}
+    assert metrics["tps"] > 0 and metrics["failed"] == 0
+    with pytest.raises(UserError, match="writes and the target is read-only"):
+        workload(script="read_write", clients=1, transactions=1).run(read_only, context(tmp_path))
+    with pytest.raises(UserError, match="no sbtest3"):
+        workload(script="point_select", tables=3).prepare(read_only, context(tmp_path))
+
+
+def _experiment(path: Path, dsn: str, script: str) -> Path:
+    path.write_text(f'[experiment]\nname = "oltp-external"\n\n[target]\nkind = "postgres"\ndsn = "{dsn}"\n\n'
+                    f'[workload]\nkind = "oltp"\nscript = "{script}"\ntables = {TABLES}\ntable_size = {ROWS}\n'
+                    'clients = 1\nduration = "1s"\n')
+    return path
+
+
+def test_external_target_allows_read_only_and_refuses_writes_at_check(loaded, workdir, run_cli) -> None:
+    db, _ = loaded
+    ok = run_cli("check", _experiment(workdir / "ro.toml", db.conninfo, "read_only"), check=False)
+    assert ok.returncode == 0, ok.stderr
+    refused = run_cli("check", _experiment(workdir / "rw.toml", db.conninfo, "read_write"), check=False)
+    assert refused.returncode == 2 and "allow_destructive" in refused.stderr and "Traceback" not in refused.stderr
