@@ -483,8 +483,9 @@ def test_joules_per_transaction_and_query() -> None:
 
 def test_default_collectors() -> None:
     defaults = {name for name in COLLECTORS.names() if COLLECTORS.get(name).default_on}
-    assert defaults == {"vmstat", "diskstats", "process", "pgstat"}
+    assert defaults == {"vmstat", "diskstats", "process", "pgstat", "mysqlstat"}
     assert COLLECTORS.get("pgstat").needs == {Capability.POSTGRES_WIRE}
+    assert COLLECTORS.get("mysqlstat").needs == {Capability.MYSQL_WIRE}
     assert COLLECTORS.get("vmstat").needs == frozenset()
 
 

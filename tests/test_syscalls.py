@@ -95,9 +95,9 @@ def _alive(tracers: set[tuple[int, str | None]]) -> list[int]:
 
 
 def _server_tree(pm: int | None) -> list[int]:
-    from perflab.collectors.syscalls import _descendants
+    from perflab.proc import descendants
 
-    return _descendants(pm) if pm else []
+    return descendants(pm) if pm else []
 
 
 def pids_gone(pids: set[int]) -> set[int]:
@@ -359,7 +359,7 @@ def test_no_tracer_left_after_ctrl_c_or_sigkill(workdir: Path, sig: int) -> None
 def test_journal_kind_kill_process_is_known() -> None:
     from perflab.guardian import UNDO, kill_process
 
-    assert "kill-process" in UNDO
+    assert UNDO["kill-process"] is kill_process
     # a process that is not the journaled one (start time differs) is left alone
     proc = subprocess.Popen(["sleep", "30"])
     try:

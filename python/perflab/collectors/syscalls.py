@@ -101,16 +101,19 @@ from perflab.collectors.base import (
     CollectorSettings,
     CollectorUnavailable,
 )
-from perflab.collectors.procfs import CLOCK_TICKS_PER_S
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.guardian import journal
+from perflab.hostctl import scratchfs  # noqa: F401 - registers the "mount" undo of the tracefs mount journaled here
 from perflab.model import Event, RunResult
+from perflab.proc import cpu_seconds, descendants, start_time, tracer_pid
 from perflab.section import Block, RunGroup, Section, Table, Text
 from perflab.section import Figure as SectionFigure
+from perflab.targets.base import FileClass
 
 CALLS = ("openat", "read", "pread64", "preadv", "write", "pwrite64", "pwritev", "lseek", "close", "fsync",
          "fdatasync", "sync_file_range")
-CLASSES = ("other", "wal", "base", "global")
+# PostgreSQL's (wal, base, global), then InnoDB's (a target's `file_classes`)
+CLASSES = ("other", "wal", "base", "global", "redo", "data", "undo", "binlog")
 # the seed's table: its columns and the calls each counts
 COLUMNS = {"opens": ("openat",), "reads": ("read", "pread64", "preadv"), "writes": ("write", "pwrite64", "pwritev"),
            "seeks": ("lseek",), "closes": ("close",), "fsync": ("fsync",), "fdatasync": ("fdatasync",),
@@ -152,37 +155,6 @@ def strace_problem() -> str | None:
     if shutil.which("strace") is None:
         return "strace is not installed"
     return None
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def _descendants(root: int) -> list[int]:
-    parent: dict[int, int] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        kids = [c for c, p in parent.items() if p == pid]
-        out += kids
-        todo += kids
-    return out
-
-
-def _proc_cpu_s(pid: int) -> float | None:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
 
 
 def _kdev(st_dev: int) -> int:
@@ -285,11 +257,24 @@ def exact_percentile(values: list[float], q: float) -> float:
 
 # --------------------------------------------------------------------- bpftrace
 
-def _classify(fd_expr: str, dirs: dict[str, tuple[int, int]]) -> str:
-    """bpftrace statements that set $c to the class number of fd `fd_expr`."""
-    wal_dev, wal_ino = dirs["wal"]
-    base_dev, base_ino = dirs["base"]
-    glob_dev, glob_ino = dirs["global"]
+# A file class as the probes test it: (class number, device, directory inode, depth, name prefix)
+Rule = tuple[int, int, int, int, "str | None"]
+
+
+def _classify(fd_expr: str, rules: list[Rule]) -> str:
+    """bpftrace statements that set $c to the class number of fd `fd_expr`:
+    the first rule whose directory is the file's parent (depth 1) or
+    grandparent (depth 2) and whose prefix, if any, starts the file's name."""
+    tests = []
+    for number, dev, ino, depth, prefix in rules:
+        cond = f"$v == {dev} && {'$i' if depth == 1 else '$g'} == {ino}"
+        if prefix:
+            cond += f' && strncmp(str($fp->f_path.dentry->d_name.name), "{prefix}", {len(prefix.encode())}) == 0'
+        tests.append((cond, number))
+    chain = ""
+    for cond, number in reversed(tests):
+        chain = f"if ({cond}) {{ $c = {number}; }}" + (f" else {{ {chain} }}" if chain else "")
+    grand = "\n    $g = $p->d_parent->d_inode->i_ino;" if any(r[3] == 2 for r in rules) else ""
     return f"""
   $fdt = ((struct task_struct *)curtask)->files->fdt;
   $c = 0;
@@ -297,12 +282,8 @@ def _classify(fd_expr: str, dirs: dict[str, tuple[int, int]]) -> str:
     $fp = (struct file *)*(uint64 *)((uint64)$fdt->fd + (uint64){fd_expr} * 8);
     $p = $fp->f_path.dentry->d_parent;
     $i = $p->d_inode->i_ino;
-    $v = $p->d_inode->i_sb->s_dev;
-    if ($v == {wal_dev} && $i == {wal_ino}) {{ $c = 1; }}
-    else {{
-      if ($v == {base_dev} && $p->d_parent->d_inode->i_ino == {base_ino}) {{ $c = 2; }}
-      else {{ if ($v == {glob_dev} && $i == {glob_ino}) {{ $c = 3; }} }}
-    }}
+    $v = $p->d_inode->i_sb->s_dev;{grand}
+    {chain}
   }}"""
 
 
@@ -318,7 +299,7 @@ def _bucket_bpf() -> str:
             f" else {{ $hb = (($he - {k}) << {k}) + ((uint64)$d >> ($he - {k})); }}")
 
 
-def bpftrace_script(postmaster: int, pids: list[int], dirs: dict[str, tuple[int, int]], interval_ms: int) -> str:
+def bpftrace_script(postmaster: int, pids: list[int], dirs: list[Rule], interval_ms: int) -> str:
     pred = f"(pid == {postmaster} || ((struct task_struct *)curtask)->real_parent->tgid == {postmaster} || @tr[pid])"
     seed = "".join(f" @tr[{p}] = 1;" for p in pids)
     out = [
@@ -377,7 +358,7 @@ class Syscalls:
 class SyscallsCollector(Collector):
     Settings = SyscallsSettings
     default_on = False
-    needs = frozenset({Capability.POSTGRES_WIRE})
+    needs = frozenset({Capability.SQL})
 
     @classmethod
     def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
@@ -409,7 +390,7 @@ class SyscallsCollector(Collector):
         self._pg_before: dict[str, float] = {}
         self._mounted_tracefs = False
         self._stderr: list[str] = []
-        self._dirs: dict[str, Path] = {}
+        self._classes: list[FileClass] = []
         self._clock_ok: bool | None = None
         self._ended = threading.Event()
         self._begin = threading.Event()
@@ -421,16 +402,17 @@ class SyscallsCollector(Collector):
     def start(self, ctx: CollectorContext) -> None:
         self._ctx = ctx
         target = ctx.target
-        postmaster_pid = getattr(target, "postmaster_pid", None)
-        pm = postmaster_pid() if callable(postmaster_pid) else None
-        if pm is None or getattr(target, "external", False):
+        pm = target.server_pid() if target is not None else None
+        if pm is None or target is None or target.external:
             raise CollectorUnavailable("the target is not a server perflab manages (no postmaster pid to trace)")
         paths = target.data_paths() if target is not None else {}
         data = paths.get("data")
         if data is None:
             raise CollectorUnavailable("the target has no data directory")
-        self._dirs = {"wal": Path(paths.get("wal", data / "pg_wal")).resolve(), "base": data / "base",
-                      "global": data / "global"}
+        # the target's own classes (MariaDB's InnoDB files), else PostgreSQL's
+        self._classes = target.file_classes() or [
+            FileClass("wal", Path(paths.get("wal", data / "pg_wal")).resolve()),
+            FileClass("base", data / "base", 2), FileClass("global", data / "global")]
         mech = self.settings.mechanism
         bpf, st = bpftrace_problem(), strace_problem()
         if mech == "auto":
@@ -455,7 +437,7 @@ class SyscallsCollector(Collector):
         # journaled at once (a pid cannot be journaled before it exists): a
         # perflab killed from here on leaves the guardian to kill the tracer
         self._key = f"kill-process:{proc.pid}"
-        journal().add("kill-process", self._key, pid=proc.pid, start=_start_time(proc.pid), what=argv[0])
+        journal().add("kill-process", self._key, pid=proc.pid, start=start_time(proc.pid), what=argv[0])
         return proc
 
     def _start_bpftrace(self, ctx: CollectorContext, pm: int) -> None:
@@ -465,14 +447,14 @@ class SyscallsCollector(Collector):
                 journal().remove(f"mount:{TRACEFS}")
                 raise CollectorUnavailable(f"cannot mount tracefs on {TRACEFS}")
             self._mounted_tracefs = True
-        dirs: dict[str, tuple[int, int]] = {}
-        for cls, path in self._dirs.items():
+        dirs: list[Rule] = []
+        for fc in self._classes:
             try:
-                st = path.stat()
+                st = fc.directory.stat()
             except OSError as exc:
-                raise CollectorUnavailable(f"cannot stat the server's {cls} directory {path}: {exc}") from None
-            dirs[cls] = (_kdev(st.st_dev), st.st_ino)
-        script = bpftrace_script(pm, [pm, *_descendants(pm)], dirs, max(100, int(self.settings.interval * 1000)))
+                raise CollectorUnavailable(f"cannot stat the server's {fc.name} directory {fc.directory}: {exc}") from None
+            dirs.append((CLASSES.index(fc.name), _kdev(st.st_dev), st.st_ino, fc.depth, fc.prefix))
+        script = bpftrace_script(pm, [pm, *descendants(pm)], dirs, max(100, int(self.settings.interval * 1000)))
         path = ctx.run_dir / "syscalls.bt"
         try:
             path.write_text(script)
@@ -497,7 +479,7 @@ class SyscallsCollector(Collector):
             "bpftrace's nsecs and the run's clock agree (CLOCK_MONOTONIC)" if self._clock_ok else
             f"bpftrace's BEGIN time {self._begin_ns} is outside Python's [{before_ns}, {after_ns}]: "
             "the fsync records' times may be off")
-        self._cpu_last = (time.monotonic_ns(), _proc_cpu_s(self._proc.pid) or 0.0)
+        self._cpu_last = (time.monotonic_ns(), cpu_seconds(self._proc.pid) or 0.0)
         self._cpu_startup_s = self._cpu_last[1]  # compiling and loading the probes
 
     def _drain_stderr(self) -> None:
@@ -581,7 +563,7 @@ class SyscallsCollector(Collector):
         self._last_counts = dict(counts)
         self._last_t_ns = t_ns
         if self._proc is not None:
-            cpu = _proc_cpu_s(self._proc.pid)
+            cpu = cpu_seconds(self._proc.pid)
             now = time.monotonic_ns()
             if cpu is not None and now > self._cpu_last[0]:
                 run.series.add(self.name, f"{self.mechanism}_cpu_pct", t,
@@ -592,7 +574,7 @@ class SyscallsCollector(Collector):
     # ------------------------------------------------------------ strace
 
     def _start_strace(self, ctx: CollectorContext, pm: int) -> None:
-        pids = [pm, *_descendants(pm)]
+        pids = [pm, *descendants(pm)]
         argv = ["strace", "-f", "-T", "-y", "-ttt", "-qq", "-e", "trace=" + ",".join(CALLS), "-e", "signal=none"]
         for pid in pids:
             argv += ["-p", str(pid)]
@@ -603,14 +585,14 @@ class SyscallsCollector(Collector):
         # strace attaches to each pid in turn before tracing; let it
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and self._proc.poll() is None:
-            if all(_tracer_of(p) == self._proc.pid for p in pids if _start_time(p) is not None):
+            if all(tracer_pid(p) == self._proc.pid for p in pids if start_time(p) is not None):
                 break
             time.sleep(0.02)
         if self._proc.poll() is not None:
             self._kill()
             raise CollectorUnavailable(f"strace did not start: {' '.join(self._stderr)[-400:]}")
         self._notes.append("traced with strace -f -p (ptrace: every traced call stops the process)")
-        self._cpu_last = (time.monotonic_ns(), _proc_cpu_s(self._proc.pid) or 0.0)
+        self._cpu_last = (time.monotonic_ns(), cpu_seconds(self._proc.pid) or 0.0)
         self._cpu_startup_s = self._cpu_last[1]
         self._ticker = threading.Thread(target=self._strace_ticks, daemon=True, name="syscalls-ticks")
         self._ticker.start()
@@ -663,12 +645,10 @@ class SyscallsCollector(Collector):
         if not path:
             return "other"
         p = Path(path)
-        if p.parent == self._dirs["wal"]:
-            return "wal"
-        if p.parent.parent == self._dirs["base"]:
-            return "base"
-        if p.parent == self._dirs["global"]:
-            return "global"
+        for fc in self._classes:
+            if (p.parent if fc.depth == 1 else p.parent.parent) == fc.directory and (
+                    fc.prefix is None or p.name.startswith(fc.prefix)):
+                return fc.name
         return "other"
 
     # ------------------------------------------------------------ stop
@@ -698,7 +678,7 @@ class SyscallsCollector(Collector):
         proc = self._proc
         rusage_cpu: float | None = None
         if proc is not None:
-            self._cpu_s = _proc_cpu_s(proc.pid) or self._cpu_s
+            self._cpu_s = cpu_seconds(proc.pid) or self._cpu_s
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGINT)  # bpftrace prints its maps; strace detaches
             deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -908,7 +888,9 @@ class SyscallsCollector(Collector):
             Text("System calls of the server's process tree, traced with " + " and ".join(sorted(mechanisms))
                  + (" (strace stops every traced call: its figures include its own large overhead)"
                     if "strace" in mechanisms else "") + ". File classes: wal = pg_wal, base = base/, "
-                 "global = global/, other = everything else (sockets, pipes, other files)." + where),
+                 "global = global/ (PostgreSQL); redo = ib_logfile*, undo = undo*, binlog = the binary log, data "
+                 "= ibdata* and the databases' files (MariaDB); other = everything else (sockets, pipes, other "
+                 "files)." + where),
             Table(["call", layout_header, "Num", "Avg (us)", "Min (us)", "Max (us)", "runs"], sync_rows,
                   caption="fsync and fdatasync per storage layout, as the seed's table: Num the calls per run "
                   "(mean over the runs, with its interval from 3 runs), Avg the mean time of every call of those "
@@ -930,13 +912,15 @@ class SyscallsCollector(Collector):
                 if reader is None:
                     continue
                 pts = sorted((row["t"], row["value"]) for row in reader(r["id"], "syscalls")
-                             if row["name"] in ("call.wal.fsync", "call.wal.fdatasync"))
+                             if row["name"] in ("call.wal.fsync", "call.wal.fdatasync", "call.redo.fsync",
+                                                "call.redo.fdatasync"))
                 if pts:
                     lines[f"{name(values)} (run {r['id']})"] = [v for _, v in pts]
                     break
         if lines:
             blocks.append(SectionFigure("syscalls-successive", _successive_figure(lines),
-                                        "The time of each successive WAL sync (fsync and fdatasync on pg_wal), a "
+                                        "The time of each successive WAL sync (fsync and fdatasync on pg_wal, or "
+                                        "on InnoDB's redo log), a "
                                         "line per storage layout, in the order the calls were made (the seed's "
                                         "figure); for each layout its first run above."))
         return [Section("System calls by storage layout", blocks, headline=True)]
@@ -965,13 +949,3 @@ def _successive_figure(lines: dict[str, list[float]]) -> Any:
 def _key(text: str) -> tuple[int, int]:
     a, b = text.split(",")
     return int(a), int(b)
-
-
-def _tracer_of(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("TracerPid:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0

@@ -9,6 +9,16 @@ TARGETS.register(
     "PostgreSQL: managed (initdb/pg_ctl by perflab) or external by dsn",
 )
 TARGETS.register(
+    "mariadb",
+    "perflab.targets.mariadb:MariadbTarget",
+    "MariaDB, managed: mariadb-install-db and mariadbd by perflab, its own option file",
+)
+TARGETS.register(
+    "mysql",
+    "perflab.targets.mariadb:MysqlTarget",
+    "an external MySQL 8 or MariaDB server by dsn (read-only unless allow_destructive)",
+)
+TARGETS.register(
     "duckdb",
     "perflab.targets.duckdb:DuckDbTarget",
     "DuckDB, embedded in perflab's process: a database file, no server",

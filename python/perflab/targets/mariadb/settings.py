@@ -1,0 +1,125 @@
+"""What a MariaDB or MySQL target's experiment file says: `[target]` with
+`kind = "mariadb"` (managed, and its storage) or `kind = "mysql"` (a dsn)."""
+
+from __future__ import annotations
+
+import os
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from perflab.hostctl.cgroups import ResourceSettings
+from perflab.hostctl.scratchfs import FsSettings
+from perflab.secrets import mask_secrets
+from perflab.settings_model import OsText
+from perflab.targets.base import TargetSettings
+from perflab.targets.serverhome import RoleStorage
+from perflab.units import Duration
+
+# Options perflab sets itself to place and reach the server; a user value would break that.
+RESERVED = ("datadir", "socket", "port", "bind-address", "skip-networking", "pid-file", "user", "log-error",
+            "innodb-log-group-home-dir", "innodb-undo-directory", "basedir", "defaults-file", "no-defaults")
+NAME = re.compile(r"^(loose[-_])?[a-z][a-z0-9_-]*$")
+SIZE_SUFFIX = re.compile(r"^\s*\d+(\.\d+)?\s*[kmgtpe]?\s*$", re.IGNORECASE)
+BOOLEAN_WORDS = ("on", "off", "true", "false", "1", "0", "yes", "no")
+
+SettingValue = str | int | float | bool
+
+
+def option_key(name: str) -> str:
+    """An option's name as mariadbd compares it: lower case, with hyphens."""
+    return name.strip().lower().replace("_", "-")
+
+
+class Storage(RoleStorage):
+    ROLES = ("data", "redo", "undo")
+
+    data_dir: OsText | None = None
+    redo_dir: OsText | None = None
+    undo_dir: OsText | None = None
+    # A filesystem perflab makes for each (false, as TOML has no null, is none).
+    data_fs: FsSettings | Literal[False] | None = None
+    redo_fs: FsSettings | Literal[False] | None = None
+    undo_fs: FsSettings | Literal[False] | None = None
+
+
+ROLES = Storage.ROLES
+
+
+class MariadbSettings(TargetSettings):
+    kind: Literal["mariadb"]
+    bin_dir: OsText | None = None
+    # Server options, by their option-file names (innodb_buffer_pool_size = "1G").
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    storage: Storage = Field(default_factory=Storage)
+    restart: Literal["on-change", "always"] = "on-change"
+    listen: Literal["unix", "tcp"] = "unix"
+    database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    run_as: OsText | None = None
+    start_timeout: Duration = Field(default=120.0, gt=0)
+    resources: ResourceSettings | None = None
+
+    @field_validator("settings")
+    @classmethod
+    def _setting_names(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:
+        for name in value:
+            if not NAME.match(name):
+                raise ValueError(f"got setting name {name!r}; allowed: mariadbd option names "
+                                 "(e.g. innodb_buffer_pool_size)")
+            if option_key(name) in RESERVED:
+                raise ValueError(f"got {name!r}; perflab sets it to place and reach the server; allowed: any "
+                                 "other option (target.storage places the data, redo and undo; "
+                                 "`listen = \"tcp\"` for TCP)")
+        return value
+
+
+class MysqlSettings(TargetSettings):
+    kind: Literal["mysql"]
+    # mysql://user:password@host:port/database, or ?unix_socket=/path for a socket
+    dsn: str
+    allow_destructive: bool = False
+
+    @field_validator("dsn")
+    @classmethod
+    def _dsn_parses(cls, value: str) -> str:
+        parse_dsn(value)
+        return value
+
+
+@dataclass(frozen=True)
+class Dsn:
+    host: str
+    port: int
+    user: str
+    password: str | None
+    database: str
+    unix_socket: str | None
+
+    def where(self) -> str:
+        return f"socket {self.unix_socket}" if self.unix_socket else f"host {self.host} port {self.port}"
+
+
+def parse_dsn(text: str) -> Dsn:
+    """mysql://user[:password]@host[:port][/database][?unix_socket=/path]; the
+    password may instead be in MYSQL_PWD."""
+    bad = ValueError(f"got {mask_secrets(text)!r}; allowed: \"mysql://user:password@host:port/database\" "
+                     "(or ?unix_socket=/path/to/socket instead of host:port)")
+    try:
+        url = urllib.parse.urlsplit(text)
+        port = url.port or 3306
+    except ValueError:
+        raise bad from None
+    if url.scheme not in ("mysql", "mariadb") or not url.username:
+        raise bad
+    query = urllib.parse.parse_qs(url.query)
+    unknown = set(query) - {"unix_socket"}
+    if unknown:
+        raise ValueError(f"got parameter {sorted(unknown)[0]!r} in the dsn; allowed: unix_socket")
+    password = urllib.parse.unquote(url.password) if url.password is not None else os.environ.get("MYSQL_PWD")
+    return Dsn(host=url.hostname or "localhost", port=port, user=urllib.parse.unquote(url.username),
+               password=password, database=url.path.lstrip("/"),
+               unix_socket=query["unix_socket"][0] if "unix_socket" in query else None)
+

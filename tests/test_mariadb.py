@@ -1,0 +1,395 @@
+"""The managed `mariadb` target and the external `mysql` target, on a real
+MariaDB (Debian's mariadb-server, which ./dev setup installs), with the sql
+workload and the mysqlstat collector."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import _tempdir, start_run_until
+from perflab.errors import UserError
+from perflab.targets.mariadb import MariadbSettings, MariadbTarget, MysqlEndpoint, find_binaries
+
+try:
+    find_binaries(None)
+    import pymysql
+except (UserError, ImportError) as exc:
+    pytest.skip(f"no MariaDB here ({exc}): apt-get install mariadb-server and pip install PyMySQL "
+                "(./dev setup does both)", allow_module_level=True)
+
+
+def mariadbd_under(directory: Path, serving: bool = False) -> list[int]:
+    """Live mariadbd processes whose option file lies under `directory` (only
+    the server, not mariadb-install-db's bootstrap, with `serving`)."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if serving and "--bootstrap" in text:
+            continue
+        if "mariadbd" in text and f"--defaults-file={directory}" in text and state not in ("Z", "X"):
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[MariadbTarget, MysqlEndpoint]]:
+    """One managed MariaDB on TCP for the module (for the external target's tests)."""
+    d = _tempdir("perflab-mariadb-module-")
+    target = MariadbTarget(MariadbSettings(kind="mariadb", listen="tcp",
+                                           settings={"innodb_buffer_pool_size": "32M"}), d)
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, MysqlEndpoint)
+        yield target, endpoint
+    finally:
+        target.teardown()
+        subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+def _sql_experiment(path: Path, target: str, duration: str = "1s", factors: str = "", setup: bool = True) -> Path:
+    setup_text = ('setup = ["DROP TABLE IF EXISTS t", "CREATE TABLE t (id INT PRIMARY KEY, v INT)", '
+                  '"INSERT INTO t SELECT seq, seq FROM seq_1_to_1000"]\n') if setup else ""
+    path.write_text(f"""
+[experiment]
+name = "mariadb-test"
+
+{target}
+
+[workload]
+kind = "sql"
+{setup_text}statements = [{{ name = "one", sql = "SELECT 1" }}]
+duration = "{duration}"
+
+{factors}
+
+[collect]
+mysqlstat = {{ interval = "0.5s" }}
+""")
+    return path
+
+
+def test_managed_server_starts_as_mysql_answers_and_stops(workdir: Path) -> None:
+    target = MariadbTarget(MariadbSettings(kind="mariadb", storage={"redo_dir": str(workdir / "redo"),
+                                                                    "undo_dir": str(workdir / "undo")}),
+                           workdir / "target")
+    try:
+        endpoint = target.provision()
+        pids = list(target.processes())
+        assert len(pids) == 1
+        uid = int(next(line for line in Path(f"/proc/{pids[0]}/status").read_text().splitlines()
+                       if line.startswith("Uid:")).split()[1])
+        assert uid != 0, "perflab runs no server as root"
+        if os.geteuid() == 0:
+            import pwd
+
+            assert uid == pwd.getpwnam("mysql").pw_uid  # Debian's package's user, the default run_as
+        with endpoint.connect() as conn:
+            assert conn.execute("SELECT DATABASE()").fetchone()[0] == "perflab"
+            conn.execute("CREATE TABLE t (a INT) ENGINE=InnoDB; INSERT INTO t VALUES (1)")
+        # the redo log and the undo tablespaces are where target.storage put them
+        assert list((workdir / "redo").glob("ib_logfile*"))
+        assert list((workdir / "undo").glob("undo*"))
+        described = target.describe()
+        assert described["server"].startswith("MariaDB 10.") and described["version"].startswith("10.")
+        # the option file is perflab's, and the server read no other
+        assert "/etc/mysql" not in Path(described["option_file"]).read_text()
+    finally:
+        target.teardown()
+    assert target.check_alive() is not None
+    assert mariadbd_under(workdir) == []
+
+
+def test_a_settings_typo_is_refused_by_check(workdir: Path, run_cli) -> None:
+    experiment = _sql_experiment(workdir / "e.toml", '[target]\nkind = "mariadb"\n'
+                                 '[target.settings]\ninnodb_bufer_pool_size = "64M"\n')
+    proc = run_cli("check", experiment, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "target.settings.innodb_bufer_pool_size" in proc.stderr
+    assert "did you mean innodb_buffer_pool_size?" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_sigkilled_perflab_leaves_no_server_within_5_s(workdir: Path) -> None:
+    out = workdir / "out"
+    experiment = _sql_experiment(workdir / "e.toml", '[target]\nkind = "mariadb"\n', duration="60s")
+    run = start_run_until(experiment, out, lambda: mariadbd_under(out))
+    try:
+        time.sleep(0.5)
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while mariadbd_under(out) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mariadbd_under(out) == [], "the guardian did not stop the server within 5 s"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in mariadbd_under(out):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_server_fails_its_run_clearly_and_the_experiment_goes_on(workdir: Path) -> None:
+    out = workdir / "out"
+    experiment = _sql_experiment(workdir / "e.toml", '[target]\nkind = "mariadb"\n', duration="4s",
+                                 factors='[factors]\n"target.settings.max_connections" = [40, 50]\n')
+    run = start_run_until(experiment, out, lambda: mariadbd_under(out, serving=True))
+    try:
+        time.sleep(1.5)
+        for pid in mariadbd_under(out):
+            os.kill(pid, signal.SIGKILL)
+        # exit status 1: a run failed; the experiment finished
+        assert run.wait(timeout=180) == 1, (out.parent / "perflab.log").read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    db = sqlite3.connect(out / "perflab.sqlite")
+    rows = db.execute("SELECT status, error FROM run ORDER BY id").fetchall()
+    assert rows[0][0] == "failed" and rows[1][0] == "done", rows
+    assert "MariaDB server is not running" in rows[0][1] or "Lost connection" in rows[0][1], rows[0][1]
+    assert mariadbd_under(out) == []
+
+
+def test_external_target_refuses_a_wrong_password_at_check(server, workdir: Path, run_cli) -> None:
+    _, endpoint = server
+    with endpoint.connect() as conn:
+        conn.execute("CREATE USER IF NOT EXISTS 'perflab_pw'@'127.0.0.1' IDENTIFIED BY 'right-pw'")
+    target = f'[target]\nkind = "mysql"\ndsn = "mysql://perflab_pw:wrong-pw@127.0.0.1:{endpoint.port}/"\n'
+    proc = run_cli("check", _sql_experiment(workdir / "e.toml", target, setup=False), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "refused the login" in proc.stderr and "wrong-pw" not in proc.stderr
+    assert not (workdir / "out").exists()
+
+
+def test_external_target_writes_only_in_its_own_marked_database(server, workdir: Path, run_cli) -> None:
+    _, endpoint = server
+    with endpoint.connect() as conn:
+        conn.execute("CREATE USER IF NOT EXISTS 'perflab_ext'@'127.0.0.1' IDENTIFIED BY 'ext-pw'")
+        conn.execute("GRANT ALL ON *.* TO 'perflab_ext'@'127.0.0.1'")
+        conn.execute("DROP DATABASE IF EXISTS perflab_sql")
+    dsn = f"mysql://perflab_ext:ext-pw@127.0.0.1:{endpoint.port}/"
+    # read-only by default: a workload that writes is refused at check
+    proc = run_cli("check", _sql_experiment(workdir / "ro.toml", f'[target]\nkind = "mysql"\ndsn = "{dsn}"\n'),
+                   check=False)
+    assert proc.returncode == 2 and "target.allow_destructive" in proc.stderr, proc.stderr
+    experiment = _sql_experiment(workdir / "rw.toml", f'[target]\nkind = "mysql"\ndsn = "{dsn}"\n'
+                                 "allow_destructive = true\n")
+    run_cli("run", experiment, "--out", workdir / "out", "--quiet", "--no-report")
+    with endpoint.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM perflab_sql.t").fetchone()[0] == 1000
+        marker = conn.execute("SELECT out_dir FROM perflab_sql.perflab_owner").fetchone()[0]
+        assert marker == str(workdir / "out")
+        assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'perflab' "
+                            "AND table_name = 't'").fetchone()[0] == 0
+    # mysqlstat gave deltas per interval: the workload's SELECTs, counted per second
+    db = sqlite3.connect(workdir / "out" / "perflab.sqlite")
+    selects = [v for (v,) in db.execute("SELECT value FROM series WHERE source = 'mysqlstat' "
+                                        "AND name = 'com.select_per_s'")]
+    assert selects and max(selects) > 10, selects
+    hit = [v for (v,) in db.execute("SELECT value FROM series WHERE source = 'mysqlstat' "
+                                    "AND name = 'innodb.buffer_pool_hit_pct'")]
+    assert hit and all(0 <= v <= 100 for v in hit)
+    target_json = json.loads(db.execute("SELECT target_json FROM run").fetchone()[0])
+    assert target_json["server"].startswith("MySQL-protocol 10.")
+    # `perflab clean` removes the database the experiment left, and nothing else
+    proc = run_cli("clean", workdir / "out", "--yes")
+    assert "removed database perflab_sql" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    with endpoint.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.schemata "
+                            "WHERE schema_name = 'perflab_sql'").fetchone()[0] == 0
+    # a database of that name that is not perflab's is refused, and left as it is
+    with endpoint.connect() as conn:
+        conn.execute("CREATE DATABASE perflab_sql")
+        conn.execute("CREATE TABLE perflab_sql.mine (a INT)")
+    proc = run_cli("run", experiment, "--out", workdir / "out2", "--quiet", "--no-report", check=False)
+    assert "is not marked as perflab's" in proc.stdout + proc.stderr
+    with endpoint.connect() as conn:
+        tables = [r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables "
+                                             "WHERE table_schema = 'perflab_sql'").fetchall()]
+        assert tables == ["mine"]
+        conn.execute("DROP DATABASE perflab_sql")
+
+
+def test_a_sql_script_file_runs_whole(server) -> None:
+    _, endpoint = server
+    with endpoint.connect() as conn:
+        rows = conn.execute("DROP TABLE IF EXISTS s; CREATE TABLE s (a INT); INSERT INTO s VALUES (1), (2); "
+                            "SELECT sum(a) FROM s").fetchall()
+        assert rows == [(3,)]
+        conn.execute("DROP TABLE s")
+
+
+@pytest.fixture(scope="module")
+def traced_server() -> Iterator[tuple[MariadbTarget, MysqlEndpoint, Path]]:
+    """A managed MariaDB with its redo log and undo tablespaces in directories
+    of their own and the binary log on, each commit synced."""
+    d = _tempdir("perflab-mariadb-traced-")
+    target = MariadbTarget(MariadbSettings(
+        kind="mariadb", storage={"redo_dir": str(d / "redo"), "undo_dir": str(d / "undo")},
+        settings={"innodb_buffer_pool_size": "32M", "log_bin": True, "sync_binlog": 1,
+                  "innodb_flush_log_at_trx_commit": 1}), d / "target")
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, MysqlEndpoint)
+        yield target, endpoint, d
+    finally:
+        target.teardown()
+        subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+@pytest.mark.parametrize("mechanism", ["bpftrace", "strace"])
+def test_syscalls_classifies_innodb_files(traced_server, mechanism: str) -> None:
+    from perflab.collectors.base import CollectorContext
+    from perflab.collectors.syscalls import (
+        SyscallsCollector,
+        SyscallsSettings,
+        bpftrace_problem,
+        strace_problem,
+    )
+    from perflab.context import RunContext
+
+    problem = {"bpftrace": bpftrace_problem, "strace": strace_problem}[mechanism]()
+    if os.geteuid() != 0 or problem is not None:
+        pytest.skip(problem or "tracing needs root")
+    target, endpoint, d = traced_server
+    classes = {fc.name: fc for fc in target.file_classes()}
+    assert classes["redo"].directory == (d / "redo").resolve() and classes["binlog"].prefix.endswith("-bin.")
+
+    class Sink:
+        def add(self, source: str, name: str, t: float, value: float) -> None:
+            pass
+
+    ctx = RunContext(run_number=1, run_dir=d, t0_ns=time.monotonic_ns(), series=Sink())  # type: ignore[arg-type]
+    collector = SyscallsCollector("syscalls", SyscallsSettings(mechanism=mechanism, interval=0.5))
+    collector.start(CollectorContext(run=ctx, endpoint=endpoint, target=target))
+    try:
+        with endpoint.connect() as conn:
+            conn.execute(f"CREATE TABLE traced_{mechanism} (i INT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB")
+            for i in range(100):  # autocommit: each commit syncs the redo log and the binary log
+                conn.execute(f"INSERT INTO traced_{mechanism} VALUES (%s, REPEAT('x', 200))", (i,))
+        time.sleep(0.6)
+    finally:
+        result = collector.stop()
+    m = {k: v.value for k, v in result.metrics.items()}
+    syncs = {cls: sum(m.get(f"syscalls.{cls}.{call}.count", 0) for call in ("fsync", "fdatasync"))
+             for cls in ("redo", "binlog")}
+    assert syncs["redo"] >= 50 and syncs["binlog"] >= 50, (syncs, m)
+    assert m.get("syscalls.redo.writes", 0) > 0 and m.get("syscalls.binlog.writes", 0) > 0, m
+    assert m.get("syscalls.data.opens", 0) > 0, m  # the new table's .ibd
+
+
+def test_mysqlstat_gives_exact_deltas_without_its_own_statements(server) -> None:
+    from perflab.collectors.base import CollectorContext, CollectorSettings
+    from perflab.collectors.mysqlstat import MysqlstatCollector
+    from perflab.context import RunContext
+
+    _, endpoint = server
+    rows: list[tuple[str, float]] = []
+
+    class Sink:
+        def add(self, source: str, name: str, t: float, value: float) -> None:
+            rows.append((name, value))
+
+    with endpoint.connect() as conn:
+        conn.execute("DROP TABLE IF EXISTS counted; CREATE TABLE counted (i INT PRIMARY KEY)")
+        ctx = RunContext(run_number=1, run_dir=Path("/tmp"), t0_ns=time.monotonic_ns(), series=Sink())  # type: ignore[arg-type]
+        collector = MysqlstatCollector("mysqlstat", CollectorSettings(interval=0.2))
+        collector.start(CollectorContext(run=ctx, endpoint=endpoint, target=None))
+        try:
+            for i in range(40):
+                conn.execute("INSERT INTO counted VALUES (%s)", (i,))
+            for i in range(25):
+                conn.execute("SELECT i FROM counted WHERE i = %s", (i,))
+            time.sleep(0.5)
+        finally:
+            result = collector.stop()
+        conn.execute("DROP TABLE counted")
+    m = {k: v.value for k, v in result.metrics.items()}
+    assert m["mysqlstat.com.insert"] == 40 and m["mysqlstat.com.select"] == 25, m
+    assert m["mysqlstat.questions"] == 65 and m["mysqlstat.com.other"] == 0, m
+    assert m["mysqlstat.innodb.buffer_pool_read_requests"] > 0
+    rates = [v for n, v in rows if n == "com.insert_per_s"]
+    assert len(rates) >= 2 and max(rates) > 0 and all(v >= 0 for v in rates)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and mounts need root")
+def test_managed_server_in_a_cgroup_with_its_redo_log_on_a_scratch_tmpfs(workdir: Path) -> None:
+    from perflab.hostctl.scratchfs import mount_entry
+
+    target = MariadbTarget(MariadbSettings(kind="mariadb", resources={"memory": "1G"},
+                                           storage={"redo_fs": {"type": "tmpfs", "size": "256M"}}),
+                           workdir / "target")
+    try:
+        target.provision()
+        redo = next(fc.directory for fc in target.file_classes() if fc.name == "redo")
+        entry = mount_entry(redo.parent)
+        assert entry is not None and entry["type"] == "tmpfs"
+        assert [p.name for p in redo.iterdir()] == ["ib_logfile0"]
+        usage = target.resource_usage()
+        assert usage["memory_limit_bytes"] == 2**30 and usage["memory_current_bytes"] > 0, usage
+        assert target.describe()["scratch_fs"]["redo"]
+    finally:
+        target.teardown()
+    assert mount_entry(workdir / "target" / "perflab-redo-fs") is None
+    assert mariadbd_under(workdir) == []
+
+
+def test_a_read_only_endpoint_refuses_writes_and_ddl(server) -> None:
+    import dataclasses
+
+    _, endpoint = server
+    with endpoint.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS kept (a INT)")
+    read_only = dataclasses.replace(endpoint, read_only=True)
+    with read_only.connect() as conn:
+        for sql in ("INSERT INTO kept VALUES (1)", "DROP TABLE kept", "CREATE DATABASE perflab_never"):
+            with pytest.raises(pymysql.err.MySQLError, match="READ ONLY"):
+                conn.execute(sql)
+    with endpoint.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM kept").fetchone()[0] == 0
+        conn.execute("DROP TABLE kept")
+
+
+def test_queries_workload_with_params_streams_and_a_timeout(server, workdir: Path, run_cli) -> None:
+    _, endpoint = server
+    with endpoint.connect() as conn:
+        conn.execute("CREATE USER IF NOT EXISTS 'perflab_q'@'127.0.0.1' IDENTIFIED BY 'q-pw'")
+        conn.execute("GRANT ALL ON *.* TO 'perflab_q'@'127.0.0.1'")
+    (workdir / "prep.sql").write_text("DROP TABLE IF EXISTS t;\nCREATE TABLE t (id INT PRIMARY KEY) ENGINE=InnoDB;\n"
+                                      "INSERT INTO t SELECT seq FROM seq_1_to_1000;\n")
+    experiment = workdir / "q.toml"
+    experiment.write_text(f"""
+[experiment]
+name = "q"
+[target]
+kind = "mysql"
+dsn = "mysql://perflab_q:q-pw@127.0.0.1:{endpoint.port}/"
+allow_destructive = true
+[workload]
+kind = "queries"
+prepare = "prep.sql"
+queries = {{ point = "SELECT * FROM t WHERE id = $id", slow = "SELECT SLEEP(3)" }}
+params = {{ point = {{ id = {{ min = 1, max = 1000 }} }} }}
+streams = 2
+repetitions = 3
+query_timeout = "0.3s"
+""")
+    out = workdir / "out"
+    run_cli("run", experiment, "--out", out, "--quiet", "--no-report")
+    db = sqlite3.connect(out / "perflab.sqlite")
+    rows = dict(((q, s), n) for q, s, n in db.execute("SELECT query, status, count(*) FROM query GROUP BY 1, 2"))
+    assert rows == {("point", "ok"): 6, ("slow", "timeout"): 6}, rows
+    assert max(s for (s,) in db.execute("SELECT seconds FROM query WHERE query = 'slow'")) < 2.0
+    run_cli("clean", out, "--yes")
