@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -208,6 +209,62 @@ def test_huge_pages_auto_are_sized_from_the_server_and_really_used(workdir: Path
     messages = [e["message"] for e in store.events(1) if e["kind"] == "host"]
     assert any("shared_memory_size_in_huge_pages" in m for m in messages), messages
     assert _snapshot() == host_as_found
+
+
+# A process that maps and touches N huge pages, then waits (MAP_SHARED |
+# MAP_ANONYMOUS | MAP_HUGETLB: 0x01 | 0x20 | 0x40000 on Linux).
+_HOLD_HUGE_PAGES = """
+import mmap, sys
+n = int(sys.argv[1]); size = 2 * 1024 * 1024
+area = mmap.mmap(-1, n * size, flags=0x01 | 0x20 | 0x40000)
+for i in range(n):
+    area[i * size] = 1
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_huge_pages_auto_leave_another_process_its_pages(workdir: Path, run_cli, host_as_found) -> None:
+    """Another process holds huge pages: "auto" sizes the pool to the
+    server's need plus what is held, so both keep their memory."""
+    held = 8
+    before = NR_HUGEPAGES.read_text().strip()
+    holder = None
+    try:
+        # The test's own host change (not perflab's), put back in the finally.
+        NR_HUGEPAGES.write_text(str(int(before) + held))
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD_HUGE_PAGES, str(held)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        experiment = _write(workdir, """
+            [experiment]
+            name = "hugepages-beside"
+            [host]
+            hugepages = "auto"
+            [target]
+            kind = "postgres"
+            [target.settings]
+            shared_buffers = "32MB"
+            huge_pages = "on"
+            [workload]
+            kind = "sql"
+            statements = ["SELECT 1"]
+            duration = "0.3s"
+            [collect]
+        """)
+        out = workdir / "out"
+        _run(run_cli, experiment, out)
+        store = Store.open(out)
+        [run] = store.runs()
+        assert run["status"] == "done", run
+        messages = [e["message"] for e in store.events(1) if e["kind"] == "host"]
+        assert any("held by other processes" in m for m in messages), messages
+        assert holder.poll() is None  # the holder kept its pages throughout
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.communicate()
+        NR_HUGEPAGES.write_text(before)
 
 
 def test_every_server_process_runs_in_its_cgroup_with_its_limits(workdir: Path, host_as_found) -> None:

@@ -138,15 +138,24 @@ class HostChanges:
         self.events.append(Event(0.0, "host", f"{key}: {was} -> {value} (restored: this run does not set it)"))
 
     def _size_hugepages(self, target: Target) -> None:
-        pages = target.shared_memory_huge_pages()
+        need = target.shared_memory_huge_pages()
+        # Pages other processes hold now (mapped, or reserved by a mapping not
+        # yet touched): our server is stopped here, so none of them are its.
+        # Sizing the pool to the server's need alone would take them away, and
+        # the server would fail to map its memory beside another experiment.
+        info = knobs.hugepage_meminfo()
+        held = max(0, info.get("hugepages_total", 0) - info.get("hugepages_free", 0)
+                   + info.get("hugepages_rsvd", 0))
+        pages = need + held
         files = knobs.knob_files(HostSettings(hugepages=pages), hugepages=pages)[AUTO_HUGEPAGES_KEY]
         if self.applied.get(AUTO_HUGEPAGES_KEY) != files:
             try:
                 self._set(AUTO_HUGEPAGES_KEY, files)
             except UserError as exc:
                 raise RunFailure(f"host.hugepages = \"auto\" ({pages} pages): {exc}") from None
-        self.events.append(Event(0.0, "host", f"host.hugepages = \"auto\": {pages} pages, the server's "
-                                 "shared_memory_size_in_huge_pages"))
+        others = f" + {held} held by other processes" if held else ""
+        self.events.append(Event(0.0, "host", f"host.hugepages = \"auto\": {pages} pages: {need}, the server's "
+                                 f"shared_memory_size_in_huge_pages{others}"))
 
 
 def _set_affinity(cpus: set[int]) -> None:
