@@ -118,7 +118,8 @@ GOOD_FACTORS = {"tpcb": ("workload.clients", 1, 10_000), "sql": ("workload.itera
                 "tpch": ("workload.streams", 1, 100), "tpcc": ("workload.warehouses", 1, 100_000),
                 "http": ("workload.clients", 1, 10_000),
                 "ssb": ("workload.rounds", 1, 1000), "queries": ("workload.repetitions", 1, 100_000),
-                "stream": ("workload.flows", 1, 256)}
+                "stream": ("workload.flows", 1, 256), "oltp": ("workload.clients", 1, 10_000)}
+assert set(GOOD_FACTORS) == set(WORKLOAD_KEYS)  # a new workload must name its factor here
 
 
 def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str, Any]:
