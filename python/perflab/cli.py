@@ -14,6 +14,7 @@ from perflab.errors import EXIT_USAGE, Interrupted, UserError
 from perflab.export import FORMATS, TABLES
 
 if TYPE_CHECKING:
+    from perflab import cache
     from perflab.runner import Session
 
 EXIT_FAILED_RUNS = 1
@@ -308,7 +309,7 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 86400:.0f}d ago"
 
 
-def _cache_state(entry: Any) -> str:
+def _cache_state(entry: cache.Entry) -> str:
     if entry.in_use:
         return f"in use (pid {', '.join(map(str, entry.holders))})"
     if not entry.whole:
@@ -427,7 +428,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ helpers
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     from perflab.model import fmt_level
 
     return fmt_level(value)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from perflab import _engine
 from perflab.endpoints import Endpoint
@@ -105,7 +104,7 @@ class DriverLink:
         how = net.shape()
         for end in (self.link.a, self.link.b):
             netns.shape(end, how, netem)
-        relay: Any = None
+        relay: _engine.DelayRelay | None = None
         with netns.entered(self.ns):
             try:
                 if not netem and (net.delay or net.jitter):

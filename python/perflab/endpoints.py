@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from perflab._engine import TableLoad
@@ -51,6 +51,32 @@ class Capability(str, Enum):
 
 def describe(capabilities: frozenset[Capability]) -> str:
     return ", ".join(sorted(c.value for c in capabilities)) or "nothing"
+
+
+class Cursorlike(Protocol):
+    """What a statement gives back on every SQL session perflab opens: a
+    psycopg or DuckDB cursor, or a MySQL session's result."""
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Sessionlike(Protocol):
+    """The part of a DB-API session every SQL endpoint's `connect` gives
+    (psycopg's and DuckDB's connections, MysqlSession): `execute` returns
+    something to fetch from."""
+
+    def execute(self, query: Any, params: Any = ..., /) -> Cursorlike: ...
+
+
+def one_row(cursor: Cursorlike) -> Any:
+    """The row of a query that always returns one (an aggregate, SHOW, a
+    function call)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("a query that returns one row returned none")
+    return row
 
 
 @dataclass(kw_only=True)

@@ -7,9 +7,12 @@ status 2, never a traceback. Anything else is a bug and is shown as one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perflab import _engine
+
+if TYPE_CHECKING:
+    from perflab.model import RunResult
 
 EXIT_USAGE = 2
 
@@ -75,7 +78,7 @@ class RunFailure(Exception):
     def __init__(self, message: str, log_tail: str | None = None) -> None:
         super().__init__(message)
         self.log_tail = log_tail
-        self.partial: Any = None
+        self.partial: RunResult | None = None
 
 
 # SIGINT, SIGTERM or a cancel: stop now, tear everything down, keep what is

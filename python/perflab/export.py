@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -78,8 +78,8 @@ def query_rows(store: Store) -> tuple[list[str], Iterator[dict[str, Any]]]:
     return [*columns, *fields.values()], rows
 
 
-def table_rows(store: Store, table: str) -> tuple[list[str], Any]:
-    rows: Any
+def table_rows(store: Store, table: str) -> tuple[list[str], Iterable[dict[str, Any]]]:
+    rows: Iterable[dict[str, Any]]
     if table == "metrics":
         columns, rows = metric_rows(store)
     elif table == "series":
@@ -94,7 +94,7 @@ def table_rows(store: Store, table: str) -> tuple[list[str], Any]:
     return columns, rows
 
 
-def write_parquet(columns: list[str], rows: Any, path: Path) -> int:
+def write_parquet(columns: list[str], rows: Iterable[dict[str, Any]], path: Path) -> int:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -138,7 +138,7 @@ def export(store: Store, fmt: str, out: TextIO, table: str = "metrics", output: 
         raise UserError(f"cannot write {output}: {exc.strerror}", "give --output a writable path") from None
 
 
-def write(fmt: str, out: TextIO, columns: list[str], rows: Any) -> int:
+def write(fmt: str, out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]]) -> int:
     """Rows as csv or json (streamed: `rows` may be a generator)."""
     count = 0
     if fmt == "csv":

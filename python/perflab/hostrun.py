@@ -127,7 +127,7 @@ class HostChanges:
             host = host.model_copy(update={"hugepages": None})
         return knobs.knob_files(host)
 
-    def _set(self, key: str, files: Any) -> None:
+    def _set(self, key: str, files: list[tuple[Path, str]]) -> None:
         old, new = self.state.apply(key, files)
         self.applied[key] = files
         self.events.append(Event(0.0, "host", f"{key}: {old} -> {new}"))

@@ -31,7 +31,7 @@ VALUE_KEY = "value"
 VALUE_ONLY_KEYS = frozenset({"kind", "type", "size", "fs", "name", "version", "image"})
 
 
-def fmt_level(value: Any) -> str:
+def fmt_level(value: object) -> str:
     """A factor level as people read it, the one function every table, figure,
     legend, `show` and `export` uses: booleans as in the file, an empty or
     unset value as `default`, a table as its label (`level_labels` gives one
@@ -61,7 +61,7 @@ def without_label(value: Any) -> Any:
     return value
 
 
-def labelled_value(value: Any) -> bool:
+def labelled_value(value: object) -> bool:
     """A level that is a value with a label: { value = ..., label = "..." }."""
     return isinstance(value, dict) and set(value) == {VALUE_KEY, LABEL_KEY}
 
@@ -94,7 +94,7 @@ def _short_paths(paths: list[str]) -> dict[str, str]:
 LeafNamer = Callable[[str, Any], "str | None"]
 
 
-def _leaf_text(key: str, value: Any, paths: dict[str, str], namer: LeafNamer | None = None) -> str:
+def _leaf_text(key: str, value: object, paths: dict[str, str], namer: LeafNamer | None = None) -> str:
     name = key.rsplit(".", 1)[-1]
     named = namer(key, value) if namer is not None else None
     if named:

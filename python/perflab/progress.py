@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from perflab import model
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def fmt_value(value: float | None) -> str:
@@ -36,7 +39,7 @@ def fmt_factors(factors: dict[str, Any]) -> str:
 class Progress:
     """Plain lines; the base of the live display."""
 
-    def __init__(self, total: int, done: int = 0, out: Any = None, every: float | None = None) -> None:
+    def __init__(self, total: int, done: int = 0, out: TextIO | None = None, every: float | None = None) -> None:
         self.total = total
         self.done = done
         self.out = out or sys.stdout
@@ -100,7 +103,7 @@ class LiveProgress(Progress):
     BAR_WIDTH = 20
     FIXED_COLUMNS = 4 + 1 + BAR_WIDTH + 1 + 9 + 1 + 7 + 1
 
-    def __init__(self, total: int, done: int = 0, every: float | None = None, console: Any = None) -> None:
+    def __init__(self, total: int, done: int = 0, every: float | None = None, console: Console | None = None) -> None:
         super().__init__(total, done, every=every)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn

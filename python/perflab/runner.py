@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from perflab import plan as plan_mod
@@ -62,7 +63,7 @@ from perflab.secrets import MASK, mask_secrets
 from perflab.spec import Experiment, RunSpec
 from perflab.store import Store
 from perflab.targets import TARGETS
-from perflab.targets.base import LOG_SLICES, Target
+from perflab.targets.base import LOG_SLICES, Target, TargetSettings
 from perflab.targets.confine import Owner, format_bytes, schema_for
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload
@@ -84,7 +85,7 @@ def interrupt_on_signals() -> Iterator[threading.Event]:
     the runner checks it between runs."""
     requested = threading.Event()
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         requested.set()
         raise Interrupted(signal.Signals(signum).name)
 
@@ -395,7 +396,7 @@ def _condition_flags(described: dict[str, Any]) -> list[Flag]:
 HUGEPAGE_FACTORS = ("host.hugepages", "host.sysctl.vm.nr_hugepages", "target.settings.huge_pages")
 
 
-def _server_cpus(target_settings: Any) -> str | None:
+def _server_cpus(target_settings: TargetSettings) -> str | None:
     resources = getattr(target_settings, "resources", None)
     return getattr(resources, "cpus", None)
 
@@ -600,7 +601,7 @@ class Runner:
 
     # ------------------------------------------------------------ pieces
 
-    def _identity(self, target_settings: Any) -> str:
+    def _identity(self, target_settings: TargetSettings) -> str:
         cls = TARGETS.get(target_settings.kind)
         return f"{target_settings.kind}:{cls.identity(target_settings)}"
 

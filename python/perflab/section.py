@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import matplotlib.figure
 
 
 @dataclass
@@ -37,7 +40,7 @@ class Figure:
     digits, '-' and '_'). The report closes the figure after saving it."""
 
     name: str
-    figure: Any
+    figure: matplotlib.figure.Figure
     caption: str = ""
 
 

@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
@@ -32,11 +32,16 @@ from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
 from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
+from perflab.registry import Registry
 from perflab.search import SearchSettings, rounded
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
 from perflab.workloads import WORKLOADS
+
+if TYPE_CHECKING:
+    from perflab.targets.base import Target, TargetSettings
+    from perflab.workloads.base import Workload, WorkloadSettings
 
 FACTOR_ROOTS = ("target", "workload", "collect", "host", "driver")
 # Keys after which the rest of a factor path is one name: server settings
@@ -132,8 +137,8 @@ class FileModel(StrictModel):
 class RunSpec:
     """One run's fully resolved settings."""
 
-    target: Any
-    workload: Any
+    target: TargetSettings
+    workload: WorkloadSettings
     collect: dict[str, Any]
     raw: dict[str, Any]
     host: HostSettings = field(default_factory=HostSettings)
@@ -171,14 +176,14 @@ class Experiment:
 # ---------------------------------------------------------------- formatting
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
     """Field names of the (sub)model at `loc`, for 'allowed: ...'."""
-    current: Any = model
+    current: object = model
     for part in loc:
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
@@ -260,7 +265,7 @@ def pydantic_problems(
 
 
 def _validate_kind(
-    section: str, raw: Any, registry: Any
+    section: str, raw: object, registry: Registry
 ) -> tuple[Any, list[tuple[str, str]]]:
     if not isinstance(raw, dict):
         return None, [(section, f"got {_short(raw)}; allowed: a table")]
@@ -275,7 +280,7 @@ def _validate_kind(
         return None, pydantic_problems(exc, (section,), cls.Settings)
 
 
-def _validate_collect(raw: Any, provided: frozenset[Capability]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+def _validate_collect(raw: object, provided: frozenset[Capability]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     out: dict[str, Any] = {}
     problems: list[tuple[str, str]] = []
     if raw is None:  # the defaults
@@ -361,8 +366,9 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
     return RunSpec(target, workload, collect, resolved, host, driver, tuple(notes)), []
 
 
-def _distributed(target_cls: Any, target: Any, workload_cls: Any, workload: Any,
-                 driver: DriverSettings) -> tuple[Any, list[tuple[str, str]], str | None]:
+def _distributed(target_cls: type[Target], target: TargetSettings, workload_cls: type[Workload],
+                 workload: WorkloadSettings, driver: DriverSettings
+                 ) -> tuple[TargetSettings, list[tuple[str, str]], str | None]:
     """[driver] kind = "ray": a workload on the engine's harness, a target
     the workers reach over TCP, at least one client per worker."""
     if not workload_cls.distributable:
@@ -378,7 +384,7 @@ def _distributed(target_cls: Any, target: Any, workload_cls: Any, workload: Any,
     return target, problems + more, note
 
 
-def _validate_section(section: str, raw: Any, model: type[StrictModel]) -> tuple[Any, list[tuple[str, str]]]:
+def _validate_section(section: str, raw: object, model: type[StrictModel]) -> tuple[Any, list[tuple[str, str]]]:
     if raw is None:
         return model(), []
     if not isinstance(raw, dict):
@@ -399,7 +405,7 @@ def split_factor_path(path: str) -> list[str]:
     return parts
 
 
-def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]]:
+def set_path(doc: dict[str, Any], path: str, value: object) -> list[tuple[str, str]]:
     value = without_label(value)  # a table level's label names it; it sets nothing
     parts = split_factor_path(path)
     where = fmt_path(("factors", path))
@@ -420,7 +426,7 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> list[tuple[str, str]
         return []
     if parts[0] not in FACTOR_ROOTS or len(parts) < 2:
         return [(where, f"names nothing; a factor path starts with one of: {', '.join(r + '.' for r in FACTOR_ROOTS)}")]
-    node: Any = doc
+    node: object = doc
     for i, part in enumerate(parts[:-1]):
         if not isinstance(node, dict):
             return [(where, f"names nothing: {'.'.join(parts[:i])} is not a table")]
@@ -563,7 +569,7 @@ def _leaf_namer(raw: dict[str, Any], fpath: str) -> LeafNamer:
     target = raw.get("target")
     kind = target.get("kind") if isinstance(target, dict) else None
 
-    def name(key: str, value: Any) -> str | None:
+    def name(key: str, value: object) -> str | None:
         full = key if key == fpath else f"{fpath}.{key}"
         if full == "target.bin_dir" and kind == "mariadb" and isinstance(value, str):
             from perflab.targets.mariadb import version_label

@@ -54,7 +54,7 @@ def _key_parts(key: str) -> list[str]:
     """The parts of a TOML key as written (bare, "basic" or 'literal', dotted);
     a key TOML refuses (a bad escape) is named as written."""
     try:
-        doc: Any = tomllib.loads(f"{key} = 0")
+        doc: object = tomllib.loads(f"{key} = 0")
     except tomllib.TOMLDecodeError:
         return [key.strip("\"'")]
     parts = []
@@ -129,7 +129,7 @@ def _decode_problem(exc: tomllib.TOMLDecodeError, lines: list[str]) -> TomlProbl
     return TomlProblem(fmt_path(parts) if parts else "", f"not valid TOML: {message}")
 
 
-def _check_values(doc: Any) -> list[tuple[str, str]]:
+def _check_values(doc: dict[str, object]) -> list[tuple[str, str]]:
     """Integers outside 64 bits and nesting deeper than MAX_DEPTH, by dotted path."""
     problems: list[tuple[str, str]] = []
     stack: list[tuple[tuple[Any, ...], Any]] = [((), doc)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BeforeValidator
 
@@ -25,7 +25,7 @@ MAX_DURATION_S = 31 * 86400.0
 DURATION_BOUND = "at most 31d (31 days)"
 
 
-def parse_duration_s(value: Any) -> float:
+def parse_duration_s(value: object) -> float:
     """Seconds in "90s", "1h30m", "250ms", or a bare number of seconds."""
     from perflab import _engine
 
@@ -49,7 +49,7 @@ def parse_duration_s(value: Any) -> float:
     return seconds
 
 
-def _duration(value: Any) -> float:
+def _duration(value: object) -> float:
     return parse_duration_s(value)
 
 
@@ -78,7 +78,7 @@ SIZE_ALLOWED = 'allowed: a number of bytes or a string with a unit of B, kB, MB,
 MAX_SIZE_BYTES = 2**50  # 1 PiB: past that a size is a typo
 
 
-def parse_size_bytes(value: Any) -> int:
+def parse_size_bytes(value: object) -> int:
     """Bytes in "2GB", "512MiB", "64kB" or a bare non-negative integer."""
     nbytes: float | None = None
     if isinstance(value, bool):
@@ -114,7 +114,7 @@ def format_size(nbytes: float) -> str:
     return f"{nbytes:.0f}B"
 
 
-def format_number(value: Any, digits: int = 4) -> str:
+def format_number(value: object, digits: int = 4) -> str:
     """A number as people read it (the report, `show`, the study tables):
     thousands separated from 10^(digits-1), `digits` significant digits below;
     '–' for missing or not finite. numpy's scalars count as numbers."""

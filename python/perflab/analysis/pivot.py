@@ -31,12 +31,12 @@ INTERVAL_NOTE = (
 )
 
 
-def fmt_num(value: Any, digits: int = 4) -> str:
+def fmt_num(value: object, digits: int = 4) -> str:
     """A number as the report prints it (units.format_number)."""
     return format_number(value, digits)
 
 
-def level_text(value: Any) -> str:
+def level_text(value: object) -> str:
     """A factor level as a table or legend shows it: perflab.model.fmt_level,
     the one label function (a table level by its `label`)."""
     return fmt_level(value)
@@ -46,7 +46,7 @@ def short_name(factor: str) -> str:
     return factor.rsplit(".", 1)[-1]
 
 
-def _key(value: Any) -> str:
+def _key(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 

@@ -17,7 +17,7 @@ from perflab.analysis.stats import DEFAULT_SEED, Summary, summarize
 from perflab.model import fmt_factors
 
 
-def is_numeric(value: Any) -> bool:
+def is_numeric(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -105,7 +105,7 @@ class Collector(abc.ABC):
         stored metrics of each group of runs. Default: none."""
         return []
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: CollectorSettings) -> None:
         self.name = name
         self.settings = settings
 
@@ -152,7 +152,7 @@ class SamplingCollector(Collector):
     The sampling thread's own CPU time is reported as `<name>.sampling_cpu_s`.
     """
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: CollectorSettings) -> None:
         super().__init__(name, settings)
         self._thread: threading.Thread | None = None
         # Stop is signalled by releasing a held lock: waiting on it with a

@@ -183,13 +183,14 @@ def _missing_devices(devices: list[str] | None, present: dict[str, Any]) -> str 
 
 class DiskstatsCollector(SamplingCollector):
     Settings = DiskstatsSettings
+    settings: DiskstatsSettings
     default_on = True
     panels = (
         TelemetryPanel("disk utilisation (time with I/O in flight)", "%util", name_like="%.util_pct",
                        label_of=lambda name: name.rsplit(".", 1)[0]),
     )
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: DiskstatsSettings) -> None:
         super().__init__(name, settings)
         self.devices: list[str] = []
         self.roles: dict[str, list[str]] = {}  # "data"/"wal" -> devices holding it
@@ -202,7 +203,7 @@ class DiskstatsCollector(SamplingCollector):
         return _Reading(time.monotonic_ns(), {d: stats[d] for d in self.devices if d in stats})
 
     @classmethod
-    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+    def preflight(cls, settings: DiskstatsSettings, provided: frozenset[Capability]) -> str | None:
         try:
             require_readable(DISKSTATS)
         except CollectorUnavailable as exc:

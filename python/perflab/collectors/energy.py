@@ -487,8 +487,9 @@ def _perf_reason(s: EnergySettings) -> str | None:
 
 class EnergyCollector(SamplingCollector):
     Settings = EnergySettings
+    settings: EnergySettings
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: EnergySettings) -> None:
         super().__init__(name, settings)
         self.meter: Meter | None = None
         self.method = ""
@@ -508,7 +509,7 @@ class EnergyCollector(SamplingCollector):
         self._idle_s = 0.0
 
     @classmethod
-    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+    def preflight(cls, settings: EnergySettings, provided: frozenset[Capability]) -> str | None:
         if settings.source == "rapl":
             return _read_rapl(settings)[1]
         if settings.source == "perf":

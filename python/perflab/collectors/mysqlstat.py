@@ -29,6 +29,7 @@ from typing import Any
 
 from perflab.collectors.base import (
     CollectorContext,
+    CollectorSettings,
     CollectorUnavailable,
     PanelPart,
     SamplingCollector,
@@ -100,7 +101,7 @@ class MysqlstatCollector(SamplingCollector):
                        label_of=lambda name: name[len("wait."):], top=TOP_WAITS, drop_zero=True, stacked=True),
     )
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: CollectorSettings) -> None:
         super().__init__(name, settings)
         self._conn: Any = None
         self._waits_on = False

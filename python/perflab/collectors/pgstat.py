@@ -93,6 +93,7 @@ def _unit(column: str) -> str:
 
 class PgstatCollector(SamplingCollector):
     Settings = PgstatSettings
+    settings: PgstatSettings
     default_on = True
     panels = (
         TelemetryPanel(f"PostgreSQL wait events (largest {TOP_WAIT_EVENTS})", "sessions", name_like="wait.%",
@@ -101,7 +102,7 @@ class PgstatCollector(SamplingCollector):
     )
     needs = frozenset({Capability.POSTGRES_WIRE})
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: PgstatSettings) -> None:
         super().__init__(name, settings)
         self._conn: Any = None
         self._views: list[str] = []

@@ -187,6 +187,7 @@ def _cpu_split_figure(labels: list[str], server: list[float], driver: list[float
 
 class ProcessCollector(SamplingCollector):
     Settings = ProcessSettings
+    settings: ProcessSettings
     default_on = True
 
     @classmethod
@@ -225,7 +226,7 @@ class ProcessCollector(SamplingCollector):
                                         "CPU used by the server and by the driver, per combination."))
         return [Section("CPU: server and driver", blocks)]
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: ProcessSettings) -> None:
         super().__init__(name, settings)
         self._fixed: dict[int, str] = {}  # pid -> role given by the target (and perflab)
         self._postmasters: list[int] = []

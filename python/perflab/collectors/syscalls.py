@@ -357,11 +357,12 @@ class Syscalls:
 
 class SyscallsCollector(Collector):
     Settings = SyscallsSettings
+    settings: SyscallsSettings
     default_on = False
     needs = frozenset({Capability.SQL})
 
     @classmethod
-    def preflight(cls, settings: Any, provided: frozenset[Capability]) -> str | None:
+    def preflight(cls, settings: SyscallsSettings, provided: frozenset[Capability]) -> str | None:
         bpf, st = bpftrace_problem(), strace_problem()
         if settings.mechanism == "bpftrace":
             return bpf
@@ -371,7 +372,7 @@ class SyscallsCollector(Collector):
             return f"neither tracer works here: {bpf}; {st}"
         return None
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: SyscallsSettings) -> None:
         super().__init__(name, settings)
         self.mechanism = ""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -413,7 +414,7 @@ class SyscallsCollector(Collector):
         self._classes = target.file_classes() or [
             FileClass("wal", Path(paths.get("wal", data / "pg_wal")).resolve()),
             FileClass("base", data / "base", 2), FileClass("global", data / "global")]
-        mech = self.settings.mechanism
+        mech: str = self.settings.mechanism
         bpf, st = bpftrace_problem(), strace_problem()
         if mech == "auto":
             mech = "bpftrace" if bpf is None else "strace" if st is None else ""

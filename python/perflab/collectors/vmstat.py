@@ -128,6 +128,7 @@ def gauges(r: Reading) -> dict[str, float]:
 
 class VmstatCollector(SamplingCollector):
     Settings = VmstatSettings
+    settings: VmstatSettings
     default_on = True
     # The OSDL DBT-3 durability graphs plotted vmstat's us/sy/id/wa,
     # free/buff/cache and bi/bo for each run; in the colours people read
@@ -153,7 +154,7 @@ class VmstatCollector(SamplingCollector):
         ), divisor=1024),
     )
 
-    def __init__(self, name: str, settings: Any) -> None:
+    def __init__(self, name: str, settings: VmstatSettings) -> None:
         super().__init__(name, settings)
         self._first: Reading | None = None
         self._last: Reading | None = None

@@ -388,7 +388,7 @@ RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(bit|kbit|mbit|gbit|tbit)\s*$", re.I)
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
 
 
-def parse_rate_bps(value: Any) -> float:
+def parse_rate_bps(value: object) -> float:
     """"1gbit" -> 1e9 (tc's units, powers of 1000; bytes per second, tc's
     "bps", is not taken: too easily read as bits)."""
     m = RATE.match(str(value)) if isinstance(value, str) else None

@@ -8,7 +8,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.analysis import degradation, effects, scaling
 from perflab.analysis.degradation import Degradation
@@ -37,6 +37,9 @@ from perflab.section import Figure, RunGroup, Section, Table, Text
 from perflab.store import Store
 from perflab.targets.confine import format_bytes
 from perflab.workloads import WORKLOADS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
 
 # Bounds that keep a report of hundreds of runs readable and quick to write;
 # every run is still in the tables and the embedded data.
@@ -89,7 +92,7 @@ class ReportBuilder:
 
     # ------------------------------------------------------------------ helpers
 
-    def figure(self, fig: Any, name: str, caption: str) -> str:
+    def figure(self, fig: MplFigure, name: str, caption: str) -> str:
         name = figures.file_name(name)
         base, n = name, 2
         while name in self._figure_names:  # two workloads may pick one name

@@ -103,7 +103,7 @@ def spec_differences(a: dict[str, Any], b: dict[str, Any]) -> list[tuple[str, An
     return out
 
 
-def _time(text: Any) -> datetime | None:
+def _time(text: object) -> datetime | None:
     try:
         return datetime.fromisoformat(str(text)) if text else None
     except ValueError:

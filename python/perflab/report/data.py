@@ -58,7 +58,7 @@ class Combination:
         return ", ".join(f"{k}={fmt_level(v)}" for k, v in self.factors.items())
 
 
-def flatten(prefix: str, value: Any, out: dict[str, Any]) -> dict[str, Any]:
+def flatten(prefix: str, value: object, out: dict[str, Any]) -> dict[str, Any]:
     """Nested dicts as dotted keys: {"a": {"b": 1}} -> {"a.b": 1}."""
     if isinstance(value, dict):
         for k, v in value.items():

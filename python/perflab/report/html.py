@@ -17,11 +17,11 @@ from perflab.analysis.stats import Interval
 from perflab.units import format_number
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def fmt(value: Any, digits: int = 4) -> str:
+def fmt(value: object, digits: int = 4) -> str:
     """A number as people read it (units.format_number)."""
     return format_number(value, digits)
 
@@ -42,7 +42,7 @@ class Raw(str):
     """A string that is already HTML (not escaped again by `table`)."""
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     if isinstance(value, Raw):
         return value
     if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
@@ -97,7 +97,7 @@ def note(text: str, kind: str = "note") -> str:
     return f'<p class="{kind}">{esc(text)}</p>'
 
 
-def embed_json(data: Any) -> str:
+def embed_json(data: object) -> str:
     # "</" would end the <script> element early; "<\/" is the same JSON string.
     text = json.dumps(data, default=str, separators=(",", ":"), allow_nan=False)
     return text.replace("</", "<\\/")
@@ -180,7 +180,7 @@ SCRIPT = """
 """
 
 
-def page(title: str, header_html: str, nav: list[tuple[str, str]], body_html: str, data: Any) -> str:
+def page(title: str, header_html: str, nav: list[tuple[str, str]], body_html: str, data: object) -> str:
     links = "".join(f'<a href="#{esc(anchor)}">{esc(text)}</a>' for anchor, text in nav)
     return (
         "<!DOCTYPE html>\n"

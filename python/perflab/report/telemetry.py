@@ -19,9 +19,8 @@ Drawn with matplotlib's object API (no pyplot state, safe in threads), Agg.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -118,7 +117,7 @@ def _legend(ax: Axes) -> None:
 
 
 class _Panel:
-    def __init__(self, title: str, draw: Any) -> None:
+    def __init__(self, title: str, draw: Callable[[Axes, float], None]) -> None:
         self.title = title
         self.draw = draw
 

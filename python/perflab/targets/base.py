@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from perflab.endpoints import Endpoint
 from perflab.settings_model import StrictModel
@@ -44,6 +44,20 @@ class FileClass:
     directory: Path
     depth: int = 1
     prefix: str | None = None
+
+
+class _Kinded(Protocol):
+    kind: str
+
+
+class CheckedWorkload(Protocol):
+    """What a target asks of the workload it is checked against
+    (`validate_for_workload`): workloads sit above targets."""
+
+    @property
+    def settings(self) -> _Kinded: ...
+
+    def writes(self) -> bool: ...
 
 
 class TargetSettings(StrictModel):
@@ -126,7 +140,7 @@ class Target(abc.ABC):
         raise NotImplementedError
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: Any, workload: CheckedWorkload) -> list[tuple[str, str]]:
         """Problems (dotted path, text) with running `workload` on this target,
         found before anything starts. Default: none."""
         return []

@@ -32,9 +32,16 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from perflab.endpoints import one_row
 from perflab.errors import UserError
+
+if TYPE_CHECKING:
+    import duckdb
+    import psycopg
+
+    from perflab.endpoints import Sessionlike
 
 MARKER = "perflab_owner"
 PREFIX = "perflab_"
@@ -134,17 +141,17 @@ WHERE ns IS DISTINCT FROM %(ns)s ORDER BY 1 LIMIT 20
 """
 
 
-def _pg_namespace(conn: Any, name: str) -> int | None:
+def _pg_namespace(conn: psycopg.Connection[Any], name: str) -> int | None:
     row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (name,)).fetchone()
     return int(row[0]) if row else None
 
 
-def _pg_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
+def _pg_marker(conn: psycopg.Connection[Any], name: str) -> tuple[str, str, str] | None:
     """(experiment, out_dir, host) of the marker in schema `name`, or None
     when the schema holds no readable perflab marker."""
     from psycopg import sql
 
-    if conn.execute("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (name, MARKER)).fetchone()[0] is None:
+    if one_row(conn.execute("SELECT to_regclass(format('%%I.%%I', %s::text, %s::text))", (name, MARKER)))[0] is None:
         return None
     try:
         with conn.transaction():  # a savepoint: a table of that name with other columns is no marker
@@ -155,7 +162,7 @@ def _pg_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
     return None if row is None else (str(row[0]), str(row[1]), str(row[2] or ""))
 
 
-def pg_outside_dependents(conn: Any, name: str) -> list[str]:
+def pg_outside_dependents(conn: psycopg.Connection[Any], name: str) -> list[str]:
     """Objects outside schema `name` that depend on an object in it (DROP
     ... CASCADE would drop them too)."""
     ns = _pg_namespace(conn, name)
@@ -164,12 +171,12 @@ def pg_outside_dependents(conn: Any, name: str) -> list[str]:
     return [str(r[0]) for r in conn.execute(_PG_DEPENDENTS, {"ns": ns}).fetchall()]
 
 
-def pg_try_lock(conn: Any, name: str) -> bool:
+def pg_try_lock(conn: psycopg.Connection[Any], name: str) -> bool:
     """The session advisory lock of schema `name` (held until `conn` closes)."""
-    return bool(conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, name)).fetchone()[0])
+    return bool(one_row(conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_CLASS, name)))[0])
 
 
-def pg_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]:
+def pg_claim(conn: psycopg.Connection[Any], name: str, owner: Owner, where: str) -> tuple[bool, str]:
     """Make schema `name` this experiment's on the autocommit psycopg
     connection `conn` (which must hold its advisory lock): create it with its
     marker, or take over one marked by another experiment. Returns whether it
@@ -216,21 +223,21 @@ def pg_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]
         ) from None
 
 
-def pg_measure(conn: Any, name: str, where: str) -> Leftover | None:
+def pg_measure(conn: psycopg.Connection[Any], name: str, where: str) -> Leftover | None:
     """Schema `name` as it is now: its tables' total size (with indexes and
     TOAST), how many tables and functions; None when it is gone."""
     ns = _pg_namespace(conn, name)
     if ns is None:
         return None
-    tables, size = conn.execute(
+    tables, size = one_row(conn.execute(
         "SELECT count(*), coalesce(sum(pg_total_relation_size(oid)), 0) FROM pg_class "
-        "WHERE relnamespace = %s AND relkind IN ('r', 'p', 'm', 'S')", (ns,)).fetchone()
-    functions = conn.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = %s", (ns,)).fetchone()[0]
+        "WHERE relnamespace = %s AND relkind IN ('r', 'p', 'm', 'S')", (ns,)))
+    functions = one_row(conn.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = %s", (ns,)))[0]
     detail = f"{tables} tables" + (f", {functions} functions" if functions else "")
     return Leftover("schema", where, name, int(size), int(tables) + int(functions), detail)
 
 
-def pg_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
+def pg_remove(conn: psycopg.Connection[Any], name: str, owner: Owner, where: str) -> Removal:
     """Drop schema `name` if its marker still names `owner`'s experiment, no
     running perflab holds it, and nothing outside it depends on it."""
     from psycopg import sql
@@ -259,13 +266,13 @@ def pg_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
 # ------------------------------------------------------------------ DuckDB
 
 
-def _duck_schema_exists(conn: Any, name: str) -> bool:
+def _duck_schema_exists(conn: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(conn.execute(
         "SELECT count(*) FROM duckdb_schemas() WHERE database_name = current_database() AND schema_name = ?",
         [name]).fetchall()[0][0])
 
 
-def _duck_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
+def _duck_marker(conn: duckdb.DuckDBPyConnection, name: str) -> tuple[str, str, str] | None:
     has = conn.execute(
         "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = ? "
         "AND table_name = ?", [name, MARKER]).fetchall()[0][0]
@@ -282,7 +289,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def duck_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]:
+def duck_claim(conn: duckdb.DuckDBPyConnection, name: str, owner: Owner, where: str) -> tuple[bool, str]:
     """As `pg_claim`, in a DuckDB database (a connection perflab opened)."""
     if not _NAME.match(name):
         raise ValueError(name)
@@ -310,7 +317,7 @@ def duck_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, st
     return done
 
 
-def duck_measure(conn: Any, name: str, where: str) -> Leftover | None:
+def duck_measure(conn: duckdb.DuckDBPyConnection, name: str, where: str) -> Leftover | None:
     """Schema `name` in a DuckDB database: its tables and their rows (DuckDB
     does not say how many bytes a table takes); None when it is gone."""
     if not _duck_schema_exists(conn, name):
@@ -321,7 +328,7 @@ def duck_measure(conn: Any, name: str, where: str) -> Leftover | None:
     return Leftover("schema", where, name, None, int(tables), f"{tables} tables, about {int(rows):,} rows")
 
 
-def duck_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
+def duck_remove(conn: duckdb.DuckDBPyConnection, name: str, owner: Owner, where: str) -> Removal:
     if not _duck_schema_exists(conn, name):
         return Removal(True, f"schema {name} in {where}: already gone")
     refused = _not_owned(_duck_marker(conn, name), owner, name, where)
@@ -348,18 +355,18 @@ def _my_quote(name: str) -> str:
     return f"`{name}`"
 
 
-def my_try_lock(conn: Any, name: str) -> bool:
+def my_try_lock(conn: Sessionlike, name: str) -> bool:
     """The session's named lock on database `name` (held until `conn` closes)."""
     row = conn.execute("SELECT GET_LOCK(%s, 0)", (f"perflab:{name}",)).fetchone()
     return bool(row and row[0] == 1)
 
 
-def _my_exists(conn: Any, name: str) -> bool:
+def _my_exists(conn: Sessionlike, name: str) -> bool:
     return conn.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
                         (name,)).fetchone() is not None
 
 
-def _my_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
+def _my_marker(conn: Sessionlike, name: str) -> tuple[str, str, str] | None:
     has = conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND table_name = %s",
                        (name, MARKER)).fetchone()
     if has is None:
@@ -371,7 +378,7 @@ def _my_marker(conn: Any, name: str) -> tuple[str, str, str] | None:
     return None if row is None else (str(row[0]), str(row[1]), str(row[2] or ""))
 
 
-def my_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]:
+def my_claim(conn: Sessionlike, name: str, owner: Owner, where: str) -> tuple[bool, str]:
     """As `pg_claim`, for database `name` on a MySQL or MariaDB server (the
     session `conn` holds its named lock)."""
     marker = f"{_my_quote(name)}.`{MARKER}`"
@@ -400,7 +407,7 @@ def my_claim(conn: Any, name: str, owner: Owner, where: str) -> tuple[bool, str]
         raise
 
 
-def my_measure(conn: Any, name: str, where: str) -> Leftover | None:
+def my_measure(conn: Sessionlike, name: str, where: str) -> Leftover | None:
     """Database `name` as it is now: its tables' data and index bytes; None when it is gone."""
     if not _my_exists(conn, name):
         return None
@@ -410,7 +417,7 @@ def my_measure(conn: Any, name: str, where: str) -> Leftover | None:
     return Leftover("schema", where, name, int(size), int(tables), f"{tables} tables")
 
 
-def my_remove(conn: Any, name: str, owner: Owner, where: str) -> Removal:
+def my_remove(conn: Sessionlike, name: str, owner: Owner, where: str) -> Removal:
     """Drop database `name` if its marker still names `owner`'s experiment
     and no running perflab holds it."""
     if not my_try_lock(conn, name):

@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -24,8 +24,11 @@ from perflab.endpoints import Endpoint, GeneratedData, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.settings_model import OsText
 from perflab.targets import confine as confine_mod
-from perflab.targets.base import Target, TargetSettings, creatable_problems
+from perflab.targets.base import CheckedWorkload, Target, TargetSettings, creatable_problems
 from perflab.targets.confine import Leftover, Owner, Removal, schema_for
+
+if TYPE_CHECKING:
+    import duckdb
 
 SettingValue = str | int | float | bool
 SETTING_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -87,7 +90,7 @@ def _sql_value(value: SettingValue) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _apply_settings(database: Any, settings: DuckDbSettings) -> list[tuple[str, str]]:
+def _apply_settings(database: duckdb.DuckDBPyConnection, settings: DuckDbSettings) -> list[tuple[str, str]]:
     """SET (or RESET) threads, memory_limit and every other setting; what
     DuckDB refuses, as problems at their dotted paths."""
     import duckdb
@@ -111,10 +114,10 @@ def _apply_settings(database: Any, settings: DuckDbSettings) -> list[tuple[str, 
 class _ArrowStream:
     """An Arrow C stream PyCapsule as an object DuckDB and pyarrow can import."""
 
-    def __init__(self, capsule: Any) -> None:
+    def __init__(self, capsule: object) -> None:
         self._capsule = capsule
 
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         capsule, self._capsule = self._capsule, None
         if capsule is None:
             raise RuntimeError("an Arrow stream can be read once")
@@ -132,9 +135,9 @@ class DuckDbEndpoint(SqlEndpoint):
     parallel_sessions: ClassVar[bool] = False
 
     path: str
-    database: Any = field(default=None, repr=False)
+    database: duckdb.DuckDBPyConnection | None = field(default=None, repr=False)
 
-    def connect(self) -> Any:
+    def connect(self) -> duckdb.DuckDBPyConnection:
         if self.database is None:
             raise RunFailure("the DuckDB database is closed")
         conn = self.database.cursor()
@@ -149,11 +152,11 @@ class DuckDbEndpoint(SqlEndpoint):
     def display(self) -> str:
         return f"duckdb:{self.path}"
 
-    def set_statement_timeout(self, conn: Any, seconds: float | None) -> bool:
+    def set_statement_timeout(self, conn: duckdb.DuckDBPyConnection, seconds: float | None) -> bool:
         # DuckDB has no statement timeout: the caller interrupts from a timer.
         return seconds is None
 
-    def interrupt(self, conn: Any) -> None:
+    def interrupt(self, conn: duckdb.DuckDBPyConnection) -> None:
         conn.interrupt()
 
     def is_timeout(self, exc: BaseException) -> bool:
@@ -190,19 +193,19 @@ class DuckDbTarget(Target):
 
     def __init__(self, settings: DuckDbSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
-        self.database: Any = None
+        self.database: duckdb.DuckDBPyConnection | None = None
         self.endpoint: DuckDbEndpoint | None = None
         self._lock = threading.Lock()
         # A file perflab did not create: its own schemas in it (confine).
         self.claims: dict[str, DuckDbEndpoint] = {}
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: DuckDbSettings) -> str:
         # threads, memory_limit and settings are applied with SET between runs.
         return f"duckdb:{settings.path}"
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: DuckDbSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         if settings.path and _foreign(Path(settings.path).expanduser()) and workload.writes() \
                 and not settings.allow_destructive:
             return [(
@@ -214,7 +217,7 @@ class DuckDbTarget(Target):
         return []
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: DuckDbSettings, base_dir: Path) -> list[tuple[str, str]]:
         import duckdb
 
         # Each setting as DuckDB itself takes it, on a throw-away in-memory database.
@@ -260,12 +263,13 @@ class DuckDbTarget(Target):
         return self.endpoint
 
     def _apply(self, settings: DuckDbSettings) -> None:
+        assert self.database is not None
         problems = _apply_settings(self.database, settings)
         if problems:
             key, text = problems[0]
             raise UserError(f"{key}: {text}", "fix or remove that setting")
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: DuckDbSettings) -> bool:
         if self.database is None:
             return False
         previous = set(self.settings.settings)

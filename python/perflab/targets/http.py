@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit
 
@@ -58,12 +59,12 @@ class HttpTarget(Target):
     settings: HttpTargetSettings
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: HttpTargetSettings) -> tuple[HttpTargetSettings, list[tuple[str, str]], str | None]:
         """A URL is TCP: Ray workers on this machine reach it (loopback only)."""
         return settings, [], None
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Any) -> list[tuple[str, str]]:
+    def preflight(cls, settings: HttpTargetSettings, base_dir: Path) -> list[tuple[str, str]]:
         parts = urlsplit(settings.url)
         try:
             _loopback_address(parts.hostname or "", parts.port or 80)
@@ -72,7 +73,7 @@ class HttpTarget(Target):
         return []
 
     @classmethod
-    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+    def reach(cls, settings: HttpTargetSettings, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
         """One TCP connection to the URL's host and port, opened and closed,
         on loopback only (`preflight` refuses any other address)."""
         parts = urlsplit(settings.url)
@@ -107,7 +108,7 @@ class HttpTarget(Target):
             fresh=False,
         )
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: HttpTargetSettings) -> bool:
         self.settings = settings
         return False
 

@@ -133,7 +133,7 @@ class NginxTarget(ManagedWebServer):
         return self.workdir / "nginx.conf"
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: NginxSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = super().preflight(settings, base_dir)
         try:
             binary = find_nginx(settings.binary)

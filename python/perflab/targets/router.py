@@ -106,12 +106,12 @@ class RouterTarget(Target):
         self.applied: tuple[str, bool] | None = None  # (rules json, offloads) in place
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: RouterSettings) -> str:
         # Rules and offloads change in place: one set of namespaces serves every run.
         return f"router:mtu={settings.mtu}"
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: RouterSettings, base_dir: Path) -> list[tuple[str, str]]:
         out = [("target.kind", p) for p in netns.problems(("ip", "ethtool"))]
         return out + netfilter.rules_problems(settings.rules)
 
@@ -165,7 +165,7 @@ class RouterTarget(Target):
             raise RunFailure(f"router: rules: {exc}") from None
         self.applied = want
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: RouterSettings) -> bool:
         self.settings = settings
         self._apply()
         return False

@@ -67,7 +67,7 @@ class ManagedServerSettings(TargetSettings):
     run_as: OsText | None = None
 
 
-def server_user(settings: Any) -> str | None:
+def server_user(settings: ManagedServerSettings) -> str | None:
     """The OS user a managed web server's workers run as: None (this user)
     unless perflab is root; then `run_as`, default `nobody`, as PostgreSQL's
     (postgres.resolve_run_as). Never root."""
@@ -172,17 +172,17 @@ class ManagedWebServer(Target):
     whole_as_user: ClassVar[bool] = True
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: ManagedServerSettings) -> tuple[ManagedServerSettings, list[tuple[str, str]], str | None]:
         """The server listens on TCP (127.0.0.1): Ray workers on this machine reach it."""
         return settings, [], None
 
-    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, settings: ManagedServerSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
         self.token: str | None = None
         self.cgroup: ServerCgroup | None = None
-        self.started_settings: Any = None
+        self.started_settings: ManagedServerSettings | None = None
         self._log_start = 0
         # Who the workers run as (None: this user), and where what they read lives.
         self.run_as: str | None = None
@@ -356,7 +356,7 @@ class ManagedWebServer(Target):
         journal().remove(f"web-server:{self.workdir}")
         self.token = None
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: ManagedServerSettings) -> bool:
         self.settings = settings
         if settings == self.started_settings and self.check_alive() is None:
             return False

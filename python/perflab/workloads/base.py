@@ -15,6 +15,7 @@ from perflab.settings_model import StrictModel
 
 if TYPE_CHECKING:
     from perflab.store import Store
+    from perflab.targets.base import TargetSettings
 
 
 class WorkloadSettings(StrictModel):
@@ -43,7 +44,7 @@ class Workload(abc.ABC, Generic[EndpointT]):
     # engine's ("tps" of an HTTP run is requests per second: {"tps": "req/s"}).
     series_labels: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: WorkloadSettings) -> None:
         self.settings = settings
 
     def data_key(self) -> str:
@@ -61,7 +62,7 @@ class Workload(abc.ABC, Generic[EndpointT]):
         return []
 
     @classmethod
-    def cache_additions(cls, settings: Any, target: Any, base_dir: Path) -> dict[Path, int]:
+    def cache_additions(cls, settings: Any, target: TargetSettings, base_dir: Path) -> dict[Path, int]:
         """What a run with these settings against `target` (its settings) would
         add to a cache (perflab/cache.py): entry directory -> estimated bytes,
         from the parameters alone; `check` warns when a disk lacks the room.

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.context import RunContext
-from perflab.endpoints import GeneratedData, SqlEndpoint
+from perflab.endpoints import GeneratedData, Sessionlike, SqlEndpoint
 from perflab.errors import UserError
 from perflab.model import LoadResult
 
@@ -40,7 +40,7 @@ def require_writable(endpoint: SqlEndpoint, kind: str) -> None:
         )
 
 
-def load_generated(endpoint: SqlEndpoint, conn: Any, ctx: RunContext, data: GeneratedData, scale_factor: float,
+def load_generated(endpoint: SqlEndpoint, conn: Sessionlike, ctx: RunContext, data: GeneratedData, scale_factor: float,
                    tables: Sequence[str], drops: Sequence[str], creates: Sequence[str],
                    steps: Sequence[Any], jobs: int) -> LoadResult:
     """The timed load phase on `conn` (steps are `tpch.schema.Step`s, whose

@@ -60,6 +60,7 @@ from perflab.workloads.stalls import StallWatch
 
 if TYPE_CHECKING:
     from perflab.store import Store
+    from perflab.targets.base import TargetSettings
 
 CLASSES = ("class0", "class1", "class2", "class3")
 CLASS_SHARE = (0.35, 0.50, 0.14, 0.01)
@@ -270,7 +271,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         return False
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: HttpSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = []
         if settings.request_mix_file is not None:
             try:
@@ -295,7 +296,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         return (base_dir / Path(given).expanduser()).resolve() if given else default_cache_dir()
 
     @classmethod
-    def cache_additions(cls, settings: Any, target: Any, base_dir: Path) -> dict[Path, int]:
+    def cache_additions(cls, settings: HttpSettings, target: TargetSettings, base_dir: Path) -> dict[Path, int]:
         """The file set a run would generate into the cache (a server perflab
         starts; an external one must hold it already), with its size from its
         parameters: {} when the cache holds it whole."""

@@ -15,7 +15,7 @@ server's own counters).
 from __future__ import annotations
 
 import secrets
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,6 +27,9 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Histogram, LoadResult, RunResult
 from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 # Statements per event, by type (sysbench's defaults: --point-selects=10, one of each
 # range, --index-updates=1, --non-index-updates=1, --delete-inserts=1); BEGIN and COMMIT
@@ -203,7 +206,7 @@ class OltpWorkload(Workload[PgWireEndpoint]):
         return out
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Any]:
         """Each run's figures, one row per run."""
         from perflab.analysis import pivot
         from perflab.section import Section, Table

@@ -50,7 +50,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -62,6 +62,9 @@ from perflab.settings_model import OsText, StrictModel
 from perflab.units import Duration
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.timed import per_query_stats, short_error, timed_query
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 Scalar = int | float | str
 
@@ -323,7 +326,7 @@ class QueriesWorkload(Workload[SqlEndpoint]):
     settings: QueriesSettings
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: QueriesSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = []
         try:
             load_queries(settings, base_dir)
@@ -475,7 +478,7 @@ class QueriesWorkload(Workload[SqlEndpoint]):
                                    f"({executions} executions)"))
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Any]:
         return _report(store, runs)
 
 
@@ -489,7 +492,7 @@ def _generate(endpoint: SqlEndpoint, ctx: RunContext, dataset: str, sf: float, j
     return SsbWorkload(SsbSettings(kind="ssb", scale_factor=sf, load_jobs=jobs)).prepare(endpoint, ctx)
 
 
-def _report(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def _report(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     from perflab.workloads.ssb.report import query_section
 
     if not runs:

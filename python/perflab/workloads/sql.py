@@ -13,13 +13,13 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from perflab.context import RunContext
-from perflab.endpoints import Capability, SqlEndpoint
+from perflab.endpoints import Capability, Sessionlike, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
 from perflab.settings_model import OsText, StrictModel
@@ -81,7 +81,7 @@ class SqlWorkload(Workload[SqlEndpoint]):
     settings: SqlSettings
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: SqlSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = []
         for what in ("setup_files", "files"):
             for i, name in enumerate(getattr(settings, what)):
@@ -202,7 +202,7 @@ class SqlWorkload(Workload[SqlEndpoint]):
         return result
 
 
-def _execute(conn: Any, sql: str, name: str) -> None:
+def _execute(conn: Sessionlike, sql: str, name: str) -> None:
     try:
         cur = conn.execute(sql)
         if getattr(cur, "description", None):

@@ -17,6 +17,7 @@ excluded from every figure.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
@@ -24,7 +25,7 @@ from pydantic import Field, model_validator
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, PgWireEndpoint
+from perflab.endpoints import Capability, PgWireEndpoint, Sessionlike
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
 from perflab.section import Section
@@ -162,7 +163,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         return scale
 
     @staticmethod
-    def _balances(conn: Any) -> dict[str, int]:
+    def _balances(conn: Sessionlike) -> dict[str, int]:
         row = conn.execute(
             "SELECT (SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts),"
             " (SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers),"
@@ -336,7 +337,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         return out
 
 
-def _transactions_figure(runs: list[dict[str, Any]], tps: Any, tx: str, clients: str | None,
+def _transactions_figure(runs: list[dict[str, Any]], tps: Callable[[dict[str, Any]], float | None], tx: str, clients: str | None,
                          others: list[str]) -> Any:
     """TPS against transactions per client, a line per client count (CITI's
     figure): the mean over repetitions with every repetition as a point; a

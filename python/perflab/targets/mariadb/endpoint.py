@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from perflab.endpoints import GeneratedData, MysqlWireEndpoint
+from perflab.endpoints import Cursorlike, GeneratedData, MysqlWireEndpoint
 from perflab.errors import RunFailure
 from perflab.secrets import mask_secrets
 from perflab.targets.mariadb.settings import SettingValue, option_key
+
+if TYPE_CHECKING:
+    import pymysql.connections
+    import pymysql.cursors
 
 
 class MysqlSession:
@@ -18,11 +22,11 @@ class MysqlSession:
     use (`execute` returns a cursor, as psycopg's and DuckDB's do). A text of
     several statements runs whole; the rows are the first result set's."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: pymysql.connections.Connection) -> None:
         self.conn = conn
         self.thread_id = int(conn.thread_id())
 
-    def execute(self, sql: str, params: Any = None) -> Any:
+    def execute(self, sql: str, params: Any = None) -> Cursorlike:
         cur = self.conn.cursor()
         cur.execute(sql, params)
         if params is None:
@@ -33,7 +37,7 @@ class MysqlSession:
             return _Result(rows, description)
         return cur
 
-    def cursor(self) -> Any:
+    def cursor(self) -> pymysql.cursors.Cursor:
         return self.conn.cursor()
 
     def close(self) -> None:
@@ -43,7 +47,7 @@ class MysqlSession:
     def __enter__(self) -> MysqlSession:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -86,7 +90,7 @@ class MysqlEndpoint(MysqlWireEndpoint):
         where = f"unix_socket={self.unix_socket}" if self.unix_socket else f"{self.host}:{self.port}"
         return f"mysql://{self.user}@{where}/{self.database}"
 
-    def set_statement_timeout(self, conn: Any, seconds: float | None) -> bool:
+    def set_statement_timeout(self, conn: MysqlSession, seconds: float | None) -> bool:
         # MariaDB: max_statement_time (s, 0 = none); MySQL 8: max_execution_time (ms, SELECT only)
         try:
             conn.execute(f"SET SESSION max_statement_time = {seconds or 0:.3f}")
@@ -95,7 +99,7 @@ class MysqlEndpoint(MysqlWireEndpoint):
             conn.execute(f"SET SESSION max_execution_time = {max(1, round(seconds * 1000)) if seconds else 0}")
             return True
 
-    def interrupt(self, conn: Any) -> None:
+    def interrupt(self, conn: MysqlSession) -> None:
         with self.connect(database="") as other:
             other.execute(f"KILL QUERY {int(conn.thread_id)}")
 

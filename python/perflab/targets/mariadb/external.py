@@ -12,7 +12,7 @@ from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, UserError
 from perflab.secrets import mask_secrets
 from perflab.targets import confine as confine_mod
-from perflab.targets.base import REACH_TIMEOUT_S, Target, TargetSettings
+from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload, Target, TargetSettings
 from perflab.targets.confine import Leftover, Owner, Removal
 from perflab.targets.mariadb.endpoint import MysqlEndpoint, MysqlSession, describe_server
 from perflab.targets.mariadb.settings import MysqlSettings, parse_dsn
@@ -56,18 +56,18 @@ class MysqlTarget(Target):
         self.claims: dict[str, tuple[MysqlSession, MysqlEndpoint]] = {}
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: MysqlSettings) -> str:
         return mask_secrets(json.dumps(settings.model_dump(exclude={"keep_data"}), sort_keys=True))
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: MysqlSettings) -> tuple[MysqlSettings, list[tuple[str, str]], str | None]:
         if parse_dsn(settings.dsn).unix_socket:
             return settings, [("target.dsn", "connects through a unix socket, which the Ray driver's workers "
                                "cannot reach; allowed: a dsn with a TCP host")], None
         return settings, [], None
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: MysqlSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         if workload.writes() and not settings.allow_destructive:
             return [("target.allow_destructive",
                      f"workload {workload.settings.kind!r} writes to the database, and perflab never writes to a "
@@ -77,14 +77,14 @@ class MysqlTarget(Target):
         return []
 
     @classmethod
-    def _endpoint_of(cls, settings: Any) -> MysqlEndpoint:
+    def _endpoint_of(cls, settings: MysqlSettings) -> MysqlEndpoint:
         dsn = parse_dsn(settings.dsn)
         return MysqlEndpoint(read_only=not settings.allow_destructive, fresh=False, host=dsn.host, port=dsn.port,
                              user=dsn.user, password=dsn.password, database=dsn.database,
                              unix_socket=dsn.unix_socket)
 
     @classmethod
-    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+    def reach(cls, settings: MysqlSettings, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
         """One connection, opened and closed within `timeout_s`; nothing changed."""
         import pymysql
 
@@ -108,7 +108,7 @@ class MysqlTarget(Target):
         self.endpoint = ep
         return ep
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: MysqlSettings) -> bool:
         return False
 
     def describe(self) -> dict[str, Any]:

@@ -22,7 +22,13 @@ from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ServerCgroup, cgroup_to_start_in, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
-from perflab.targets.base import FileClass, Target, TargetSettings, creatable_problems
+from perflab.targets.base import (
+    CheckedWorkload,
+    FileClass,
+    Target,
+    TargetSettings,
+    creatable_problems,
+)
 from perflab.targets.mariadb.binaries import INSTALL_BIN, find_binaries, server_version
 from perflab.targets.mariadb.endpoint import MysqlEndpoint, describe_server
 from perflab.targets.mariadb.setting_check import setting_problems
@@ -75,7 +81,7 @@ def _chown(path: Path, user: str | None) -> None:
         os.chown(path, uid, gid)
 
 
-def current_run_as(settings: Any) -> str | None:
+def current_run_as(settings: MariadbSettings) -> str | None:
     """None (this user) unless perflab is root; then run_as, default `mysql`
     (or `nobody` where there is no such user). Never root."""
     if os.geteuid() != 0 or settings.run_as:
@@ -114,16 +120,16 @@ class MariadbTarget(LoggedServer, Target):
     # -------------------------------------------------------------- validation
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: MariadbSettings) -> str:
         keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data", "resources"})
         return json.dumps(keep, sort_keys=True)
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: MariadbSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         return setting_problems(settings)
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: MariadbSettings, base_dir: Path) -> list[tuple[str, str]]:
         try:
             current_run_as(settings)
         except UserError as exc:
@@ -143,12 +149,12 @@ class MariadbTarget(LoggedServer, Target):
                 ours = (path / CREATED_MARK).exists() if role == "data" else False
                 if role != "data":
                     data = settings.storage.data_dir
-                    ours = bool(data) and ((base_dir / Path(data).expanduser()).resolve() / CREATED_MARK).exists()
+                    ours = bool(data and ((base_dir / Path(data).expanduser()).resolve() / CREATED_MARK).exists())
                 problems += storage_problems(f"target.storage.{role}_dir", path, ours)
         return problems
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: MariadbSettings) -> tuple[MariadbSettings, list[tuple[str, str]], str | None]:
         if settings.listen == "tcp":
             return settings, [], None
         return settings.model_copy(update={"listen": "tcp"}), [], (
@@ -424,7 +430,7 @@ class MariadbTarget(LoggedServer, Target):
 
     # -------------------------------------------------------------- per run
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: MariadbSettings) -> bool:
         self.settings = settings
         restart = settings.restart == "always" or settings.settings != self.started_settings
         restart = restart or (self.cgroup.settings if self.cgroup else None) != settings.resources

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from perflab.endpoints import GeneratedData, PgWireEndpoint
 from perflab.secrets import mask_secrets
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 @dataclass(kw_only=True)
 class PostgresEndpoint(PgWireEndpoint):
     dialect: ClassVar[str] = "postgres"
 
-    def connect(self) -> Any:
+    def connect(self) -> psycopg.Connection[Any]:
         import psycopg
 
         return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10)
@@ -21,13 +24,13 @@ class PostgresEndpoint(PgWireEndpoint):
     def display(self) -> str:
         return mask_secrets(self.conninfo)
 
-    def set_statement_timeout(self, conn: Any, seconds: float | None) -> bool:
+    def set_statement_timeout(self, conn: psycopg.Connection[Any], seconds: float | None) -> bool:
         # statement_timeout is in ms and 0 means none: round a set timeout up to 1 ms.
         timeout_ms = max(1, round(seconds * 1000)) if seconds else 0
         conn.execute(f"set statement_timeout = {timeout_ms}")
         return True
 
-    def interrupt(self, conn: Any) -> None:
+    def interrupt(self, conn: psycopg.Connection[Any]) -> None:
         conn.cancel()
 
     def is_timeout(self, exc: BaseException) -> bool:

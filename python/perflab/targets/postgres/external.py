@@ -18,10 +18,10 @@ from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, UserError
 from perflab.secrets import mask_secrets
 from perflab.targets import confine as confine_mod
-from perflab.targets.base import REACH_TIMEOUT_S
+from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload
 from perflab.targets.confine import Leftover, Owner, Removal
 from perflab.targets.postgres.endpoint import PostgresEndpoint
-from perflab.targets.postgres.settings import Storage
+from perflab.targets.postgres.settings import PostgresSettings, Storage
 from perflab.targets.postgres.target import PostgresTarget
 
 # libpq's and psycopg's words for a connection that failed, by cause. The
@@ -115,7 +115,7 @@ class ExternalPostgres(PostgresTarget):
 
     external_kind: ClassVar[bool | None] = True
 
-    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
         self.external = True
         # perflab's own schemas (confine), each with the session that holds
@@ -123,10 +123,11 @@ class ExternalPostgres(PostgresTarget):
         self.claims: dict[str, tuple[Any, PostgresEndpoint]] = {}
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: PostgresSettings) -> tuple[PostgresSettings, list[tuple[str, str]], str | None]:
         """The dsn must name a TCP host: a unix socket is out of the workers' reach."""
         from psycopg.conninfo import conninfo_to_dict
 
+        assert settings.dsn is not None
         params = conninfo_to_dict(settings.dsn)
         hosts = [h for h in str(params.get("hostaddr") or params.get("host") or "").split(",") if h]
         if not hosts or any(h.startswith(("/", "@")) for h in hosts):
@@ -136,7 +137,7 @@ class ExternalPostgres(PostgresTarget):
         return settings, [], None
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: PostgresSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         problems = []
         managed_only = [k for k in ("bin_dir", "version", "run_as") if getattr(settings, k) is not None]
         managed_only += ["settings"] if settings.settings else []
@@ -162,19 +163,20 @@ class ExternalPostgres(PostgresTarget):
         return problems
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: PostgresSettings, base_dir: Path) -> list[tuple[str, str]]:
         return []  # reaching the server is `reach`'s job
 
     @classmethod
-    def preflight_notes(cls, settings: Any) -> list[str]:
+    def preflight_notes(cls, settings: PostgresSettings) -> list[str]:
         return []
 
     @classmethod
-    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+    def reach(cls, settings: PostgresSettings, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
         """An external server (dsn): one connection, opened and closed, within
         `timeout_s` (libpq's connect_timeout, whole seconds, 2 at least)."""
         import psycopg
 
+        assert settings.dsn is not None
         try:
             with psycopg.connect(settings.dsn, autocommit=True, connect_timeout=max(2, math.ceil(timeout_s)),
                                  application_name="perflab-check"):
@@ -185,11 +187,11 @@ class ExternalPostgres(PostgresTarget):
         return []
 
     @classmethod
-    def sizes_huge_pages(cls, settings: Any) -> bool:
+    def sizes_huge_pages(cls, settings: PostgresSettings) -> bool:
         return False
 
     @classmethod
-    def remote_client_problem(cls, settings: Any) -> str | None:
+    def remote_client_problem(cls, settings: PostgresSettings) -> str | None:
         return ("an external server (dsn) is reached as it is; driver.network needs a managed server, which "
                 "perflab makes listen on the namespace's link")
 
@@ -220,7 +222,7 @@ class ExternalPostgres(PostgresTarget):
         self.endpoint = ep
         return ep
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: PostgresSettings) -> bool:
         return False  # an external server is used as it is
 
     def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:

@@ -36,6 +36,7 @@ from perflab.guardian import journal
 from perflab.hostctl.cgroups import ServerCgroup, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
 from perflab.proc import pid_alive, stat_fields
+from perflab.targets.base import CheckedWorkload
 from perflab.targets.postgres.binaries import find_bin_dir, fmt_version, version_of
 from perflab.targets.postgres.endpoint import PostgresEndpoint
 from perflab.targets.postgres.homes import (
@@ -62,7 +63,7 @@ from perflab.targets.postgres.setting_check import (
     io_method_notes,
     setting_problems,
 )
-from perflab.targets.postgres.settings import SettingValue
+from perflab.targets.postgres.settings import PostgresSettings, SettingValue
 from perflab.targets.postgres.target import PostgresTarget
 from perflab.targets.postgres.users import as_user, chown
 from perflab.targets.serverhome import (
@@ -101,7 +102,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
 
     external_kind: ClassVar[bool | None] = False
 
-    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
         self.run_as: str | None = None
         self.bin_dir: Path | None = None
@@ -120,7 +121,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         self.remote: tuple[str, str] | None = None
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: PostgresSettings) -> tuple[PostgresSettings, list[tuple[str, str]], str | None]:
         """The managed server listens on TCP (127.0.0.1): a unix socket is out
         of the workers' reach."""
         if settings.listen == "tcp":
@@ -130,11 +131,11 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             "socket only, because driver.kind = \"ray\": its workers connect over TCP")
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: PostgresSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         return setting_problems(settings)
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: PostgresSettings, base_dir: Path) -> list[tuple[str, str]]:
         try:
             run_as = resolve_run_as(settings.run_as)
         except UserError as exc:
@@ -157,7 +158,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         return problems
 
     @classmethod
-    def preflight_notes(cls, settings: Any) -> list[str]:
+    def preflight_notes(cls, settings: PostgresSettings) -> list[str]:
         """What `check` should say about settings it accepts: developer options."""
         notes = [f"target.settings.{name}: a developer option of this PostgreSQL (not in `postgres "
                  "--describe-config`), meant for testing the server; it may change or go between versions"
@@ -165,11 +166,11 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         return notes + io_method_notes(settings)
 
     @classmethod
-    def sizes_huge_pages(cls, settings: Any) -> bool:
+    def sizes_huge_pages(cls, settings: PostgresSettings) -> bool:
         return True
 
     @classmethod
-    def remote_client_problem(cls, settings: Any) -> str | None:
+    def remote_client_problem(cls, settings: PostgresSettings) -> str | None:
         if settings.listen != "tcp":
             return "the server listens on a unix socket only; set target.listen = \"tcp\""
         return None
@@ -498,7 +499,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
 
     # -------------------------------------------------------------- per run
 
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: PostgresSettings) -> bool:
         self.settings = settings
         restart = settings.restart == "always" or settings.settings != self.started_settings
         # new limits: a new cgroup, entered at the start

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from perflab.endpoints import Endpoint
+from perflab.endpoints import Endpoint, one_row
 from perflab.secrets import mask_secrets
-from perflab.targets.base import REACH_TIMEOUT_S, Target, TargetSettings
+from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload, Target, TargetSettings
 from perflab.targets.postgres.endpoint import PostgresEndpoint
 from perflab.targets.postgres.settings import RESERVED_SETTINGS, PostgresSettings
 
@@ -31,7 +31,7 @@ class PostgresTarget(Target):
         if cls.external_kind is not None:
             PostgresTarget._kinds[cls.external_kind] = cls
 
-    def __new__(cls, settings: Any, workdir: Path, base_dir: Path | None = None) -> PostgresTarget:
+    def __new__(cls, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> PostgresTarget:
         return super().__new__(cls._kind(settings))
 
     def __init__(self, settings: PostgresSettings, workdir: Path, base_dir: Path | None = None) -> None:
@@ -39,13 +39,13 @@ class PostgresTarget(Target):
         self.endpoint: PostgresEndpoint | None = None
 
     @classmethod
-    def _kind(cls, settings: Any) -> type[PostgresTarget]:
+    def _kind(cls, settings: PostgresSettings) -> type[PostgresTarget]:
         """The class for `settings`: this one, or, asked of PostgresTarget,
         the managed or the external target."""
         return PostgresTarget._kinds[settings.dsn is not None] if cls is PostgresTarget else cls
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: PostgresSettings) -> str:
         # Resources are not the server's identity: a change restarts the same
         # cluster in a new cgroup.
         keep = settings.model_dump(exclude={"settings", "restart", "start_timeout", "keep_data", "resources"})
@@ -55,38 +55,38 @@ class PostgresTarget(Target):
     # The kind's questions before anything starts, answered by the managed or the external target.
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: PostgresSettings) -> tuple[PostgresSettings, list[tuple[str, str]], str | None]:
         kind = cls._kind(settings)
         return super().for_distributed_driver(settings) if kind is cls else kind.for_distributed_driver(settings)
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: Any) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: PostgresSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         kind = cls._kind(settings)
         return super().validate_for_workload(settings, workload) if kind is cls else kind.validate_for_workload(settings, workload)
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: PostgresSettings, base_dir: Path) -> list[tuple[str, str]]:
         kind = cls._kind(settings)
         return super().preflight(settings, base_dir) if kind is cls else kind.preflight(settings, base_dir)
 
     @classmethod
-    def preflight_notes(cls, settings: Any) -> list[str]:
+    def preflight_notes(cls, settings: PostgresSettings) -> list[str]:
         """What `check` should say about settings it accepts (developer options, io_uring)."""
         kind = cls._kind(settings)
         return [] if kind is cls else kind.preflight_notes(settings)
 
     @classmethod
-    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+    def reach(cls, settings: PostgresSettings, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
         kind = cls._kind(settings)
         return [] if kind is cls else kind.reach(settings, timeout_s)
 
     @classmethod
-    def sizes_huge_pages(cls, settings: Any) -> bool:
+    def sizes_huge_pages(cls, settings: PostgresSettings) -> bool:
         kind = cls._kind(settings)
         return super().sizes_huge_pages(settings) if kind is cls else kind.sizes_huge_pages(settings)
 
     @classmethod
-    def remote_client_problem(cls, settings: Any) -> str | None:
+    def remote_client_problem(cls, settings: PostgresSettings) -> str | None:
         kind = cls._kind(settings)
         return super().remote_client_problem(settings) if kind is cls else kind.remote_client_problem(settings)
 
@@ -107,9 +107,9 @@ class PostgresTarget(Target):
             return info
         try:
             with self.endpoint.connect() as conn:
-                info["version"] = conn.execute("SELECT version()").fetchone()[0]
-                info["server_version_num"] = int(conn.execute("SHOW server_version_num").fetchone()[0])
-                info["server_version"] = conn.execute("SHOW server_version").fetchone()[0]
+                info["version"] = one_row(conn.execute("SELECT version()"))[0]
+                info["server_version_num"] = int(one_row(conn.execute("SHOW server_version_num"))[0])
+                info["server_version"] = one_row(conn.execute("SHOW server_version"))[0]
                 rows = conn.execute(
                     "SELECT name, current_setting(name) FROM pg_settings "
                     "WHERE source NOT IN ('default', 'override', 'client', 'session') ORDER BY name"
@@ -121,7 +121,7 @@ class PostgresTarget(Target):
                 key = ("shared_buffers", "work_mem", "max_connections", "fsync", "synchronous_commit",
                        "wal_level", "max_wal_size", "checkpoint_timeout")
                 info["key_settings"] = {
-                    k: conn.execute(f"SHOW {k}").fetchone()[0] for k in key
+                    k: one_row(conn.execute(f"SHOW {k}"))[0] for k in key
                 }
         except Exception as exc:  # describing must never fail a run
             info["describe_error"] = mask_secrets(str(exc))

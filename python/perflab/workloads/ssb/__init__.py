@@ -24,12 +24,12 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from perflab.context import RunContext
-from perflab.endpoints import Capability, SqlEndpoint
+from perflab.endpoints import Capability, Sessionlike, SqlEndpoint
 from perflab.errors import RunFailure
 from perflab.model import Event, Flag, LoadResult, RunResult
 from perflab.units import Duration
@@ -37,6 +37,9 @@ from perflab.workloads import generated
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.ssb import queries, schema
 from perflab.workloads.timed import per_query_stats, short_error, timed_query
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 
 class SsbSettings(WorkloadSettings):
@@ -92,7 +95,7 @@ class SsbWorkload(Workload[SqlEndpoint]):
             raise RunFailure(f"ssb load failed: {short_error(exc)}") from exc
         return load
 
-    def _check_data(self, conn: Any) -> None:
+    def _check_data(self, conn: Sessionlike) -> None:
         try:
             rows = conn.execute(f"select scale_factor from {schema.STATE_TABLE}").fetchall()
         except Exception:
@@ -146,7 +149,7 @@ class SsbWorkload(Workload[SqlEndpoint]):
         return result
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Any]:
         from perflab.workloads.ssb import report
 
         return report.sections(store, runs)

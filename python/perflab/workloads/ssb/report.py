@@ -5,24 +5,27 @@ serves any workload that stores named queries (ssb, queries)."""
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.model import fmt_factors, natural_key
 from perflab.workloads.ssb.queries import NAMES
 from perflab.workloads.tpch.report import bars_figure, run_labels
 
+if TYPE_CHECKING:
+    from perflab.store import Store
+
 METRICS = (("round_mean_s", "round s (mean)"), ("query_geomean_s", "query geomean s"),
            ("load.total_s", "load s"))
 
 
-def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     if not runs:
         return []
     return [query_section(store, runs, "Star Schema Benchmark", list(NAMES), METRICS,
                           "SSB per run: power-style rounds of the 13 queries in flight order", "ssb-queries")]
 
 
-def query_section(store: Any, runs: list[dict[str, Any]], title: str, names: list[str] | None,
+def query_section(store: Store, runs: list[dict[str, Any]], title: str, names: list[str] | None,
                   metrics: tuple[tuple[str, str], ...], caption: str, figure: str) -> Any:
     """Metrics per run, each query's time per run (mean, min-max, n, failures)
     and bars of the means; `names` None: every query stored, in name order."""

@@ -44,7 +44,7 @@ from pydantic import Field, field_validator, model_validator
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, PgWireEndpoint
+from perflab.endpoints import Capability, PgWireEndpoint, Sessionlike
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.section import Section
@@ -151,7 +151,7 @@ class Meta:
     delivered: bool
 
 
-def read_meta(conn: Any) -> Meta | None:
+def read_meta(conn: Sessionlike) -> Meta | None:
     try:
         row = conn.execute(
             f"SELECT warehouses, load_seed, c_last_load, delivered FROM {schema.META} LIMIT 1"
@@ -228,14 +228,14 @@ class _NewOrderSampler:
         return float(s[-1][1])
 
 
-def _server_transactions(conn: Any) -> int:
+def _server_transactions(conn: Sessionlike) -> int:
     row = conn.execute(
         "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
     ).fetchone()
     return int(row[0]) if row else 0
 
 
-def _wait_gone(conn: Any, applications: tuple[str, ...], timeout_s: float = 5.0) -> None:
+def _wait_gone(conn: Sessionlike, applications: tuple[str, ...], timeout_s: float = 5.0) -> None:
     """Wait until no backend of `applications` is left (their statistics are
     flushed when they exit)."""
     deadline = time.monotonic() + timeout_s
@@ -345,7 +345,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         return meta
 
     @staticmethod
-    def _record_orders(conn: Any, meta: Meta, result: RunResult, ctx: RunContext) -> None:
+    def _record_orders(conn: Sessionlike, meta: Meta, result: RunResult, ctx: RunContext) -> None:
         """What this run consumes, recorded before it runs (effect
         "tpcc.orders"): the data's generation (its load seed and time) and where each
         district's order ids and the history table stand; its New-Orders take

@@ -15,7 +15,8 @@ tpcc_meta says no Delivery can have run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from perflab.endpoints import Sessionlike
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ CONDITIONS = (
 BY_NUMBER = {c.number: c for c in CONDITIONS}
 
 
-def run_condition(conn: Any, condition: Condition) -> tuple[bool, str]:
+def run_condition(conn: Sessionlike, condition: Condition) -> tuple[bool, str]:
     """(holds, detail) of one condition on `conn` (any open psycopg connection:
     the caller decides the transaction)."""
     row = conn.execute(condition.sql).fetchone()

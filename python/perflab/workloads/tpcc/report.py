@@ -4,17 +4,20 @@ percentile against clause 5.2.5.4, and the rules the runs followed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.model import fmt_factors
 from perflab.workloads.tpcc import constants, mix
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 METRICS = (("tpmC", "tpmC"), ("nopm", "NOPM (database)"), ("new_orders_per_min", "New-Orders/min (driver)"),
            ("tpm_server", "TPM (server)"), ("efficiency", "efficiency"), ("rollback_pct", "rollbacks %"),
            ("failed", "failed"), ("driver_cpu_per_new_order_us", "driver CPU us/New-Order"))
 
 
-def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def headline(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     """tpmC and NOPM per factor level over the repetitions, and the change
     each kernel or server feature makes (each factor's levels against its
     first), in the lkml list form: "huge pages: on vs off: tpmC +8.0% [..]"."""
@@ -43,7 +46,7 @@ def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     return [Section("TPC-C: tpmC and NOPM per feature", blocks, headline=True)]
 
 
-def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     from perflab.section import Section, Table, Text
 
     if not runs:

@@ -36,12 +36,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from perflab.context import RunContext
-from perflab.endpoints import Capability, SqlEndpoint
+from perflab.endpoints import Capability, Sessionlike, SqlEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
 from perflab.settings_model import OsText
@@ -52,6 +52,9 @@ from perflab.workloads.timed import per_query_stats as _per_query_stats
 from perflab.workloads.timed import short_error as _short_error
 from perflab.workloads.timed import timed_query as _timed_query
 from perflab.workloads.tpch import answers, metrics, qgen, refresh, schema
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 TestName = Literal["load", "power", "throughput"]
 ALL_TESTS: tuple[TestName, ...] = ("load", "power", "throughput")
@@ -142,7 +145,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
 
     settings: TpchSettings
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: TpchSettings) -> None:
         super().__init__(settings)
         self._loaded_in_this_run = False
         self._answer_checks: list[answers.AnswerCheck] = []
@@ -377,7 +380,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
         return _answers_dir(self.settings, ctx.base_dir)
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: TpchSettings, base_dir: Path) -> list[tuple[str, str]]:
         try:
             _answers_dir(settings, base_dir)
         except UserError as exc:
@@ -536,7 +539,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
         return outcome
 
     @classmethod
-    def report_sections(cls, store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+    def report_sections(cls, store: Store, runs: list[dict[str, Any]]) -> list[Any]:
         from perflab.workloads.tpch import report
 
         return report.sections(store, runs)
@@ -559,7 +562,7 @@ def _measurement_interval(query_times: list[QueryTime], refresh_times: list[Quer
     return max(ends) - min(starts) if starts and ends else 0.0
 
 
-def _read_state(conn: Any) -> _State | None:
+def _read_state(conn: Sessionlike) -> _State | None:
     try:
         row = conn.execute(
             f"select scale_factor, load_end, next_pair, runs_since_load, refresh_seed from {schema.STATE_TABLE}"
@@ -572,7 +575,7 @@ def _read_state(conn: Any) -> _State | None:
     return _State(float(row[0]), str(row[1]), int(row[2]), int(row[3]), int(row[4]))
 
 
-def _write_state(conn: Any, state: _State) -> None:
+def _write_state(conn: Sessionlike, state: _State) -> None:
     conn.execute(
         f"create table if not exists {schema.STATE_TABLE} (scale_factor double precision not null, "
         "load_end varchar not null, next_pair integer not null, runs_since_load integer not null, "

@@ -63,7 +63,7 @@ class AnswerCheck:
     detail: str
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, float):

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from perflab import _engine
+from perflab.endpoints import Sessionlike
 from perflab.errors import RunFailure
 
 ORDERS_COLUMNS = ("o_orderkey", "o_custkey", "o_orderstatus", "o_totalprice", "o_orderdate",
@@ -52,7 +54,8 @@ def rf1(conn: Any, dialect: str, scale_factor: float, pair: int, seed: int) -> R
     return RefreshTiming(pair, "RF1", time.perf_counter() - started, n_orders, n_lineitems)
 
 
-def _insert(conn: Any, dialect: str, orders: bytes, lineitems: bytes, extra: Any = None) -> None:
+def _insert(conn: Any, dialect: str, orders: bytes, lineitems: bytes,
+            extra: Callable[[Sessionlike], None] | None = None) -> None:
     """Insert orders and lineitems (COPY text) in one transaction; `extra(cur)`
     runs first inside it (a rollback's deletes)."""
     if dialect == "postgres":
@@ -102,7 +105,7 @@ def _keys(rows: bytes) -> list[int]:
     return [int(line.partition(b"|")[0]) for line in rows.splitlines() if line]
 
 
-def _count_orders(conn: Any, dialect: str, keys: list[int]) -> int:
+def _count_orders(conn: Sessionlike, dialect: str, keys: list[int]) -> int:
     if dialect == "postgres":
         return int(conn.execute("select count(*) from orders where o_orderkey = any(%s)", (keys,)).fetchone()[0])
     return int(conn.execute("select count(*) from orders where o_orderkey in (select unnest($1::bigint[]))",
@@ -134,7 +137,7 @@ def undo_pair(conn: Any, dialect: str, scale_factor: float, pair: int, seed: int
     delete_slot = (rf2_keys[0] & _SLOT_MASK) >> _SLOT_SHIFT
     put_back = (_in_slot(orders, delete_slot), _in_slot(lineitems, delete_slot)) if present == 0 else (b"", b"")
 
-    def delete_rf1(cur: Any) -> None:
+    def delete_rf1(cur: Sessionlike) -> None:
         if inserted == 0:
             return
         if dialect == "postgres":

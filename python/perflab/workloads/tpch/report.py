@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import statistics
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perflab.model import fmt_factors, fmt_level
+
+if TYPE_CHECKING:
+    from perflab.store import Store
 
 METRICS = (("power_at_size", "Power@Size"), ("throughput_at_size", "Throughput@Size"),
            ("qphh_at_size", "QphH@Size"), ("load.total_s", "load test s"), ("maintenance_s", "maintenance s"))
 QUERY_NAMES = [f"Q{n}" for n in range(1, 23)] + ["RF1", "RF2"]
 
 
-def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     from perflab.section import Section, Table, Text
 
     if not runs:
@@ -72,7 +75,7 @@ def sections(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
     return [*headline(store, runs), Section("TPC-H runs", blocks)]
 
 
-def headline(store: Any, runs: list[dict[str, Any]]) -> list[Any]:
+def headline(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     """Power@Size, Throughput@Size and QphH@Size per factor level over the
     repetitions (one row per level, not per run); a run's change from the
     first run is the report's degradation section."""
