@@ -224,8 +224,11 @@ class TpchWorkload(Workload[SqlEndpoint]):
             # cannot take it: the failure that says so is the one raised.)
             try:
                 self._finish_state(endpoint, state)
-            except Exception:
+            except Exception as exc:
                 if failed is None:
+                    # the server went after the last function: what completed stays with the failed run
+                    with contextlib.suppress(AttributeError):
+                        exc.partial = result  # type: ignore[attr-defined]
                     raise
         if power is not None and throughput is not None and not invalid:
             qphh = metrics.qphh_at_size(power, throughput)
