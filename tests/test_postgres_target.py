@@ -7,6 +7,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -116,6 +117,34 @@ def test_a_server_left_by_a_killed_perflab_is_stopped_by_the_next(workdir: Path)
         assert any("left running" in n for n in second.notes)
     finally:
         second.teardown()
+    assert postmasters_under(workdir) == []
+
+
+def test_a_killed_postmaster_s_backends_are_not_left_running(workdir: Path) -> None:
+    """A backend blocked where it cannot notice its postmaster's death (here:
+    stopped) outlives a SIGKILLed postmaster; teardown ends it, found by its
+    working directory, the cluster's own data directory."""
+    import signal
+
+    from perflab.proc import pid_alive
+
+    target = PostgresTarget(settings(), workdir / "t")
+    backend = conn = None
+    try:
+        ep = target.provision()
+        conn = psycopg.connect(ep.conninfo)
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        os.kill(backend, signal.SIGSTOP)
+        postmaster = target.postmaster_pid()
+        assert postmaster is not None
+        os.kill(postmaster, signal.SIGKILL)
+        time.sleep(0.5)
+        assert pid_alive(backend)  # orphaned, and still there
+    finally:
+        target.teardown()
+        if conn is not None:
+            conn.close()
+    assert backend is not None and not pid_alive(backend)
     assert postmasters_under(workdir) == []
 
 

@@ -54,6 +54,7 @@ from perflab.targets.postgres.homes import (
 from perflab.targets.postgres.postmaster import (
     PID_FILE,
     is_postgres,
+    kill_left_over,
     live_postmaster,
     postmaster_pid,
     server_processes,
@@ -632,6 +633,10 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             pid = self.postmaster_pid()
             if pid is not None and pid_alive(pid):
                 self._stop_server(pid)
+        if self.data_dir is not None:
+            # A postmaster that was killed leaves its backends running: one
+            # blocked on a lock never notices and would run on for good.
+            kill_left_over(self.data_dir)
         self.running = False
         if self.data_dir is not None:
             journal().remove(f"postgres:{self.data_dir}")

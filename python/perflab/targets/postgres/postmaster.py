@@ -85,6 +85,41 @@ def undo_server(args: dict[str, Any]) -> None:
         if is_postgres(child):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child, signal.SIGKILL)
+    kill_left_over(data_dir)  # backends forked after the list above, or blocked
+
+
+def processes_in(data_dir: Path) -> list[int]:
+    """The processes whose working directory is this data directory: every
+    PostgreSQL process chdirs into its own (the path is unique to one
+    cluster of perflab's). Backends outlive a postmaster that was SIGKILLed,
+    and one blocked on a lock never notices: these are what is left."""
+    target = os.path.realpath(data_dir)
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{entry}/cwd")
+        except OSError:
+            continue
+        if cwd.removesuffix(" (deleted)") == target:
+            out.append(int(entry))
+    return out
+
+
+def kill_left_over(data_dir: Path) -> list[int]:
+    """SIGKILL what is left of a server whose postmaster is gone (its
+    backends, proven by their working directory); returns their pids."""
+    if live_postmaster(data_dir) is not None:
+        return []
+    left = [pid for pid in processes_in(data_dir) if pid != os.getpid() and is_postgres(pid)]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0  # gone when this returns (SIGKILL is asynchronous)
+    while any(pid_alive(pid) for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
 
 
 def _starting(data_dir: Path) -> bool:
