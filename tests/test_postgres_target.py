@@ -26,6 +26,7 @@ from perflab.targets.postgres import (
     sweep_orphan_homes,
     version_of,
 )
+from perflab.targets.postgres.homes import home_name
 
 
 def settings(**kw: object) -> PostgresSettings:
@@ -260,8 +261,9 @@ def test_check_takes_what_the_server_takes(run_cli, tmp_path: Path) -> None:
     assert "ok: typo" in run_cli("check", f).stdout
 
 
-def _home_with(tmp: Path, name: str, owner: Path | None) -> Path:
-    home = tmp / f"perflab-{name}"
+def _home_with(tmp: Path, name: str | None, owner: Path | None) -> Path:
+    """A cluster home under `tmp`: named as its owner's would be (name None), or `name`."""
+    home = tmp / (home_name(owner) if name is None and owner is not None else f"perflab-{name}")
     (home / "pgdata").mkdir(parents=True)
     (home / "pgdata" / "PG_VERSION").write_text("15\n")
     if owner is not None:
@@ -274,20 +276,21 @@ def test_only_an_orphaned_unused_cluster_home_is_swept(tmp_path: Path) -> None:
     kept_dir.mkdir()
     dead = subprocess.Popen(["true"])
     dead.wait()
-    orphan = _home_with(tmp_path, "a" * 12, gone)
-    stale_pid = _home_with(tmp_path, "b" * 12, gone)
+    orphan = _home_with(tmp_path, None, gone / "a")
+    stale_pid = _home_with(tmp_path, None, gone / "b")
     (stale_pid / "pgdata" / "postmaster.pid").write_text(f"{dead.pid}\n")
-    owned = _home_with(tmp_path, "c" * 12, kept_dir)
+    owned = _home_with(tmp_path, None, kept_dir)
     unmarked = _home_with(tmp_path, "d" * 12, None)
-    live = _home_with(tmp_path, "e" * 12, gone)
+    live = _home_with(tmp_path, None, gone / "e")
     (live / "pgdata" / "postmaster.pid").write_text(f"{os.getpid()}\n")
-    not_a_home = _home_with(tmp_path, "pg-" + "f" * 9, gone)
+    not_a_home = _home_with(tmp_path, "pg-" + "f" * 9, gone / "f")
+    misnamed = _home_with(tmp_path, "a" * 12, gone / "g")  # a mark, but not its owner's home
 
     removed = sweep_orphan_homes(tmp_path)
 
-    assert sorted(removed) == [(orphan, str(gone)), (stale_pid, str(gone))]
+    assert sorted(removed) == sorted([(orphan, str(gone / "a")), (stale_pid, str(gone / "b"))])
     assert not orphan.exists() and not stale_pid.exists()
-    for home in (owned, unmarked, live, not_a_home):
+    for home in (owned, unmarked, live, not_a_home, misnamed):
         assert (home / "pgdata" / "PG_VERSION").exists(), home
 
 
@@ -305,8 +308,8 @@ def test_a_home_whose_perflab_still_lives_is_not_swept(tmp_path: Path) -> None:
         homes = {}
         for name, pid, start in (("a" * 12, other.pid, start_time(other.pid)), ("b" * 12, dead.pid, "1"),
                                  ("c" * 12, other.pid, "1"), ("d" * 12, os.getpid(), start_time(os.getpid()))):
-            homes[name] = _home_with(tmp_path, name, gone)
-            (homes[name] / "perflab-owner").write_text(f"{gone}\n{pid} {start}\n")
+            homes[name] = _home_with(tmp_path, None, gone / name)
+            (homes[name] / "perflab-owner").write_text(f"{gone / name}\n{pid} {start}\n")
         removed = sweep_orphan_homes(tmp_path)
         assert sorted(h for h, _ in removed) == [homes["b" * 12], homes["c" * 12]]
         assert homes["a" * 12].exists() and homes["d" * 12].exists()  # a live perflab's, and this one's

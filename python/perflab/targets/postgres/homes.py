@@ -41,7 +41,12 @@ def cluster_home(workdir: Path, run_as: str | None) -> Path:
     /tmp/perflab-<digest> (sweep_orphan_homes removes it once `workdir` is gone)."""
     if reachable_by(workdir, run_as):
         return workdir
-    return Path(tempfile.gettempdir()) / f"perflab-{home_digest(workdir)}"
+    return Path(tempfile.gettempdir()) / home_name(workdir)
+
+
+def home_name(workdir: Path) -> str:
+    """The name of target directory `workdir`'s home under /tmp."""
+    return f"perflab-{home_digest(workdir)}"
 
 
 def _surely_gone(path: Path) -> bool:
@@ -91,12 +96,17 @@ def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
     tests add their own, finished ones).
     Returns (home, output directory) of each removed."""
     removed = []
-    for home in sorted((tmp or Path(tempfile.gettempdir())).glob("perflab-" + "[0-9a-f]" * 12)):
+    # Homes are found by their mark (the tag), and one counts only where its
+    # name is the one its owner's directory gives (cluster_home): never by
+    # a pattern of names another program's directories could match.
+    for home in sorted((tmp or Path(tempfile.gettempdir())).iterdir()):
         mark = _read_home_mark(home)
         if mark is None:
             continue  # not ours to judge (or made by a perflab before the mark)
         owner, pid, start = mark
-        if not owner or not (done_with or _surely_gone)(Path(owner)):
+        if not owner or home.name != home_name(Path(owner)):
+            continue
+        if not (done_with or _surely_gone)(Path(owner)):
             continue
         if pid is not None and start_time(pid) == start and not (mine_too and pid == os.getpid()):
             continue  # its perflab lives: its own to remove
