@@ -380,16 +380,16 @@ allow_destructive = true
 [workload]
 kind = "queries"
 prepare = "prep.sql"
-queries = {{ point = "SELECT * FROM t WHERE id = $id", slow = "SELECT SLEEP(3)" }}
+queries = {{ point = "SELECT * FROM t WHERE id = $id", slow = "SELECT SLEEP(5)" }}
 params = {{ point = {{ id = {{ min = 1, max = 1000 }} }} }}
 streams = 2
 repetitions = 3
-query_timeout = "0.3s"
+query_timeout = "1s"
 """)
     out = workdir / "out"
     run_cli("run", experiment, "--out", out, "--quiet", "--no-report")
     db = sqlite3.connect(out / "perflab.sqlite")
     rows = dict(((q, s), n) for q, s, n in db.execute("SELECT query, status, count(*) FROM query GROUP BY 1, 2"))
     assert rows == {("point", "ok"): 6, ("slow", "timeout"): 6}, rows
-    assert max(s for (s,) in db.execute("SELECT seconds FROM query WHERE query = 'slow'")) < 2.0
+    assert max(s for (s,) in db.execute("SELECT seconds FROM query WHERE query = 'slow'")) < 3.5
     run_cli("clean", out, "--yes")
