@@ -294,6 +294,22 @@ def test_only_an_orphaned_unused_cluster_home_is_swept(tmp_path: Path) -> None:
         assert (home / "pgdata" / "PG_VERSION").exists(), home
 
 
+def test_a_home_a_process_works_in_is_not_swept(tmp_path: Path) -> None:
+    """A server of any kind (MariaDB's mariadbd has no postmaster.pid) working
+    in an orphaned home keeps it: the sweep looks at every process's working
+    directory, and removes the home once that process is gone."""
+    gone = tmp_path / "deleted-output"
+    home = _home_with(tmp_path, None, gone / "m")
+    (home / "mariadb-data").mkdir()
+    server = subprocess.Popen(["sleep", "60"], cwd=home / "mariadb-data")
+    try:
+        assert sweep_orphan_homes(tmp_path) == [] and home.exists()
+    finally:
+        server.kill()
+        server.wait()
+    assert [h for h, _ in sweep_orphan_homes(tmp_path)] == [home]
+
+
 def test_a_home_whose_perflab_still_lives_is_not_swept(tmp_path: Path) -> None:
     """The mark names the perflab that uses the home (pid and start time): while
     it lives, its home is its own, even with the output directory gone; a
