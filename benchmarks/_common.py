@@ -70,6 +70,21 @@ def run_child(args: list[str], cwd: Path | None = None) -> tuple[int, str, str, 
         return child.returncode, out.read(), err.read(), usage
 
 
+# A run whose io_uring enters per transaction exceed this multiple of the
+# lowest run's of its group is counted in the slow mode (issue 33's check;
+# the slow mode makes 3-7 times the fast mode's, benchmarks/README.md).
+SLOW_MODE_RATIO = 1.3
+
+
+def modes(enters: list[float], fast_level: float | None = None) -> tuple[int, int]:
+    """(fast, slow) runs by io_uring enters per transaction: a run above
+    SLOW_MODE_RATIO x `fast_level` (default: the group's lowest) is in the slow
+    mode (issue 33's check)."""
+    level = min(enters) if fast_level is None else fast_level
+    slow = sum(1 for e in enters if e > SLOW_MODE_RATIO * level)
+    return len(enters) - slow, slow
+
+
 def spread(values: list[float], digits: int = 2) -> str:
     return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
 

@@ -17,7 +17,9 @@ counted) per committed transaction. Ratios are B / A per pair; the table
 gives their mean and range. Last, the pooled ratio over all pairs of each io
 method and overall: the geometric mean with a 95% Student t interval of the
 log ratios, which is what can tell a 3% change from this machine's pair-to-pair
-noise (one pair's ratio moved by +-15% here).
+noise (one pair's ratio moved by +-15% here). io_uring runs also give their
+enters per transaction, and each side's runs per mode (issue 33's slow mode:
+a run above 1.3x the group's lowest, A's and B's runs together).
 
 With --tpch-sf SF, the engines' TPC-H COPY (`_engine.tpch_load_postgres`:
 generation streamed into parallel COPY, no keys) is timed the same way, pair
@@ -43,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_main, spread
+from _common import SLOW_MODE_RATIO, cores, modes, run_main, spread
 from perflab.analysis.stats import t_interval
 from perflab.context import RunContext
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
@@ -77,6 +79,7 @@ cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 io = next((e.message for e in result.events if e.kind == "io"), "io: ?")
 print(json.dumps({"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
                   "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "io": io,
+                  "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
                   "package": perflab.__file__}))
 """
 
@@ -88,6 +91,31 @@ started = time.perf_counter()
 _engine.tpch_load_postgres(sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))
 print(json.dumps({"seconds": time.perf_counter() - started, "package": _engine.__file__}))
 """
+
+
+def enters_note(figures: dict[str, Any]) -> str:
+    """A run's io_uring enters per transaction (what tells the slow mode from the fast, issue 33)."""
+    enters = figures.get("enters_per_tx")
+    return f" {enters:.3f} enters/tx" if enters is not None else ""
+
+
+def print_modes(rows: list[dict[str, Any]], scripts: list[str], clients_list: list[int]) -> None:
+    """Each side's io_uring runs per mode: a run above SLOW_MODE_RATIO x the lowest
+    enters per transaction of either side in its group counts as slow."""
+    print(f"\nio_uring runs fast, slow (a run above {SLOW_MODE_RATIO}x its group's lowest enters/tx, "
+          "A's and B's together, is slow)")
+    for script, clients in ((s, c) for s in scripts for c in clients_list):
+        group = [r for r in rows if (r["script"], r["clients"]) == (script, clients) and r["io"] != "epoll"]
+        enters = {side: [r[side]["enters_per_tx"] for r in group if r[side].get("enters_per_tx")]
+                  for side in ("A", "B")}
+        if not enters["A"] or not enters["B"]:
+            continue
+        level = min(enters["A"] + enters["B"])
+        cells = []
+        for side in ("A", "B"):
+            fast, slow = modes(enters[side], level)
+            cells.append(f"{side} {fast}, {slow} ({spread(enters[side], 3)})")
+        print(f"{script:12s} {clients:7d} | " + " | ".join(cells))
 
 
 def run_child(tree: Path, ep: PostgresEndpoint, settings: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -172,8 +200,8 @@ def main() -> int:
                                      "order": "".join(order), **got, "load_average": os.getloadavg()[0]})
                         a, b = got["A"], got["B"]
                         print(f"  {script:12s} c={clients:<3d} {io:5s} pair {pair + 1} ({''.join(order)}): "
-                              f"A {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx | "
-                              f"B {b['tps']:9.1f} tps {b['cpu_per_tx_us']:7.2f} us/tx | "
+                              f"A {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx{enters_note(a)} | "
+                              f"B {b['tps']:9.1f} tps {b['cpu_per_tx_us']:7.2f} us/tx{enters_note(b)} | "
                               f"B/A tps {b['tps'] / a['tps']:.3f} cpu {b['cpu_per_tx_us'] / a['cpu_per_tx_us']:.3f}",
                               flush=True)
         for pair in range(args.pairs if args.tpch_sf > 0 else 0):
@@ -214,6 +242,7 @@ def main() -> int:
             ci = t_interval([math.log(r["B"][what] / r["A"][what]) for r in group])
             parts.append(f"{what} {math.exp(ci.estimate):.3f} [{math.exp(ci.low):.3f}, {math.exp(ci.high):.3f}]")
         print(f"pooled B/A, io={io}, {len(group)} pairs (geometric mean, 95% CI): " + "; ".join(parts))
+    print_modes(rows, args.scripts, args.clients)
     if copies:
         ratios = [c["B"] / c["A"] for c in copies]
         print(f"tpch COPY SF {args.tpch_sf:g}, {args.tpch_jobs} jobs | A {statistics.mean(c['A'] for c in copies):.2f} s "

@@ -67,7 +67,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, driver_floor, mean_spread, run_child, run_floor, run_main, spread
+from _common import (
+    SLOW_MODE_RATIO,
+    cores,
+    driver_floor,
+    mean_spread,
+    modes,
+    run_child,
+    run_floor,
+    run_main,
+    spread,
+)
 from perflab.context import RunContext
 from perflab.errors import UserError
 from perflab.targets.postgres import (
@@ -84,10 +94,6 @@ TARGET_TPS_RATIO = {"select-only": 1.05, "tpcb-like": 1.0}
 TARGET_TPS_RATIO_MIN_CLIENTS = {"select-only": 8, "tpcb-like": 1}
 TARGET_CPU_RATIO = 0.8
 FLOORS = ("epoll", "uring")
-# A run whose io_uring enters per transaction exceed this multiple of the
-# lowest run's of its group is counted in the slow mode (issue 33's check;
-# the slow mode makes 3-7 times the fast mode's, benchmarks/README.md).
-SLOW_MODE_RATIO = 1.3
 
 
 def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
@@ -130,14 +136,6 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
 def cv(values: list[float]) -> float:
     """Coefficient of variation: standard deviation over mean (0 with one value)."""
     return statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else 0.0
-
-
-def modes(enters: list[float]) -> tuple[int, int]:
-    """(fast, slow) runs by io_uring enters per transaction: a run above
-    SLOW_MODE_RATIO x the group's lowest is in the slow mode (issue 33's check)."""
-    fast_level = min(enters)
-    slow = sum(1 for e in enters if e > SLOW_MODE_RATIO * fast_level)
-    return len(enters) - slow, slow
 
 
 def print_spread(rows: list[dict[str, Any]], scripts: list[str], clients_list: list[int], ios: list[str]) -> None:
