@@ -5,7 +5,8 @@
 //! Map: `harness` drives load for any protocol (schedule, stats, coordinator);
 //! `tpcb` is its first protocol (pgbench's scripts on PostgreSQL) and its
 //! loader; `tpch` generates TPC-H data; `pg` is the one PostgreSQL client
-//! (conninfo, errors, connection and I/O, codec); `uring` batches socket
+//! (conninfo, errors, connection, codec); `mysql` the one MySQL client;
+//! `transport` the socket layer both share (epoll or io_uring); `uring` batches socket
 //! round trips; `relay` delays a driver's link where netem is missing; `hist` holds HDR histograms; `random` the generators;
 //! `sys` every libc call; `http` the web file set and its HTTP/1.1 driver.
 
@@ -16,6 +17,7 @@ pub mod error;
 pub mod harness;
 pub mod hist;
 pub mod http;
+pub mod mysql;
 pub mod oltp;
 pub mod pg;
 pub mod random;
@@ -26,6 +28,7 @@ pub mod sys;
 pub mod tpcb;
 pub mod tpcc;
 pub mod tpch;
+pub mod transport;
 pub mod units;
 pub mod uring;
 

@@ -1,82 +1,29 @@
-//! One server connection: its socket (epoll or io_uring), the startup and
-//! authentication exchange, round trips and COPY.
+//! One server connection: the startup and authentication exchange, round
+//! trips and COPY, on the socket layer shared with the MySQL client
+//! (`crate::transport`: epoll or io_uring).
 
 use bytes::BytesMut;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256};
 use postgres_protocol::message::frontend;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::rc::Rc;
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 
 use super::codec;
 use super::{ConnInfo, PgError, SqlError};
-use crate::sys::{self, OwnsFd};
-use crate::uring::{Ring, RingUser};
+use crate::transport::{Lost, Sock, Transport};
+use crate::uring::Ring;
 
-enum Sock {
-    Tcp(std::net::TcpStream),
-    Unix(std::os::unix::net::UnixStream),
-}
-
-impl Sock {
-    fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).read(buf),
-            Sock::Unix(s) => (&*s).read(buf),
-        }
-    }
-    fn write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).write(buf),
-            Sock::Unix(s) => (&*s).write(buf),
-        }
-    }
-}
-
-impl AsRawFd for Sock {
-    fn as_raw_fd(&self) -> RawFd {
-        match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        }
-    }
-}
-
-// SAFETY: each variant is a std stream that owns its socket fd for its life.
-unsafe impl OwnsFd for Sock {}
-
-const READ_BUFFER_BYTES: usize = 16 * 1024;
 /// CopyData chunk size: large enough that framing costs nothing.
 pub const COPY_CHUNK_BYTES: usize = 256 * 1024;
 
-/// How a connection reaches its socket.
-enum Io {
-    /// Registered with tokio's epoll reactor (read readiness).
-    Epoll(AsyncFd<Sock>),
-    /// Deregistered from epoll; round trips go through the thread's ring.
-    Ring(Sock, RingUser),
-    /// Only while switching from one to the other.
-    Switching,
-}
-
-/// One server connection, driven from a tokio runtime with IO enabled.
+/// One server connection, driven from a tokio runtime with IO.
 pub struct PgConn {
-    io: Io,
-    rbuf: Vec<u8>,
-    rstart: usize,
-    rend: usize,
-    /// Messages to send next; callers append with the `put_*` methods.
-    pub wbuf: Vec<u8>,
+    /// The socket and its buffers (shared with the MySQL client).
+    t: Transport,
     /// Transaction status from the last ReadyForQuery: b'I', b'T' or b'E'.
     pub tx_status: u8,
     /// The last FATAL/PANIC message, to explain a connection that then ends.
     fatal: Option<String>,
-}
-
-fn lost(e: io::Error) -> PgError {
-    PgError::Lost(e.to_string())
 }
 
 impl PgConn {
@@ -96,32 +43,16 @@ impl PgConn {
         let where_ = info.display();
         let sock = if info.is_unix_socket() {
             let path = format!("{}/.s.PGSQL.{}", info.host, info.port);
-            let s = tokio::net::UnixStream::connect(&path)
+            Sock::connect(Some(&path), "", 0)
                 .await
-                .map_err(|e| PgError::Connect(format!("{where_} (socket {path}): {e}")))?;
-            Sock::Unix(s.into_std().map_err(|e| PgError::Connect(e.to_string()))?)
+                .map_err(|e| PgError::Connect(format!("{where_} (socket {path}): {e}")))?
         } else {
-            let s = tokio::net::TcpStream::connect((info.host.as_str(), info.port))
+            Sock::connect(None, &info.host, info.port)
                 .await
-                .map_err(|e| PgError::Connect(format!("{where_}: {e}")))?;
-            s.set_nodelay(true)
-                .map_err(|e| PgError::Connect(e.to_string()))?;
-            Sock::Tcp(s.into_std().map_err(|e| PgError::Connect(e.to_string()))?)
+                .map_err(|e| PgError::Connect(format!("{where_}: {e}")))?
         };
         let mut conn = PgConn {
-            // Read interest only: with write interest too, every send raises an
-            // edge-triggered EPOLLOUT once the server has read it, and that
-            // spurious wake-up cost a context switch per statement (perf stat:
-            // 1.8 instead of 1.0 per statement at one client). Writes that find
-            // the send buffer full (large COPY chunks) wait with poll(2).
-            io: Io::Epoll(
-                sys::watch(sock, Interest::READABLE)
-                    .map_err(|e| PgError::Connect(e.to_string()))?,
-            ),
-            rbuf: vec![0; READ_BUFFER_BYTES],
-            rstart: 0,
-            rend: 0,
-            wbuf: Vec::with_capacity(1024),
+            t: Transport::new(sock).map_err(|e| PgError::Connect(e.to_string()))?,
             tx_status: b'I',
             fatal: None,
         };
@@ -144,7 +75,7 @@ impl PgConn {
         let mut buf = BytesMut::new();
         frontend::startup_message(params, &mut buf)
             .map_err(|e| PgError::Protocol(e.to_string()))?;
-        self.wbuf.extend_from_slice(&buf);
+        self.t.wbuf.extend_from_slice(&buf);
         self.flush().await?;
         let mut scram: Option<ScramSha256> = None;
         let need_password = || {
@@ -156,7 +87,7 @@ impl PgConn {
         };
         loop {
             let (tag, start, end) = self.next_message().await?;
-            let body = self.rbuf[start..end].to_vec();
+            let body = self.t.rbuf[start..end].to_vec();
             let mut out = BytesMut::new();
             match tag {
                 b'R' => {
@@ -231,184 +162,61 @@ impl PgConn {
                 _ => {}
             }
             if !out.is_empty() {
-                self.wbuf.extend_from_slice(&out);
+                self.t.wbuf.extend_from_slice(&out);
                 self.flush().await?;
             }
         }
     }
 
-    fn sock(&self) -> &Sock {
-        match &self.io {
-            Io::Epoll(fd) => fd.get_ref(),
-            Io::Ring(sock, _) => sock,
-            Io::Switching => unreachable!("a connection is never used while switching"),
-        }
-    }
-
     pub fn raw_fd(&self) -> RawFd {
-        self.sock().as_raw_fd()
+        self.t.raw_fd()
     }
 
     /// From now on, do round trips through `ring` (the socket leaves tokio's
     /// epoll, so its replies raise no epoll events).
     pub fn use_ring(&mut self, ring: Rc<Ring>) -> Result<(), PgError> {
-        match std::mem::replace(&mut self.io, Io::Switching) {
-            Io::Epoll(fd) => {
-                self.io = Io::Ring(fd.into_inner(), ring.attach());
-                Ok(())
-            }
-            other => {
-                self.io = other;
-                Err(PgError::Protocol(
-                    "the connection already uses a ring".into(),
-                ))
-            }
-        }
+        self.t.use_ring(ring).map_err(PgError::Protocol)
     }
 
-    /// Write all of `wbuf` and clear it.
+    /// Write all of the messages put so far.
     pub async fn flush(&mut self) -> Result<(), PgError> {
-        let mut written = 0;
-        while written < self.wbuf.len() {
-            match self.sock().write(&self.wbuf[written..]) {
-                Ok(0) => return Err(PgError::Lost("the server closed the connection".into())),
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    // A full send buffer: the server is behind on reading.
-                    self.wait_writable().await?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.explain_lost(e.to_string())),
-            }
+        match self.t.flush().await {
+            Ok(()) => Ok(()),
+            Err(lost) => Err(self.explain_lost(lost)),
         }
-        self.wbuf.clear();
-        Ok(())
     }
 
-    /// Wait, without blocking the thread's other clients, until the send
-    /// buffer has room. The socket is watched for read readiness only (see
-    /// `connect_inner`); for the rare full send buffer (large COPY chunks) it
-    /// is watched for write readiness too until there is room, then for read
-    /// only again: two epoll_ctl calls per stall instead of a wake-up per send.
-    async fn wait_writable(&mut self) -> Result<(), PgError> {
-        let watched = match std::mem::replace(&mut self.io, Io::Switching) {
-            Io::Epoll(fd) => fd,
-            other => {
-                // On the ring the socket is not in epoll: let others run.
-                self.io = other;
-                tokio::task::yield_now().await;
-                return Ok(());
-            }
-        };
-        let both = sys::watch(
-            watched.into_inner(),
-            Interest::READABLE | Interest::WRITABLE,
-        )
-        .map_err(lost)?;
-        let ready = both.writable().await.map(|mut guard| guard.clear_ready());
-        self.io = Io::Epoll(sys::watch(both.into_inner(), Interest::READABLE).map_err(lost)?);
-        ready.map_err(lost)
-    }
-
-    fn explain_lost(&mut self, io_message: String) -> PgError {
+    fn explain_lost(&mut self, lost: Lost) -> PgError {
         match self.fatal.take() {
             Some(fatal) => PgError::Lost(fatal),
-            None => PgError::Lost(io_message),
+            None => PgError::Lost(lost.0),
         }
     }
 
-    /// Read more bytes from the socket into rbuf.
+    /// Read more bytes from the socket.
     async fn fill(&mut self) -> Result<(), PgError> {
-        if self.rstart == self.rend {
-            self.rstart = 0;
-            self.rend = 0;
-        } else if self.rend == self.rbuf.len() {
-            self.rbuf.copy_within(self.rstart..self.rend, 0);
-            self.rend -= self.rstart;
-            self.rstart = 0;
-            if self.rend == self.rbuf.len() {
-                let bigger = self.rbuf.len() * 2;
-                self.rbuf.resize(bigger, 0);
-            }
-        }
-        if let Io::Ring(_, user) = &self.io {
-            let ring = user.ring().clone();
-            return self.fill_ring(&ring).await;
-        }
-        let Io::Epoll(sock) = &self.io else {
-            unreachable!("a connection is never used while switching")
-        };
-        loop {
-            let mut guard = sock.readable().await.map_err(lost)?;
-            let space = &mut self.rbuf[self.rend..];
-            match guard.try_io(|s| s.get_ref().read(space)) {
-                Ok(Ok(0)) => {
-                    return Err(self.explain_lost("the server closed the connection".into()))
-                }
-                Ok(Ok(n)) => {
-                    self.rend += n;
-                    return Ok(());
-                }
-                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Ok(Err(e)) => return Err(self.explain_lost(e.to_string())),
-                Err(_would_block) => continue,
-            }
-        }
-    }
-
-    /// `fill` through the ring: one receive, preceded by sending `wbuf` when a
-    /// round trip left it unsent (one linked pair, submitted with the other
-    /// clients' at the end of the runtime's tick).
-    async fn fill_ring(&mut self, ring: &Rc<Ring>) -> Result<(), PgError> {
-        let fd = self.raw_fd();
-        loop {
-            let send = std::mem::take(&mut self.wbuf);
-            let sent_len = send.len();
-            let recv = std::mem::take(&mut self.rbuf);
-            let done = ring.round_trip(fd, send, recv, self.rend).await;
-            self.rbuf = done.recv_buf;
-            self.wbuf = done.send_buf;
-            if let Some(res) = done.send_failed {
-                let why = if res < 0 {
-                    io::Error::from_raw_os_error(-res).to_string()
-                } else {
-                    format!("short send ({res} of {sent_len} bytes)")
-                };
-                return Err(self.explain_lost(why));
-            }
-            self.wbuf.clear();
-            match done.recv_result {
-                0 => return Err(self.explain_lost("the server closed the connection".into())),
-                n if n > 0 => {
-                    self.rend += n as usize;
-                    return Ok(());
-                }
-                e if e == -libc::EINTR || e == -libc::EAGAIN => continue,
-                e => return Err(self.explain_lost(io::Error::from_raw_os_error(-e).to_string())),
-            }
+        match self.t.fill().await {
+            Ok(()) => Ok(()),
+            Err(lost) => Err(self.explain_lost(lost)),
         }
     }
 
     /// The next backend message: (tag, body start, body end) in `rbuf`.
     async fn next_message(&mut self) -> Result<(u8, usize, usize), PgError> {
         loop {
-            let avail = self.rend - self.rstart;
+            let t = &mut self.t;
+            let avail = t.rend - t.rstart;
             if avail >= 5 {
-                let s = self.rstart;
-                let len = u32::from_be_bytes(self.rbuf[s + 1..s + 5].try_into().unwrap()) as usize;
+                let s = t.rstart;
+                let len = u32::from_be_bytes(t.rbuf[s + 1..s + 5].try_into().unwrap()) as usize;
                 if len < 4 {
                     return Err(PgError::Protocol(format!("message length {len}")));
                 }
                 if avail > len {
-                    self.rstart += 1 + len;
-                    return Ok((self.rbuf[s], s + 5, s + 1 + len));
+                    t.rstart += 1 + len;
+                    return Ok((t.rbuf[s], s + 5, s + 1 + len));
                 }
-                if 1 + len > self.rbuf.len() {
-                    self.rbuf.copy_within(self.rstart..self.rend, 0);
-                    self.rend -= self.rstart;
-                    self.rstart = 0;
-                    self.rbuf.resize((1 + len).next_power_of_two(), 0);
-                }
+                t.reserve_message(1 + len);
             }
             self.fill().await?;
         }
@@ -417,7 +225,7 @@ impl PgConn {
     /// Send `wbuf`, then read up to and including ReadyForQuery. Returns the
     /// first ErrorResponse of the exchange, if any.
     pub async fn round_trip(&mut self) -> Result<Option<SqlError>, PgError> {
-        if !matches!(self.io, Io::Ring(..)) {
+        if !self.t.on_ring() {
             self.flush().await?;
         }
         // With a ring, the first read sends wbuf in the same submission.
@@ -430,11 +238,15 @@ impl PgConn {
             let (tag, start, end) = self.next_message().await?;
             match tag {
                 b'Z' => {
-                    self.tx_status = if end > start { self.rbuf[start] } else { b'I' };
+                    self.tx_status = if end > start {
+                        self.t.rbuf[start]
+                    } else {
+                        b'I'
+                    };
                     return Ok(first_error);
                 }
                 b'E' => {
-                    let err = SqlError::parse(&self.rbuf[start..end]);
+                    let err = SqlError::parse(&self.t.rbuf[start..end]);
                     if err.severity == "FATAL" || err.severity == "PANIC" {
                         self.fatal = Some(err.to_string());
                     }
@@ -452,21 +264,25 @@ impl PgConn {
     /// `round_trip`, keeping the rows: each DataRow's values (text) go to
     /// `rows`, and each CommandComplete closes one statement's result.
     pub async fn round_trip_rows(&mut self, rows: &mut Rows) -> Result<Option<SqlError>, PgError> {
-        if !matches!(self.io, Io::Ring(..)) {
+        if !self.t.on_ring() {
             self.flush().await?;
         }
         let mut first_error = None;
         loop {
             let (tag, start, end) = self.next_message().await?;
             match tag {
-                b'D' => rows.push_row(&self.rbuf[start..end]),
+                b'D' => rows.push_row(&self.t.rbuf[start..end]),
                 b'C' | b'I' => rows.end_result(),
                 b'Z' => {
-                    self.tx_status = if end > start { self.rbuf[start] } else { b'I' };
+                    self.tx_status = if end > start {
+                        self.t.rbuf[start]
+                    } else {
+                        b'I'
+                    };
                     return Ok(first_error);
                 }
                 b'E' => {
-                    let err = SqlError::parse(&self.rbuf[start..end]);
+                    let err = SqlError::parse(&self.t.rbuf[start..end]);
                     if err.severity == "FATAL" || err.severity == "PANIC" {
                         self.fatal = Some(err.to_string());
                     }
@@ -480,7 +296,7 @@ impl PgConn {
     }
 
     pub fn put_bind(&mut self, statement: &str, params: &[codec::Param<'_>]) {
-        codec::bind(&mut self.wbuf, statement, params);
+        codec::bind(&mut self.t.wbuf, statement, params);
     }
 
     /// Run SQL with the simple protocol; a server error is an Err.
@@ -521,7 +337,7 @@ impl PgConn {
             match tag {
                 b'G' => return Ok(()),
                 b'E' => {
-                    let err = SqlError::parse(&self.rbuf[start..end]);
+                    let err = SqlError::parse(&self.t.rbuf[start..end]);
                     self.read_until_ready().await?;
                     return Err(PgError::Server(err));
                 }
@@ -535,26 +351,30 @@ impl PgConn {
         if rows.is_empty() {
             return Ok(());
         }
-        codec::copy_data(&mut self.wbuf, rows);
+        codec::copy_data(&mut self.t.wbuf, rows);
         self.flush().await
     }
 
     /// End the COPY (CopyDone) and read the server's verdict: the rows it
     /// took, from its CommandComplete ("COPY n").
     pub async fn copy_finish(&mut self) -> Result<u64, PgError> {
-        codec::copy_done(&mut self.wbuf);
+        codec::copy_done(&mut self.t.wbuf);
         self.flush().await?;
         let mut copied = None;
         let mut first_error = None;
         loop {
             let (tag, start, end) = self.next_message().await?;
             match tag {
-                b'C' => copied = codec::rows_of_command_tag(&self.rbuf[start..end]),
+                b'C' => copied = codec::rows_of_command_tag(&self.t.rbuf[start..end]),
                 b'E' if first_error.is_none() => {
-                    first_error = Some(SqlError::parse(&self.rbuf[start..end]))
+                    first_error = Some(SqlError::parse(&self.t.rbuf[start..end]))
                 }
                 b'Z' => {
-                    self.tx_status = if end > start { self.rbuf[start] } else { b'I' };
+                    self.tx_status = if end > start {
+                        self.t.rbuf[start]
+                    } else {
+                        b'I'
+                    };
                     break;
                 }
                 _ => {}
@@ -571,33 +391,33 @@ impl PgConn {
 
     /// Query (simple protocol).
     pub fn put_query(&mut self, sql: &str) {
-        codec::query(&mut self.wbuf, sql);
+        codec::query(&mut self.t.wbuf, sql);
     }
 
     /// Query whose text the caller built.
     pub fn put_query_bytes(&mut self, sql: &[u8]) {
-        codec::query_bytes(&mut self.wbuf, sql);
+        codec::query_bytes(&mut self.t.wbuf, sql);
     }
 
     pub fn put_parse(&mut self, name: &str, sql: &str) {
-        codec::parse(&mut self.wbuf, name, sql);
+        codec::parse(&mut self.t.wbuf, name, sql);
     }
 
     pub fn put_bind_i64(&mut self, statement: &str, params: &[i64]) {
-        codec::bind_i64(&mut self.wbuf, statement, params);
+        codec::bind_i64(&mut self.t.wbuf, statement, params);
     }
 
     pub fn put_execute(&mut self) {
-        codec::execute(&mut self.wbuf);
+        codec::execute(&mut self.t.wbuf);
     }
 
     pub fn put_sync(&mut self) {
-        codec::sync(&mut self.wbuf);
+        codec::sync(&mut self.t.wbuf);
     }
 
     /// Say goodbye (Terminate) so the server logs a clean disconnect; best effort.
     pub fn terminate(&mut self) {
-        let _ = self.sock().write(&codec::TERMINATE);
+        self.t.write_now(&codec::TERMINATE);
     }
 }
 

@@ -33,7 +33,7 @@ fn default_user() -> String {
 }
 
 /// Split "k=v k2='quoted \' value'" into pairs, as libpq's conninfo parser does.
-fn conninfo_pairs(text: &str) -> Result<Vec<(String, String)>, PgError> {
+pub(crate) fn conninfo_pairs(text: &str) -> Result<Vec<(String, String)>, PgError> {
     let bad = |why: &str| PgError::Config(format!("conninfo: {why}"));
     let mut pairs = Vec::new();
     let mut chars = text.chars().peekable();

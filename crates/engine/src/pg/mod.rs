@@ -29,4 +29,6 @@ mod error;
 pub use codec::{parse_fixed, write_fixed, write_i64, Param};
 pub use conn::{PgConn, Rows, COPY_CHUNK_BYTES};
 pub use conninfo::ConnInfo;
+// the key=value syntax, shared with the MySQL client's conninfo
+pub(crate) use conninfo::conninfo_pairs;
 pub use error::{PgError, SqlError};
