@@ -164,7 +164,7 @@ def run_perflab(ep: HttpEndpoint, dirs: int, connections: int, threads: int, sec
     return {"req_per_s": out.tps, "requests": out.transactions, "errors": out.failed,
             "cpu_s": out.driver_cpu_s, "cpu_per_req_us": out.driver_cpu_s / n * 1e6,
             "process_cpu_per_req_us": whole / n * 1e6, "client_bound": out.client_bound,
-            "mbps": out.payload_bytes * 8 / out.measured_s / 1e6, "io": out.io,
+            "mbps": out.body_bytes * 8 / out.measured_s / 1e6, "io": out.io,
             "io_enters_per_req": out.io_enters_per_tx}
 
 

@@ -155,7 +155,7 @@ def test_a_404_and_a_short_body_are_counted_not_ignored(nginx, cache, tmp_path) 
         out = _engine.http_run(plain.address, host=plain.host_header, dirs=DIRS, clients=1, threads=1,
                                t0_ns=t0, transactions=50, only=(0, 0, 4))
         assert out.errors_by_kind == {} and out.transactions == 50
-        assert out.payload_bytes == 50 * _engine.fileset_file_size(0, 4)
+        assert out.body_bytes == 50 * _engine.fileset_file_size(0, 4)
     finally:
         other.teardown()
 

@@ -65,8 +65,8 @@ def test_one_worker_merged_is_the_run_itself(server: str, tmp_path: Path) -> Non
         if name in ("latency", "lag", "failed_latency"):
             assert (mine.count, mine.p99_us, mine.max_us) == (theirs.count, theirs.p99_us, theirs.max_us), name
         elif name == "by_type":
-            assert [(t.name, t.committed, t.failed, t.payload_bytes) for t in mine] == \
-                [(t.name, t.committed, t.failed, t.payload_bytes) for t in theirs]
+            assert [(t.name, t.committed, t.failed, t.body_bytes) for t in mine] == \
+                [(t.name, t.committed, t.failed, t.body_bytes) for t in theirs]
         elif name == "series":
             assert sum(i.transactions for i in mine) == sum(i.transactions for i in theirs if not i.warmup)
         elif name == "events":

@@ -11,7 +11,33 @@
 //! - `drive`: any harness protocol, reporting each second to `progress`.
 //! - `run_blocking`: any other job (a loader, a generator) on its own thread,
 //!   relaying its steps to `on_step`.
-//! - `HarnessArgs`: the harness settings every driver binding takes.
+//! - `harness_binding!`: declares a driver binding (a `#[pyfunction]`) with
+//!   the harness keywords every driver takes, written here once, and hands
+//!   its body a `HarnessCall` (the config and Python's callbacks).
+//! - `HarnessArgs`: those harness settings, by name, and their config.
+//!
+//! A binding adopts `harness_binding!` by stating only its own parameters:
+//! its signature without the harness keywords (its `*` included), its own
+//! parameters, and the name its body calls the harness by:
+//!
+//! ```ignore
+//! harness_binding! {
+//!     /// Drive pgbench's scripts; returns the run's figures.
+//!     #[pyo3(signature = (conninfo, *, script, scale, protocol))]
+//!     fn tpcb_run<'py>(py: Python<'py>, conninfo: String, script: &str, scale: u32,
+//!                      protocol: &str) with harness -> PyResult<DriverResult> {
+//!         let protocol = TpcbProtocol::new(..).map_err(engine_error)?;
+//!         harness.drive(py, protocol)
+//!     }
+//! }
+//! ```
+//!
+//! A binding whose protocol never retries says `with harness(max_tries = 1)`
+//! and takes no `max_tries` keyword (http_run). The keywords stay as Python
+//! callers give them; `_engine.pyi` states them per function as before (its
+//! keyword-only order is free). Every driver binding but stream_run is one
+//! (tpcb, oltp, tpcc, http): stream_run takes keywords of its own (`flows`,
+//! `rate_pps`, no schedule or io: a sender paces evenly) and calls `drive`.
 
 use crate::errors::{config_error, engine_error, EngineError, Interrupted};
 use crate::results::{DriverResult, Interval};
@@ -70,6 +96,118 @@ impl HarnessArgs<'_> {
         })
     }
 }
+
+/// What a driver binding hands its body (`harness_binding!`): the harness's
+/// config, checked, and Python's callbacks.
+pub(crate) struct HarnessCall<'py> {
+    pub config: HarnessConfig,
+    pub progress: Option<Bound<'py, PyAny>>,
+    pub cancel: Option<Bound<'py, PyAny>>,
+    pub on_connected: Option<Bound<'py, PyAny>>,
+}
+
+impl<'py> HarnessCall<'py> {
+    /// Drive `protocol` through the harness (`drive`).
+    pub(crate) fn drive<P: Protocol>(self, py: Python<'py>, protocol: P) -> PyResult<DriverResult> {
+        drive(
+            py,
+            self.config,
+            protocol,
+            self.progress,
+            self.cancel,
+            self.on_connected,
+        )
+    }
+}
+
+/// A driver binding: a `#[pyfunction]` with the binding's own parameters and
+/// then the harness keywords (`clients`, `threads`, `t0_ns`, `duration_s`,
+/// `transactions`, `warmup_s`, `rate_tps`, `schedule`, `latency_limit_ms`,
+/// `max_tries`, `seed`, `io`, and the callbacks `progress`, `cancel`,
+/// `on_connected`), which reach its body as one `HarnessCall` named after
+/// `with`. A bad `schedule` or `io` is a ConfigError before the body runs.
+/// See the module's doc for how a binding adopts it.
+macro_rules! harness_binding {
+    (
+        $(#[doc = $doc:expr])*
+        #[pyo3(signature = ($($sig:tt)*))]
+        fn $name:ident<$py:lifetime>($($param:ident: $ty:ty),* $(,)?)
+        with $call:ident -> $ret:ty $body:block
+    ) => {
+        $crate::glue::harness_binding! {
+            @emit [$(#[doc = $doc])*] [$($sig)*] $name $py [$($param: $ty),*] $call $ret, $body
+            [max_tries = 1,] [max_tries: u32,] [max_tries]
+        }
+    };
+    (
+        $(#[doc = $doc:expr])*
+        #[pyo3(signature = ($($sig:tt)*))]
+        fn $name:ident<$py:lifetime>($($param:ident: $ty:ty),* $(,)?)
+        with $call:ident(max_tries = $tries:literal) -> $ret:ty $body:block
+    ) => {
+        $crate::glue::harness_binding! {
+            @emit [$(#[doc = $doc])*] [$($sig)*] $name $py [$($param: $ty),*] $call $ret, $body
+            [] [] [$tries]
+        }
+    };
+    (
+        @emit [$($doc:tt)*] [$($sig:tt)*] $name:ident $py:lifetime [$($params:tt)*]
+        $call:ident $ret:ty, $body:block
+        [$($tries_sig:tt)*] [$($tries_param:tt)*] [$tries:expr]
+    ) => {
+        $($doc)*
+        #[::pyo3::pyfunction]
+        #[pyo3(signature = (
+            $($sig)*, clients, threads, t0_ns, duration_s = None, transactions = None,
+            warmup_s = 0.0, rate_tps = None, schedule = "poisson", latency_limit_ms = None,
+            $($tries_sig)* seed = 0, io = "epoll", progress = None, cancel = None,
+            on_connected = None
+        ))]
+        #[allow(clippy::too_many_arguments)]
+        fn $name<$py>(
+            $($params)*,
+            clients: u32,
+            threads: u32,
+            t0_ns: u64,
+            duration_s: Option<f64>,
+            transactions: Option<u64>,
+            warmup_s: f64,
+            rate_tps: Option<f64>,
+            schedule: &str,
+            latency_limit_ms: Option<f64>,
+            $($tries_param)*
+            seed: u64,
+            io: &str,
+            progress: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
+            cancel: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
+            on_connected: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
+        ) -> $ret {
+            let config = $crate::glue::HarnessArgs {
+                clients,
+                threads,
+                t0_ns,
+                duration_s,
+                transactions,
+                warmup_s,
+                rate_tps,
+                schedule,
+                latency_limit_ms,
+                max_tries: $tries,
+                seed,
+                io,
+            }
+            .config()?;
+            let $call = $crate::glue::HarnessCall {
+                config,
+                progress,
+                cancel,
+                on_connected,
+            };
+            $body
+        }
+    };
+}
+pub(crate) use harness_binding;
 
 /// Drive any protocol through the harness with the GIL released, reporting
 /// each second to `progress`. With `on_connected` the run is gated (one of

@@ -3,7 +3,7 @@
 //! `HttpProtocol`). Glue only; see `perflab_engine::http`.
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{drive, run_blocking, HarnessArgs};
+use crate::glue::{harness_binding, run_blocking};
 use crate::results::{DriverEvent, DriverResult};
 use perflab_engine::http::fileset::{self, Prepared};
 use perflab_engine::http::{Churn, HttpConfig, HttpProtocol, MixEntry, RequestMix, Requests};
@@ -122,146 +122,114 @@ fn churn_event(churn: &Churn, t_s: f64) -> DriverEvent {
     }
 }
 
-/// Drive HTTP/1.1 requests through the harness: GETs of the file set (by_type
-/// is the four classes, each with its body bytes), or, with `request_mix`,
-/// the mix's requests by weight (by_type: "r1", "r2", ... in its order). The
-/// events end with "http-connections" (churn_event).
-#[pyfunction]
-#[pyo3(signature = (
-    address, *, host, clients, threads, t0_ns, dirs=None, request_mix=None, prefix="/", duration_s=None,
-    transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson", latency_limit_ms=None,
-    seed=0, requests_per_connection=None, connect_timeout_s=5.0, request_timeout_s=30.0,
-    think_time_s=None, only=None, client="own", io="epoll", progress=None, cancel=None,
-    on_connected=None
-))]
-#[allow(clippy::too_many_arguments)]
-fn http_run<'py>(
-    py: Python<'py>,
-    address: &str,
-    host: String,
-    clients: u32,
-    threads: u32,
-    t0_ns: u64,
-    dirs: Option<u32>,
-    request_mix: Option<Vec<MixTuple>>,
-    prefix: &str,
-    duration_s: Option<f64>,
-    transactions: Option<u64>,
-    warmup_s: f64,
-    rate_tps: Option<f64>,
-    schedule: &str,
-    latency_limit_ms: Option<f64>,
-    seed: u64,
-    requests_per_connection: Option<u32>,
-    connect_timeout_s: f64,
-    request_timeout_s: f64,
-    think_time_s: Option<f64>,
-    only: Option<(u32, usize, usize)>,
-    client: &str,
-    io: &str,
-    progress: Option<Bound<'py, PyAny>>,
-    cancel: Option<Bound<'py, PyAny>>,
-    on_connected: Option<Bound<'py, PyAny>>,
-) -> PyResult<DriverResult> {
-    let addr = address.parse().map_err(|_| {
-        config_error(format!(
-            "address {address:?} is not allowed; allowed: IP:port"
-        ))
-    })?;
-    let seconds = |name: &str, s: f64| {
-        if s.is_finite() && s > 0.0 {
-            Ok(Duration::from_secs_f64(s))
-        } else {
-            Err(config_error(format!("{name} {s} s must be > 0")))
-        }
-    };
-    if requests_per_connection == Some(0) {
-        return Err(config_error("requests_per_connection must be at least 1"));
-    }
-    let requests = match (request_mix, dirs) {
-        (Some(mix), None) => {
-            if only.is_some() {
-                return Err(config_error(
-                    "only is for the file set; give it or a request_mix",
-                ));
+harness_binding! {
+    /// Drive HTTP/1.1 requests through the harness: GETs of the file set
+    /// (by_type is the four classes, each with its body bytes), or, with
+    /// `request_mix`, the mix's requests by weight (by_type: "r1", "r2", ...
+    /// in its order). The events end with "http-connections" (churn_event).
+    #[pyo3(signature = (
+        address, *, host, dirs=None, request_mix=None, prefix="/", requests_per_connection=None,
+        connect_timeout_s=5.0, request_timeout_s=30.0, think_time_s=None, only=None, client="own"
+    ))]
+    fn http_run<'py>(
+        py: Python<'py>,
+        address: &str,
+        host: String,
+        dirs: Option<u32>,
+        request_mix: Option<Vec<MixTuple>>,
+        prefix: &str,
+        requests_per_connection: Option<u32>,
+        connect_timeout_s: f64,
+        request_timeout_s: f64,
+        think_time_s: Option<f64>,
+        only: Option<(u32, usize, usize)>,
+        client: &str,
+    ) with harness(max_tries = 1) -> PyResult<DriverResult> {
+        let addr = address.parse().map_err(|_| {
+            config_error(format!(
+                "address {address:?} is not allowed; allowed: IP:port"
+            ))
+        })?;
+        let seconds = |name: &str, s: f64| {
+            if s.is_finite() && s > 0.0 {
+                Ok(Duration::from_secs_f64(s))
+            } else {
+                Err(config_error(format!("{name} {s} s must be > 0")))
             }
-            let entries: Vec<MixEntry> = mix
-                .into_iter()
-                .map(|(method, path, headers, body, weight)| MixEntry {
-                    method,
-                    path,
-                    headers,
-                    body,
-                    weight,
-                })
-                .collect();
-            Requests::Mix(RequestMix::new(&entries, &host).map_err(config_error)?)
+        };
+        if requests_per_connection == Some(0) {
+            return Err(config_error("requests_per_connection must be at least 1"));
         }
-        (None, Some(dirs)) => {
-            if let Some((dir, class, file)) = only {
-                if dir >= dirs || class >= fileset::CLASSES || file >= fileset::FILES_PER_CLASS {
-                    return Err(config_error(format!(
-                        "only = ({dir}, {class}, {file}) is not in a set of {dirs} directories"
-                    )));
+        let requests = match (request_mix, dirs) {
+            (Some(mix), None) => {
+                if only.is_some() {
+                    return Err(config_error(
+                        "only is for the file set; give it or a request_mix",
+                    ));
+                }
+                let entries: Vec<MixEntry> = mix
+                    .into_iter()
+                    .map(|(method, path, headers, body, weight)| MixEntry {
+                        method,
+                        path,
+                        headers,
+                        body,
+                        weight,
+                    })
+                    .collect();
+                Requests::Mix(RequestMix::new(&entries, &host).map_err(config_error)?)
+            }
+            (None, Some(dirs)) => {
+                if let Some((dir, class, file)) = only {
+                    if dir >= dirs || class >= fileset::CLASSES || file >= fileset::FILES_PER_CLASS {
+                        return Err(config_error(format!(
+                            "only = ({dir}, {class}, {file}) is not in a set of {dirs} directories"
+                        )));
+                    }
+                }
+                Requests::FileSet {
+                    prefix: prefix.to_string(),
+                    dirs,
+                    only,
                 }
             }
-            Requests::FileSet {
-                prefix: prefix.to_string(),
-                dirs,
-                only,
+            _ => {
+                return Err(config_error(
+                    "give the file set's dirs or a request_mix, one of them",
+                ))
             }
+        };
+        let protocol = HttpProtocol::new(HttpConfig {
+            addr,
+            host,
+            requests,
+            requests_per_connection,
+            connect_timeout: seconds("connect_timeout", connect_timeout_s)?,
+            request_timeout: seconds("request_timeout", request_timeout_s)?,
+            think_time: think_time_s.map(|s| seconds("think_time", s)).transpose()?,
+        });
+        match client {
+            "own" => {
+                let churn = protocol.churn();
+                let mut out = harness.drive(py, protocol)?;
+                let end = out.measure_start_t_s + out.measured_s;
+                out.events.push(churn_event(&churn, end));
+                Ok(out)
+            }
+            #[cfg(feature = "hyper-client")]
+            "hyper" => {
+                let protocol = perflab_engine::http::hyper_client::HyperProtocol::new(protocol);
+                harness.drive(py, protocol)
+            }
+            #[cfg(not(feature = "hyper-client"))]
+            "hyper" => Err(config_error(
+                "client = \"hyper\": this engine was built without hyper; build perflab-engine-py \
+                 with --features hyper-client",
+            )),
+            other => Err(config_error(format!(
+                "client {other:?} is not allowed; allowed: own, hyper"
+            ))),
         }
-        _ => {
-            return Err(config_error(
-                "give the file set's dirs or a request_mix, one of them",
-            ))
-        }
-    };
-    let cfg = HarnessArgs {
-        clients,
-        threads,
-        t0_ns,
-        duration_s,
-        transactions,
-        warmup_s,
-        rate_tps,
-        schedule,
-        latency_limit_ms,
-        max_tries: 1,
-        seed,
-        io,
-    }
-    .config()?;
-    let protocol = HttpProtocol::new(HttpConfig {
-        addr,
-        host,
-        requests,
-        requests_per_connection,
-        connect_timeout: seconds("connect_timeout", connect_timeout_s)?,
-        request_timeout: seconds("request_timeout", request_timeout_s)?,
-        think_time: think_time_s.map(|s| seconds("think_time", s)).transpose()?,
-    });
-    match client {
-        "own" => {
-            let churn = protocol.churn();
-            let mut out = drive(py, cfg, protocol, progress, cancel, on_connected)?;
-            let end = out.measure_start_t_s + out.measured_s;
-            out.events.push(churn_event(&churn, end));
-            Ok(out)
-        }
-        #[cfg(feature = "hyper-client")]
-        "hyper" => {
-            let protocol = perflab_engine::http::hyper_client::HyperProtocol::new(protocol);
-            drive(py, cfg, protocol, progress, cancel, on_connected)
-        }
-        #[cfg(not(feature = "hyper-client"))]
-        "hyper" => Err(config_error(
-            "client = \"hyper\": this engine was built without hyper; build perflab-engine-py \
-             with --features hyper-client",
-        )),
-        other => Err(config_error(format!(
-            "client {other:?} is not allowed; allowed: own, hyper"
-        ))),
     }
 }
 

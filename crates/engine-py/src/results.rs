@@ -144,8 +144,9 @@ record! {
     pub struct TxTypeResult from |py, t: &TxTypeSummary| {
         name: String as "str" = t.name.to_string(),
         committed: u64 as "int" = t.committed,
-        /// Bytes of the committed transactions (HTTP: body bytes; else 0).
-        payload_bytes: u64 as "int" = t.bytes,
+        /// Bytes of the response bodies its committed transactions received
+        /// (HTTP; else 0).
+        body_bytes: u64 as "int" = t.body_bytes,
         failed: u64 as "int" = t.failed,
         latency: LatencySummary as "LatencySummary" = t.latency.summary().into(),
         /// The type's latency histogram, encoded (`histogram_encoding`).
@@ -157,8 +158,9 @@ record! {
     /// Everything a run measured (the measured window only: warm-up excluded).
     pub struct DriverResult from |py, s: &RunSummary| {
         transactions: u64 as "int" = s.transactions,
-        /// Bytes the committed transactions moved (HTTP: body bytes; else 0).
-        payload_bytes: u64 as "int" = s.bytes,
+        /// Bytes of the response bodies the committed transactions received
+        /// (HTTP; else 0).
+        body_bytes: u64 as "int" = s.body_bytes,
         failed: u64 as "int" = s.failed,
         skipped: u64 as "int" = s.skipped,
         late: u64 as "int" = s.late,

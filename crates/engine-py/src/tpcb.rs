@@ -3,7 +3,7 @@
 //! signals and `cancel` checked every POLL_INTERVAL.
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{drive, run_blocking, HarnessArgs};
+use crate::glue::{harness_binding, run_blocking};
 use crate::results::{DriverResult, LatencySummary, LoadReport};
 use perflab_engine::hist::{self, LatencyHistogram};
 use perflab_engine::sys::monotonic_ns;
@@ -12,56 +12,21 @@ use perflab_engine::tpcb::{QueryMode, Script, TpcbProtocol};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-/// Drive pgbench's TPC-B-like scripts; returns the run's figures.
-#[pyfunction]
-#[pyo3(signature = (
-    conninfo, *, script, scale, clients, threads, protocol, t0_ns,
-    duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
-    latency_limit_ms=None, max_tries=1, seed=0, io="epoll", progress=None, cancel=None,
-    on_connected=None
-))]
-#[allow(clippy::too_many_arguments)]
-fn tpcb_run<'py>(
-    py: Python<'py>,
-    conninfo: String,
-    script: &str,
-    scale: u32,
-    clients: u32,
-    threads: u32,
-    protocol: &str,
-    t0_ns: u64,
-    duration_s: Option<f64>,
-    transactions: Option<u64>,
-    warmup_s: f64,
-    rate_tps: Option<f64>,
-    schedule: &str,
-    latency_limit_ms: Option<f64>,
-    max_tries: u32,
-    seed: u64,
-    io: &str,
-    progress: Option<Bound<'py, PyAny>>,
-    cancel: Option<Bound<'py, PyAny>>,
-    on_connected: Option<Bound<'py, PyAny>>,
-) -> PyResult<DriverResult> {
-    let script = script.parse::<Script>().map_err(config_error)?;
-    let mode = protocol.parse::<QueryMode>().map_err(config_error)?;
-    let cfg = HarnessArgs {
-        clients,
-        threads,
-        t0_ns,
-        duration_s,
-        transactions,
-        warmup_s,
-        rate_tps,
-        schedule,
-        latency_limit_ms,
-        max_tries,
-        seed,
-        io,
+harness_binding! {
+    /// Drive pgbench's TPC-B-like scripts; returns the run's figures.
+    #[pyo3(signature = (conninfo, *, script, scale, protocol))]
+    fn tpcb_run<'py>(
+        py: Python<'py>,
+        conninfo: String,
+        script: &str,
+        scale: u32,
+        protocol: &str,
+    ) with harness -> PyResult<DriverResult> {
+        let script = script.parse::<Script>().map_err(config_error)?;
+        let mode = protocol.parse::<QueryMode>().map_err(config_error)?;
+        let protocol = TpcbProtocol::new(&conninfo, script, scale, mode).map_err(engine_error)?;
+        harness.drive(py, protocol)
     }
-    .config()?;
-    let protocol = TpcbProtocol::new(&conninfo, script, scale, mode).map_err(engine_error)?;
-    drive(py, cfg, protocol, progress, cancel, on_connected)
 }
 
 /// Load the pgbench data set; returns each step's seconds and rows per table.

@@ -10,7 +10,7 @@ code is the same for one driver or many:
   the same bucket layout everywhere, so bucket counts add and the merged
   histogram is the histogram of the union of the samples); every latency
   figure is read from the merged histogram;
-- counts, errors and payload bytes (HTTP bodies) are summed, in total and per type;
+- counts, errors and body bytes (HTTP responses') are summed, in total and per type;
 - per-second series are summed per second: every worker started its run at
   one instant and cut its seconds from it, so second k of each worker is the
   same second of the run's clock; each second's latency histogram is merged
@@ -48,7 +48,7 @@ def record_fields(cls: type) -> tuple[str, ...]:
 RECORD = record_fields(_engine.DriverResult)
 # Figures of the workers that add up, and those of which the run's is the largest.
 SUMMED = ("failed", "skipped", "late", "retries", "retried", "clients", "threads", "lost_clients",
-          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "payload_bytes")
+          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "body_bytes")
 LARGEST = ("connect_max_s", "connect_phase_s")
 # Merged by `merge` itself: from the merged histograms, the window, per type,
 # per second, or (the workers' own) structured values.
@@ -109,7 +109,7 @@ class WorkerResult(_Record):
     figures: dict[str, Any]
     index: int
     node: str  # "ip (host, node id, pid)"
-    by_type: tuple[tuple[str, int, int, bytes, int], ...]  # name, committed, failed, histogram, payload bytes
+    by_type: tuple[tuple[str, int, int, bytes, int], ...]  # name, committed, failed, histogram, body bytes
     series: tuple[WorkerInterval, ...]
     events: tuple[tuple[float, str, str], ...]
 
@@ -119,7 +119,7 @@ class WorkerResult(_Record):
         return cls(
             figures={name: _plain(getattr(out, name)) for name in RECORD if name not in STRUCTURED},
             index=index, node=node,
-            by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.payload_bytes)
+            by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.body_bytes)
                           for t in out.by_type),
             series=tuple(
                 WorkerInterval(
@@ -171,7 +171,7 @@ class MergedType:
     failed: int
     latency: _engine.LatencySummary
     histogram: bytes
-    payload_bytes: int
+    body_bytes: int
 
 
 @dataclass(frozen=True)

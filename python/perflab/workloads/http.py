@@ -429,11 +429,11 @@ class HttpWorkload(Workload[HttpEndpoint]):
         add("req_per_s", out.tps, "req/s", f"{good} per second over the measured window (connection set-up "
             "excluded)", higher_is_better=True)
         if not mix:  # a mix's body sizes are not known: no Mb/s is claimed
-            add("throughput_mbps", out.payload_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
+            add("throughput_mbps", out.body_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
                 "body bytes of the good responses per second, in megabits (10^6 bits)", higher_is_better=True)
         add("requests", out.transactions, "req", "good responses in the measured window")
         if not mix:
-            add("body_bytes", out.payload_bytes, "B", "body bytes of the good responses")
+            add("body_bytes", out.body_bytes, "B", "body bytes of the good responses")
         add("errors", out.failed, "req", "requests that failed (every kind)", higher_is_better=False)
         for kind, n in out.errors_by_kind.items():
             add(f"errors.{kind}", n, "req", f"requests that failed with {kind}", higher_is_better=False)
@@ -466,7 +466,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 add(f"mix.{t.name}", (t.committed + t.failed) / total, "ratio",
                     f"share of requests for {t.name} (realised; asked: "
                     f"{CLASS_SHARE[CLASSES.index(t.name)]:.0%})")
-            add(f"throughput_mbps.{t.name}", t.payload_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
+            add(f"throughput_mbps.{t.name}", t.body_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
                 f"body bytes of {t.name} per second, in megabits")
         if s.rate is not None:
             add("rate_target", s.rate, "req/s", "requested rate (open loop)")

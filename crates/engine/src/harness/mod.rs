@@ -126,14 +126,15 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
-    /// Whether committed transactions carry a byte count (`bytes`), summed
-    /// per type over the measured window. False (the default) compiles the
-    /// counting away.
-    const COUNTS_BYTES: bool = false;
+    /// Whether committed transactions count the bytes of the response body
+    /// they received (`body_bytes`), summed per type over the measured
+    /// window. False (the default) compiles the counting away.
+    const COUNTS_BODY_BYTES: bool = false;
 
-    /// The bytes a committed transaction moved (HTTP: the body, checked
-    /// against the file's known size). Only called when `COUNTS_BYTES`.
-    fn bytes(&self, _request: &Self::Request) -> u64 {
+    /// The bytes of the response body a committed transaction received
+    /// (HTTP: the file's, checked against its known size). Only called when
+    /// `COUNTS_BODY_BYTES`.
+    fn body_bytes(&self, _request: &Self::Request) -> u64 {
         0
     }
 

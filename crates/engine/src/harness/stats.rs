@@ -49,8 +49,9 @@ pub struct EngineEvent {
 pub struct TxTypeSummary {
     pub name: &'static str,
     pub committed: u64,
-    /// Bytes of the committed transactions (protocols with `COUNTS_BYTES`).
-    pub bytes: u64,
+    /// Bytes of the response bodies its committed transactions received
+    /// (protocols with `COUNTS_BODY_BYTES`: HTTP; else 0).
+    pub body_bytes: u64,
     pub failed: u64,
     pub latency: LatencyHistogram,
 }
@@ -60,8 +61,9 @@ pub struct TxTypeSummary {
 pub struct RunSummary {
     /// Committed transactions.
     pub transactions: u64,
-    /// Bytes the committed transactions moved (protocols with `COUNTS_BYTES`).
-    pub bytes: u64,
+    /// Bytes of the response bodies the committed transactions received
+    /// (protocols with `COUNTS_BODY_BYTES`: HTTP; else 0).
+    pub body_bytes: u64,
     /// Transactions that ended in an error (after any retries).
     pub failed: u64,
     pub skipped: u64,
@@ -113,7 +115,7 @@ pub(crate) struct Counters {
     pub latency_sum_us: u64,
     pub lag_sum_us: u64,
     pub lag_count: u64,
-    pub bytes: u64,
+    pub body_bytes: u64,
 }
 
 impl Counters {
@@ -127,7 +129,7 @@ impl Counters {
         self.latency_sum_us += o.latency_sum_us;
         self.lag_sum_us += o.lag_sum_us;
         self.lag_count += o.lag_count;
-        self.bytes += o.bytes;
+        self.body_bytes += o.body_bytes;
     }
 }
 
@@ -135,7 +137,7 @@ impl Counters {
 /// (with one, the totals are that type's figures).
 pub(crate) struct TypeStats {
     pub committed: u64,
-    pub bytes: u64,
+    pub body_bytes: u64,
     pub failed: u64,
     pub latency: LatencyHistogram,
     pub interval_committed: u64,
@@ -173,7 +175,7 @@ impl ThreadStats {
             by_type: (0..per_type)
                 .map(|_| TypeStats {
                     committed: 0,
-                    bytes: 0,
+                    body_bytes: 0,
                     failed: 0,
                     latency: LatencyHistogram::new(),
                     interval_committed: 0,
@@ -213,8 +215,8 @@ pub(crate) struct Finished<'a> {
     pub started: Instant,
     pub done: Instant,
     pub tries: u32,
-    /// Bytes moved (0 unless the protocol counts them).
-    pub bytes: u64,
+    /// Bytes of the response body received (0 unless the protocol counts them).
+    pub body_bytes: u64,
     /// Scheduled (open loop): the lag counts.
     pub scheduled: bool,
     pub latency_limit: Option<std::time::Duration>,
@@ -237,11 +239,11 @@ impl ThreadStats {
                 }
                 if measured {
                     self.total.ok += 1;
-                    self.total.bytes += f.bytes;
+                    self.total.body_bytes += f.body_bytes;
                     self.latency.record_us(latency_us);
                     if let Some(t) = self.by_type.get_mut(f.tx) {
                         t.committed += 1;
-                        t.bytes += f.bytes;
+                        t.body_bytes += f.body_bytes;
                         t.latency.record_us(latency_us);
                     }
                     if f.latency_limit.is_some_and(|l| f.done - f.intended > l) {
@@ -447,7 +449,7 @@ pub(crate) fn summarise(
         .map(|&name| TxTypeSummary {
             name,
             committed: 0,
-            bytes: 0,
+            body_bytes: 0,
             failed: 0,
             latency: LatencyHistogram::new(),
         })
@@ -474,7 +476,7 @@ pub(crate) fn summarise(
         failed_latency.merge(&s.failed_latency);
         for (summary, t) in by_type.iter_mut().zip(&s.by_type) {
             summary.committed += t.committed;
-            summary.bytes += t.bytes;
+            summary.body_bytes += t.body_bytes;
             summary.failed += t.failed;
             summary.latency.merge(&t.latency);
         }
@@ -497,7 +499,7 @@ pub(crate) fn summarise(
     if let [only] = by_type.as_mut_slice() {
         // One type: the totals are its figures (not counted twice on the hot path).
         only.committed = total.ok;
-        only.bytes = total.bytes;
+        only.body_bytes = total.body_bytes;
         only.failed = total.failed;
         only.latency = latency.clone();
     }
@@ -514,7 +516,7 @@ pub(crate) fn summarise(
     let cpu_given_s = measured_s * (threads as f64).min(cores);
     RunSummary {
         transactions: total.ok,
-        bytes: total.bytes,
+        body_bytes: total.body_bytes,
         failed: total.failed,
         skipped: total.skipped,
         late: total.late,

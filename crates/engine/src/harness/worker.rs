@@ -338,8 +338,8 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
             started,
             done,
             tries,
-            bytes: if P::COUNTS_BYTES && matches!(ended, Ended::Committed) {
-                protocol.bytes(&request)
+            body_bytes: if P::COUNTS_BODY_BYTES && matches!(ended, Ended::Committed) {
+                protocol.body_bytes(&request)
             } else {
                 0
             },

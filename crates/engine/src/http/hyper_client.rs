@@ -97,7 +97,7 @@ impl Protocol for HyperProtocol {
     type Request = HttpRequest;
     type Error = HttpError;
     const HAS_PAUSES: bool = true;
-    const COUNTS_BYTES: bool = true;
+    const COUNTS_BODY_BYTES: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {
         &CLASS_NAMES
@@ -164,7 +164,7 @@ impl Protocol for HyperProtocol {
         self.inner.pause_after(tx, rng)
     }
 
-    fn bytes(&self, request: &HttpRequest) -> u64 {
-        self.inner.bytes(request)
+    fn body_bytes(&self, request: &HttpRequest) -> u64 {
+        self.inner.body_bytes(request)
     }
 }

@@ -349,7 +349,7 @@ impl Protocol for HttpProtocol {
     type Request = HttpRequest;
     type Error = HttpError;
     const HAS_PAUSES: bool = true;
-    const COUNTS_BYTES: bool = true;
+    const COUNTS_BODY_BYTES: bool = true;
     const SUPPORTS_RING: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {
@@ -476,7 +476,7 @@ impl Protocol for HttpProtocol {
         self.cfg.think_time
     }
 
-    fn bytes(&self, request: &HttpRequest) -> u64 {
+    fn body_bytes(&self, request: &HttpRequest) -> u64 {
         Self::known_size(request).unwrap_or(0)
     }
 }
