@@ -587,3 +587,21 @@ def test_check_without_ray_names_the_extra(run_cli, tmp_path) -> None:
     # The local driver needs no Ray.
     local = check(run_cli, tmp_path, experiment('kind = "local"'), hide_ray=True)
     assert local.returncode == 0, local.stderr
+
+
+@pytest.mark.parametrize("target", ['kind = "postgres"', 'kind = "nginx"'])
+def test_check_warns_that_a_cluster_elsewhere_cannot_reach_a_server_perflab_starts(run_cli, tmp_path,
+                                                                                  target) -> None:
+    """Every server perflab starts listens on 127.0.0.1 only (not PostgreSQL's alone)."""
+    workload = 'kind = "http"\nclients = 4' if "nginx" in target else 'kind = "tpcb"\nclients = 4'
+    proc = check(run_cli, tmp_path, experiment('kind = "ray"\nworkers = 2\naddress = "192.0.2.1:6379"', target,
+                                               workload))
+    assert proc.returncode == 0, proc.stderr
+    assert "driver.address: workers of the cluster" in proc.stderr, proc.stderr
+
+
+def test_check_does_not_warn_of_an_external_server_a_cluster_elsewhere_reaches(run_cli, tmp_path, tcp_pg) -> None:
+    target = f'kind = "postgres"\ndsn = "{tcp_pg.conninfo}"\nallow_destructive = true'  # check writes nothing
+    proc = check(run_cli, tmp_path, experiment('kind = "ray"\nworkers = 2\naddress = "192.0.2.1:6379"', target))
+    assert proc.returncode == 0, proc.stderr
+    assert "driver.address" not in proc.stderr, proc.stderr

@@ -376,7 +376,9 @@ def _distributed(target_cls: type[Target], target: TargetSettings, workload_cls:
         return target, [("driver.kind", f"got \"ray\"; workload {workload.kind!r} does not run on the engine's "
                          f"load harness; allowed: \"local\", or a workload that does ({', '.join(distributable)})")], None
     problems = []
-    clients = getattr(workload, "clients", None)
+    from perflab.workloads.harness import HarnessSettings
+
+    clients = workload.clients if isinstance(workload, HarnessSettings) else None
     if isinstance(clients, int) and clients < driver.workers:
         problems.append(("driver.workers", f"got {driver.workers}, more than workload.clients = {clients}; "
                          "allowed: at most one worker per client"))
@@ -660,9 +662,8 @@ def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[st
                 if connect and registry is TARGETS and not found:
                     found = kind.reach(settings)
                 problems += found
-                say = getattr(kind, "preflight_notes", None)
-                if say is not None and not found:
-                    warnings += [n for n in say(settings) if n not in warnings]
+                if registry is TARGETS and not found:
+                    warnings += [n for n in kind.preflight_notes(settings) if n not in warnings]
         key = f"cache:{run.workload.model_dump_json()}:{run.target.kind}"
         if key not in seen:
             seen.add(key)
@@ -705,7 +706,7 @@ def _driver_preflight(run: RunSpec) -> tuple[list[tuple[str, str]], list[str]]:
     if not ray_installed():
         return [("driver.kind", f"got \"ray\", which needs Ray, and Ray is not installed; fix: {RAY_EXTRA_HINT}")], []
     notes = list(run.notes)
-    if run.driver.address != "local" and getattr(run.target, "dsn", "") is None:
+    if run.driver.address != "local" and not TARGETS.get(run.target.kind).reachable_off_host(run.target):
         notes.append(f"driver.address: workers of the cluster at {run.driver.address!r} on other machines cannot "
                      "reach a managed server, which listens on 127.0.0.1 only; for a multi-node cluster give "
                      "an external target (dsn) whose host every node reaches")

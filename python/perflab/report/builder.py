@@ -296,7 +296,7 @@ class ReportBuilder:
                 if isinstance(sections, str):
                     continue
                 found += [(f"{anchor}-{i}", section) for i, section in enumerate(sections, start=1)
-                          if getattr(section, "headline", False)][:1]
+                          if section.headline][:1]
             return found
 
         return first_headlines(self.workload_section_list())[:1] + first_headlines(self.collector_section_list())

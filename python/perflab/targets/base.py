@@ -8,7 +8,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol
+
+from typing_extensions import TypeVar
 
 from perflab.endpoints import Endpoint
 from perflab.settings_model import StrictModel
@@ -69,7 +71,16 @@ class TargetSettings(StrictModel):
     keep_data: bool = False
 
 
-class Target(abc.ABC):
+# A target kind's settings model and the endpoint its `provision` returns: a
+# kind's hooks take and give its own (`class PostgresTarget(Target[
+# PostgresSettings, PostgresEndpoint])`). A plain `Target` is the runner's
+# view of a target of any kind, made from the registry: TargetSettings in,
+# an Endpoint out.
+SettingsT = TypeVar("SettingsT", bound=TargetSettings, default=TargetSettings)
+EndpointT = TypeVar("EndpointT", bound=Endpoint, default=Endpoint)
+
+
+class Target(abc.ABC, Generic[SettingsT, EndpointT]):
     """A system under test. The runner keeps one alive across runs while its
     `identity` is unchanged and calls `reconfigure` with each run's settings."""
 
@@ -78,7 +89,7 @@ class Target(abc.ABC):
     # collectors may need of this target.
     endpoint_type: ClassVar[type[Endpoint]]
 
-    def __init__(self, settings: Any, workdir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, settings: SettingsT, workdir: Path, base_dir: Path | None = None) -> None:
         self.settings = settings
         self.workdir = workdir
         # where the experiment file is: its relative paths are taken from here
@@ -106,13 +117,13 @@ class Target(abc.ABC):
         return (self.base_dir / Path(given).expanduser()).resolve()
 
     @classmethod
-    def identity(cls, settings: Any) -> str:
+    def identity(cls, settings: SettingsT) -> str:
         """Settings that define *which* system this is; runs with the same
         identity share one provisioned target. Default: everything."""
         return settings.model_dump_json()
 
     @classmethod
-    def sizes_huge_pages(cls, settings: Any) -> bool:
+    def sizes_huge_pages(cls, settings: SettingsT) -> bool:
         """Whether `shared_memory_huge_pages` can size host.hugepages = "auto"
         for a target with these settings. Default: no."""
         return False
@@ -123,30 +134,37 @@ class Target(abc.ABC):
         raise NotImplementedError
 
     @classmethod
-    def remote_client_problem(cls, settings: Any) -> str | None:
+    def remote_client_problem(cls, settings: SettingsT) -> str | None:
         """Why a driver in a network namespace of its own (driver.network)
         cannot reach this target, or None when it can: the target then
         listens on `remote_listen` too and trusts `remote_client`. Default:
         it cannot."""
         return "it takes no client from a network namespace; driver.network works with a managed postgres target"
 
+    @classmethod
+    def reachable_off_host(cls, settings: SettingsT) -> bool:
+        """Whether a driver on another machine reaches the system these
+        settings give: an external server by an address of its own. Default:
+        no (a server perflab starts listens on 127.0.0.1 only)."""
+        return False
+
     def allow_remote_client(self, listen: str, client: str) -> None:
         """Listen on address `listen` too and let address `client` in (set
         before provision, for the whole experiment)."""
         raise NotImplementedError
 
-    def remote_endpoint(self, endpoint: Endpoint, host: str, port: int) -> Endpoint:
+    def remote_endpoint(self, endpoint: EndpointT, host: str, port: int) -> EndpointT:
         """`endpoint` as reached at host:port (the driver's side of the link)."""
         raise NotImplementedError
 
     @classmethod
-    def validate_for_workload(cls, settings: Any, workload: CheckedWorkload) -> list[tuple[str, str]]:
+    def validate_for_workload(cls, settings: SettingsT, workload: CheckedWorkload) -> list[tuple[str, str]]:
         """Problems (dotted path, text) with running `workload` on this target,
         found before anything starts. Default: none."""
         return []
 
     @classmethod
-    def for_distributed_driver(cls, settings: Any) -> tuple[Any, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: SettingsT) -> tuple[SettingsT, list[tuple[str, str]], str | None]:
         """For drivers in other processes and on other machines ([driver]
         kind = "ray"), which reach the target over TCP: (the settings to use,
         problems, a note saying what was changed). Default: not reachable."""
@@ -154,7 +172,7 @@ class Target(abc.ABC):
                            "perflab's own process; allowed: \"local\", or a target reachable over TCP")], None
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: SettingsT, base_dir: Path) -> list[tuple[str, str]]:
         """Problems (dotted path, text) that provisioning would meet, found
         without starting or changing anything: binaries and paths the settings
         name, the privileges it needs. `perflab check`, `plan` and `run` all
@@ -162,7 +180,13 @@ class Target(abc.ABC):
         return []
 
     @classmethod
-    def reach(cls, settings: Any, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
+    def preflight_notes(cls, settings: SettingsT) -> list[str]:
+        """What `perflab check` should say about these settings that is not a
+        problem (e.g. which server binaries were found). Default: nothing."""
+        return []
+
+    @classmethod
+    def reach(cls, settings: SettingsT, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:
         """Problems (dotted path, text) reaching an external system under test
         that perflab does not start (a PostgreSQL `dsn`, a web server's URL):
         connect once, within `timeout_s`, and change nothing. `perflab check`,
@@ -172,11 +196,11 @@ class Target(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def provision(self) -> Endpoint:
+    def provision(self) -> EndpointT:
         """Make the target reachable with `self.settings`."""
 
     @abc.abstractmethod
-    def reconfigure(self, settings: Any) -> bool:
+    def reconfigure(self, settings: SettingsT) -> bool:
         """Apply a run's settings; return True when the server was restarted."""
 
     @abc.abstractmethod
@@ -203,7 +227,7 @@ class Target(abc.ABC):
         not make); the target is stopped. Returns the bytes freed."""
         return 0
 
-    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+    def confine(self, endpoint: EndpointT, schema: str, owner: Owner) -> EndpointT:
         """The endpoint a workload that writes uses in this run. On a database
         perflab did not create, it is confined to perflab's own schema
         `schema` (perflab.targets.confine): made and marked as `owner`'s

@@ -53,10 +53,9 @@ class HttpTargetSettings(TargetSettings):
         return value
 
 
-class HttpTarget(Target):
+class HttpTarget(Target[HttpTargetSettings, HttpEndpoint]):
     Settings: ClassVar[type[TargetSettings]] = HttpTargetSettings
     endpoint_type: ClassVar[type[Endpoint]] = HttpEndpoint
-    settings: HttpTargetSettings
 
     @classmethod
     def for_distributed_driver(cls, settings: HttpTargetSettings) -> tuple[HttpTargetSettings, list[tuple[str, str]], str | None]:
@@ -96,7 +95,7 @@ class HttpTarget(Target):
                      "fix: start the server, or correct the URL's host and port")]
         return []
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> HttpEndpoint:
         parts = urlsplit(self.settings.url)
         port = parts.port or 80
         prefix = parts.path if parts.path.endswith("/") else parts.path + "/"

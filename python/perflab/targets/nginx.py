@@ -122,11 +122,10 @@ def render_config(settings: NginxSettings, workdir: Path, port: int, root: Path,
     )
 
 
-class NginxTarget(ManagedWebServer):
+class NginxTarget(ManagedWebServer[NginxSettings]):
     Settings: ClassVar[type[TargetSettings]] = NginxSettings
     server_name: ClassVar[str] = "nginx"
     whole_as_user: ClassVar[bool] = False  # the master starts its workers as `user`
-    settings: NginxSettings
 
     @property
     def conf_path(self) -> Path:

@@ -48,10 +48,9 @@ class ProcessSettings(ManagedServerSettings):
         return value
 
 
-class ProcessTarget(ManagedWebServer):
+class ProcessTarget(ManagedWebServer[ProcessSettings]):
     Settings: ClassVar[type[TargetSettings]] = ProcessSettings
     server_name: ClassVar[str] = "server"
-    settings: ProcessSettings
 
     @property
     def ready_path(self) -> str:  # type: ignore[override]

@@ -90,11 +90,10 @@ def _static_neighbours(link: netns.Link) -> None:
                       ns=here.ns)
 
 
-class RouterTarget(Target):
+class RouterTarget(Target[RouterSettings, NetworkEndpoint]):
     Settings: ClassVar[type[TargetSettings]] = RouterSettings
     endpoint_type: ClassVar[type[Endpoint]] = NetworkEndpoint
 
-    settings: RouterSettings
 
     def __init__(self, settings: RouterSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
@@ -115,7 +114,7 @@ class RouterTarget(Target):
         out = [("target.kind", p) for p in netns.problems(("ip", "ethtool"))]
         return out + netfilter.rules_problems(settings.rules)
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> NetworkEndpoint:
         problems = netns.problems(("ip", "ethtool"))
         if problems:
             raise RunFailure("router: " + "; ".join(problems))

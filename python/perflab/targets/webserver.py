@@ -41,7 +41,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import Field
 
@@ -159,7 +159,11 @@ def _is_ready(port: int, path: str) -> bool:
         conn.close()
 
 
-class ManagedWebServer(Target):
+# The settings of a kind of managed web server (nginx's, a process's).
+ServerSettingsT = TypeVar("ServerSettingsT", bound=ManagedServerSettings)
+
+
+class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
     """A web server perflab starts on 127.0.0.1 and stops. A subclass says
     how to start it (`command`, after `write_config`) and where it is ready."""
 
@@ -172,11 +176,11 @@ class ManagedWebServer(Target):
     whole_as_user: ClassVar[bool] = True
 
     @classmethod
-    def for_distributed_driver(cls, settings: ManagedServerSettings) -> tuple[ManagedServerSettings, list[tuple[str, str]], str | None]:
+    def for_distributed_driver(cls, settings: ServerSettingsT) -> tuple[ServerSettingsT, list[tuple[str, str]], str | None]:
         """The server listens on TCP (127.0.0.1): Ray workers on this machine reach it."""
         return settings, [], None
 
-    def __init__(self, settings: ManagedServerSettings, workdir: Path, base_dir: Path | None = None) -> None:
+    def __init__(self, settings: ServerSettingsT, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port: int | None = None
@@ -250,7 +254,7 @@ class ManagedWebServer(Target):
         self.served = (source, serve, how)
 
     @classmethod
-    def preflight(cls, settings: Any, base_dir: Path) -> list[tuple[str, str]]:
+    def preflight(cls, settings: ServerSettingsT, base_dir: Path) -> list[tuple[str, str]]:
         problems = resource_problems(settings.resources) if settings.resources is not None else []
         try:
             if server_user(settings) is not None and cls.whole_as_user:
@@ -261,7 +265,7 @@ class ManagedWebServer(Target):
 
     # ---------------------------------------------------------- lifecycle
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> HttpEndpoint:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._make_home()
         if not self.docroot.is_symlink():
@@ -356,7 +360,7 @@ class ManagedWebServer(Target):
         journal().remove(f"web-server:{self.workdir}")
         self.token = None
 
-    def reconfigure(self, settings: ManagedServerSettings) -> bool:
+    def reconfigure(self, settings: ServerSettingsT) -> bool:
         self.settings = settings
         if settings == self.started_settings and self.check_alive() is None:
             return False

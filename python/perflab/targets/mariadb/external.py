@@ -39,13 +39,11 @@ def connect_failure(exc: BaseException, where: str, user: str) -> tuple[str, str
 
 
 
-class MysqlTarget(Target):
+class MysqlTarget(Target[MysqlSettings, MysqlEndpoint]):
     """A MySQL 8 or MariaDB server perflab did not start, by `dsn`."""
 
     Settings: ClassVar[type[TargetSettings]] = MysqlSettings
     endpoint_type: ClassVar[type[Endpoint]] = MysqlEndpoint
-
-    settings: MysqlSettings
 
     def __init__(self, settings: MysqlSettings, workdir: Path, base_dir: Path | None = None) -> None:
         super().__init__(settings, workdir, base_dir)
@@ -65,6 +63,11 @@ class MysqlTarget(Target):
             return settings, [("target.dsn", "connects through a unix socket, which the Ray driver's workers "
                                "cannot reach; allowed: a dsn with a TCP host")], None
         return settings, [], None
+
+    @classmethod
+    def reachable_off_host(cls, settings: MysqlSettings) -> bool:
+        """Reached at the dsn's own address."""
+        return True
 
     @classmethod
     def validate_for_workload(cls, settings: MysqlSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
@@ -98,7 +101,7 @@ class MysqlTarget(Target):
             return [UserError(*connect_failure(exc, dsn.where(), dsn.user)).as_problem("target.dsn")]
         return []
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> MysqlEndpoint:
         ep = self._endpoint_of(self.settings)
         try:
             with ep.connect() as conn:
@@ -119,10 +122,10 @@ class MysqlTarget(Target):
             info["server"] = f"MySQL-protocol {info.get('version', '?')}"
         return info
 
-    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+    def confine(self, endpoint: MysqlEndpoint, schema: str, owner: Owner) -> MysqlEndpoint:
         """With allow_destructive: the run's sessions work in perflab's own
         database `schema` (made and marked here, or already perflab's)."""
-        if endpoint.read_only or not isinstance(endpoint, MysqlEndpoint):
+        if endpoint.read_only:
             return endpoint
         if schema in self.claims:
             return self.claims[schema][1]

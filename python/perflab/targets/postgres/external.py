@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, UserError
 from perflab.secrets import mask_secrets
 from perflab.targets import confine as confine_mod
@@ -225,11 +224,11 @@ class ExternalPostgres(PostgresTarget):
     def reconfigure(self, settings: PostgresSettings) -> bool:
         return False  # an external server is used as it is
 
-    def confine(self, endpoint: Endpoint, schema: str, owner: Owner) -> Endpoint:
+    def confine(self, endpoint: PostgresEndpoint, schema: str, owner: Owner) -> PostgresEndpoint:
         """An external server with allow_destructive: the run's sessions work
         in perflab's own schema `schema` only (search_path, in the conninfo
         both psycopg and the engine's client take)."""
-        if endpoint.read_only or not isinstance(endpoint, PostgresEndpoint):
+        if endpoint.read_only:
             return endpoint
         if schema in self.claims:
             return self.claims[schema][1]

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal
 from perflab.hostctl.cgroups import ServerCgroup, resource_problems
@@ -178,7 +177,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
 
     # -------------------------------------------------------------- provision
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> PostgresEndpoint:
         self.run_as = resolve_run_as(self.settings.run_as)
         self.bin_dir = find_bin_dir(self.settings.bin_dir, self.run_as, self.settings.version)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -445,7 +444,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
     def allow_remote_client(self, listen: str, client: str) -> None:
         self.remote = (listen, client)
 
-    def remote_endpoint(self, endpoint: Endpoint, host: str, port: int) -> Endpoint:
+    def remote_endpoint(self, endpoint: PostgresEndpoint, host: str, port: int) -> PostgresEndpoint:
         from psycopg.conninfo import make_conninfo
 
         assert isinstance(endpoint, PostgresEndpoint)

@@ -17,14 +17,12 @@ from perflab.targets.postgres.endpoint import PostgresEndpoint
 from perflab.targets.postgres.settings import RESERVED_SETTINGS, PostgresSettings
 
 
-class PostgresTarget(Target):
+class PostgresTarget(Target[PostgresSettings, PostgresEndpoint]):
     Settings: ClassVar[type[TargetSettings]] = PostgresSettings
     endpoint_type: ClassVar[type[Endpoint]] = PostgresEndpoint
     # Set by each subclass: the one for external settings (a dsn) or not.
     external_kind: ClassVar[bool | None] = None
     _kinds: ClassVar[dict[bool, type[PostgresTarget]]] = {}
-
-    settings: PostgresSettings
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -89,6 +87,11 @@ class PostgresTarget(Target):
     def remote_client_problem(cls, settings: PostgresSettings) -> str | None:
         kind = cls._kind(settings)
         return super().remote_client_problem(settings) if kind is cls else kind.remote_client_problem(settings)
+
+    @classmethod
+    def reachable_off_host(cls, settings: PostgresSettings) -> bool:
+        """An external server (dsn) is reached at its own address."""
+        return settings.dsn is not None
 
     # -------------------------------------------------------------- state
 
