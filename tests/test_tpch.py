@@ -267,6 +267,34 @@ def test_a_query_over_the_timeout_invalidates_the_metrics(endpoint: Any, workdir
     assert "power_at_size" not in result.metrics and "qphh_at_size" not in result.metrics
 
 
+def test_a_failure_after_the_queries_keeps_them_on_a_run_failure(scratch_db: Any, workdir: Path) -> None:
+    """A failure that is not perflab's own (here the server refuses the state's
+    last write) reaches the runner as a RunFailure caused by it, carrying the
+    rows the run completed: only a RunFailure carries them (issue 31)."""
+    import psycopg
+
+    from perflab.errors import RunFailure
+    from perflab.workloads.tpch import schema
+
+    w = workload(tests=["power"])
+    ctx = context(workdir)
+    w.prepare(scratch_db, ctx)
+    with scratch_db.connect() as conn:  # the claim of the refresh pair passes, the run's end does not
+        conn.execute("create function refuse_state() returns trigger language plpgsql as $$ begin "
+                     "if new.runs_since_load > 0 then raise exception 'the state stays as loaded'; end if; "
+                     "return new; end $$")
+        conn.execute(f"create trigger refuse_state before insert on {schema.STATE_TABLE} "
+                     "for each row execute function refuse_state()")
+    with pytest.raises(RunFailure, match="the state stays as loaded") as failed:
+        w.run(scratch_db, ctx)
+    assert isinstance(failed.value.__cause__, psycopg.Error)
+    kept = failed.value.partial
+    assert kept is not None
+    assert [q.query for q in sorted(kept.queries, key=lambda q: q.seq)] == (
+        ["RF1"] + [f"Q{n}" for n in qgen.QUERY_ORDER[0]] + ["RF2"])
+    assert all(q.status == "ok" for q in kept.queries)
+
+
 def _run_small_experiment(run_cli: Any, workdir: Path, workload_lines: str, *run_args: str) -> Path:
     """`perflab run` of an SF 0.01 TPC-H experiment on DuckDB; its output directory."""
     exp = workdir / "tpch.toml"

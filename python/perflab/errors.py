@@ -72,13 +72,14 @@ class RunFailure(Exception):
     experiment. `log_tail` carries the server log's last lines when there is one.
     `partial` is what the run measured before it failed (a perflab.model.RunResult:
     the queries it completed), stored with the failed run: the run's status says
-    they are a failed attempt's, never pooled with finished runs' figures.
+    they are a failed attempt's, never pooled with finished runs' figures. Only
+    a RunFailure carries them: a workload that keeps rows wraps what it re-raises.
     """
 
-    def __init__(self, message: str, log_tail: str | None = None) -> None:
+    def __init__(self, message: str, log_tail: str | None = None, partial: RunResult | None = None) -> None:
         super().__init__(message)
         self.log_tail = log_tail
-        self.partial: RunResult | None = None
+        self.partial = partial
 
 
 # SIGINT, SIGTERM or a cancel: stop now, tear everything down, keep what is

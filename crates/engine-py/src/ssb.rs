@@ -1,13 +1,13 @@
 //! Star Schema Benchmark glue: data generation + COPY into PostgreSQL, Arrow
-//! streams for DuckDB, through the loaders TPC-H uses. Every long call
-//! releases the GIL.
+//! streams for DuckDB, text rows for MySQL's LOAD DATA, through the loaders
+//! TPC-H uses. Every long call releases the GIL.
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 use crate::errors::config_error;
 use crate::results::TableLoad;
-use crate::tpch::{load_tables, scale_factor, stream_capsule};
+use crate::tpch::{load_tables, scale_factor, stream_capsule, table_parts, write_text};
 
 use perflab_engine::bulk::arrow_stream;
 use perflab_engine::ssb::Table;
@@ -61,8 +61,41 @@ pub fn ssb_arrow_stream<'py>(
     )
 }
 
+/// (table, part, parts) of every part of SSB `tables`, the biggest first.
+#[pyfunction]
+pub fn ssb_parts(scale_factor: f64, tables: Vec<String>) -> PyResult<Vec<(String, i32, i32)>> {
+    table_parts(scale_factor, &tables, table)
+}
+
+/// Part `part` of `parts` of an SSB table as text rows written to `path`,
+/// as tpch_write_text; the rows written.
+#[pyfunction]
+#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, cancel = None))]
+pub fn ssb_write_text(
+    py: Python<'_>,
+    path: &str,
+    table_name: &str,
+    scale_factor: f64,
+    part: i32,
+    parts: i32,
+    cancel: Option<Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    write_text(
+        py,
+        path,
+        table_name,
+        table,
+        scale_factor,
+        part,
+        parts,
+        cancel,
+    )
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ssb_load_postgres, m)?)?;
     m.add_function(wrap_pyfunction!(ssb_arrow_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(ssb_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(ssb_write_text, m)?)?;
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! TPC-H glue: data generation + COPY into PostgreSQL, Arrow streams for
-//! DuckDB, refresh-function sets. Every long call releases the GIL.
+//! DuckDB, text rows for MySQL's LOAD DATA, refresh-function sets. Every
+//! long call releases the GIL.
 
 use std::ffi::CString;
+use std::path::Path;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule};
@@ -10,7 +12,7 @@ use crate::errors::{config_error, engine_error};
 use crate::glue::run_blocking;
 use crate::results::TableLoad;
 
-use perflab_engine::bulk::{pgcopy, CopyFormat, GeneratedTable};
+use perflab_engine::bulk::{parts_biggest_first, pgcopy, textfile, CopyFormat, GeneratedTable};
 use perflab_engine::tpch::{self, refresh, Table};
 
 fn table(name: &str) -> PyResult<Table> {
@@ -83,6 +85,78 @@ pub(crate) fn load_tables<T: GeneratedTable>(
     })?
     .map_err(engine_error)?;
     Ok(table_loads(loads))
+}
+
+/// The parts a loader of `names` at `scale_factor` takes one at a time:
+/// (table, part, parts), the biggest first.
+pub(crate) fn table_parts<T: GeneratedTable>(
+    scale_factor: f64,
+    names: &[String],
+    parse: fn(&str) -> PyResult<T>,
+) -> PyResult<Vec<(String, i32, i32)>> {
+    let sf = self::scale_factor(scale_factor)?;
+    let tables = names
+        .iter()
+        .map(|t| parse(t))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(parts_biggest_first(&tables, sf)
+        .into_iter()
+        .map(|p| (p.table.name().to_string(), p.part, p.parts))
+        .collect())
+}
+
+/// Part `part` of `parts` of one table as text rows written to `path`,
+/// the GIL released; stopped between chunks by a signal or `cancel`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_text<T: GeneratedTable>(
+    py: Python<'_>,
+    path: &str,
+    name: &str,
+    parse: fn(&str) -> PyResult<T>,
+    scale_factor: f64,
+    part: i32,
+    parts: i32,
+    cancel: Option<Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    let sf = self::scale_factor(scale_factor)?;
+    let table = parse(name)?;
+    run_blocking(py, "perflab-text", cancel.as_ref(), None, |abort, _| {
+        textfile::write_text_part(Path::new(path), table, sf, part, parts, abort)
+    })?
+    .map_err(engine_error)
+}
+
+/// (table, part, parts) of every part of `tables` at `scale_factor`, the
+/// biggest first: the jobs of a parallel load through `tpch_write_text`.
+#[pyfunction]
+pub fn tpch_parts(scale_factor: f64, tables: Vec<String>) -> PyResult<Vec<(String, i32, i32)>> {
+    table_parts(scale_factor, &tables, table)
+}
+
+/// Part `part` of `parts` of `table_name` at `scale_factor` as text rows
+/// ('|' between fields, as COPY text) written to `path` (a pipe, a FIFO, or
+/// a file that exists; never created); the rows written.
+#[pyfunction]
+#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, cancel = None))]
+pub fn tpch_write_text(
+    py: Python<'_>,
+    path: &str,
+    table_name: &str,
+    scale_factor: f64,
+    part: i32,
+    parts: i32,
+    cancel: Option<Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    write_text(
+        py,
+        path,
+        table_name,
+        table,
+        scale_factor,
+        part,
+        parts,
+        cancel,
+    )
 }
 
 fn table_loads(loads: Vec<pgcopy::TableLoad>) -> Vec<TableLoad> {
@@ -173,6 +247,8 @@ pub fn tpch_official_answer_sf1(query: i32) -> Option<&'static str> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tpch_load_postgres, m)?)?;
     m.add_function(wrap_pyfunction!(tpch_arrow_stream, m)?)?;
+    m.add_function(wrap_pyfunction!(tpch_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(tpch_write_text, m)?)?;
     m.add_function(wrap_pyfunction!(tpch_refresh_pair, m)?)?;
     m.add_function(wrap_pyfunction!(tpch_rf1_rows, m)?)?;
     m.add_function(wrap_pyfunction!(tpch_rf2_keys, m)?)?;

@@ -54,7 +54,7 @@ def load_generated(endpoint: SqlEndpoint, conn: Sessionlike, ctx: RunContext, da
     dataset = data.name
     ctx.status(f"{dataset}: loading SF {scale_factor:g}")
     started = time.perf_counter()
-    load.rows = endpoint.bulk_load(data, scale_factor, list(tables), jobs)
+    load.rows = endpoint.bulk_load(data, scale_factor, list(tables), jobs, cancel=ctx.cancel)
     load.steps["load"] = time.perf_counter() - started
 
     ctx.status(f"{dataset}: load done")

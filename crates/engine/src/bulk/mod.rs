@@ -4,12 +4,15 @@
 //! (`pgcopy`) streams any set of them into PostgreSQL. A `GeneratedTable` can
 //! also give its parts as Arrow record batches, which `arrow_stream` hands
 //! to DuckDB.
+//! The same text rows go to a file or a pipe (`textfile`), which MySQL's
+//! LOAD DATA LOCAL INFILE reads.
 //! TPC-H (`crate::tpch`) and the Star Schema Benchmark (`crate::ssb`) are
 //! both; TPC-C's initial database (`crate::tpcc::load`) is a `CopyTable`.
 
 pub mod arrow_stream;
 pub mod pgbinary;
 pub mod pgcopy;
+pub mod textfile;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -113,6 +116,31 @@ impl std::str::FromStr for CopyFormat {
 /// Parts for a table of about `rows` rows: `TARGET_ROWS_PER_PART` each, at least 1.
 pub fn parts_for_rows(rows: f64) -> i32 {
     ((rows / TARGET_ROWS_PER_PART).ceil() as i32).max(1)
+}
+
+/// One part of a table, as a loader takes it: part `part` of `parts`.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<T> {
+    pub table: T,
+    pub part: i32,
+    pub parts: i32,
+}
+
+/// Every part of `tables` at `scale`, the biggest first, so that the tail
+/// of a parallel load is short.
+pub fn parts_biggest_first<T: CopyTable>(tables: &[T], scale: f64) -> Vec<Part<T>> {
+    let mut parts: Vec<Part<T>> = tables
+        .iter()
+        .flat_map(|&table| {
+            let parts = table.default_parts(scale);
+            (1..=parts).map(move |part| Part { table, part, parts })
+        })
+        .collect();
+    parts.sort_by(|a, b| {
+        let work = |p: &Part<T>| p.table.part_work(scale, p.parts);
+        work(b).total_cmp(&work(a))
+    });
+    parts
 }
 
 /// COPY text gathered in chunks of about `chunk_bytes`: rows are written into

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::{CopyFormat, CopyTable};
+use super::{parts_biggest_first, CopyFormat, CopyTable, Part};
 use crate::error::EngineError;
 use crate::pg::{ConnInfo, PgConn, PgError, COPY_CHUNK_BYTES};
 
@@ -28,13 +28,6 @@ pub struct TableLoad {
     pub parts: i32,
     /// Sum of the loaders' busy time on this table's parts.
     pub busy_s: f64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Job<T> {
-    table: T,
-    part: i32,
-    parts: i32,
 }
 
 /// Generate `tables` at `scale` and COPY them in, in `format`, through
@@ -52,17 +45,7 @@ pub fn load_postgres<T: CopyTable>(
 ) -> Result<Vec<TableLoad>, EngineError> {
     let info = ConnInfo::parse(conninfo)
         .map_err(|e| EngineError::Config(format!("bad connection string: {e}")))?;
-    let mut jobs: Vec<Job<T>> = tables
-        .iter()
-        .flat_map(|&table| {
-            let parts = table.default_parts(scale);
-            (1..=parts).map(move |part| Job { table, part, parts })
-        })
-        .collect();
-    jobs.sort_by(|a, b| {
-        let work = |j: &Job<T>| j.table.part_work(scale, j.parts);
-        work(b).total_cmp(&work(a))
-    });
+    let jobs = parts_biggest_first(tables, scale);
     let dataset = tables.first().map_or("", |t| t.dataset());
     let loaders = connections.clamp(1, jobs.len().max(1));
     let queue = Mutex::new(VecDeque::from(jobs));
@@ -115,7 +98,7 @@ fn loader<T: CopyTable>(
     info: &ConnInfo,
     scale: f64,
     format: CopyFormat,
-    queue: &Mutex<VecDeque<Job<T>>>,
+    queue: &Mutex<VecDeque<Part<T>>>,
     done: &Mutex<BTreeMap<&'static str, TableLoad>>,
     stop: &dyn Fn() -> bool,
 ) -> Result<(), EngineError> {

@@ -94,7 +94,7 @@ def current_run_as(settings: MariadbSettings) -> str | None:
 
 
 
-class MariadbTarget(LoggedServer, Target):
+class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
     Settings: ClassVar[type[TargetSettings]] = MariadbSettings
     endpoint_type: ClassVar[type[Endpoint]] = MysqlEndpoint
 
@@ -207,7 +207,7 @@ class MariadbTarget(LoggedServer, Target):
 
     # -------------------------------------------------------------- provision
 
-    def provision(self) -> Endpoint:
+    def provision(self) -> MysqlEndpoint:
         self.run_as = current_run_as(self.settings)
         self.server, self.install = find_binaries(self.settings.bin_dir)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,8 @@ class MariadbTarget(LoggedServer, Target):
             lines += [f"port = {self.port}", "bind-address = 127.0.0.1"]
         else:
             lines += ["skip-networking"]
-        lines += ["skip-name-resolve"]
+        # LOAD DATA LOCAL INFILE: how the tpch and ssb loads stream their rows in (a setting may turn it off)
+        lines += ["skip-name-resolve", "local-infile = ON"]
         redo, undo = self._dir("redo"), self._dir("undo")
         if redo is not None:
             lines.append(f"innodb-log-group-home-dir = {redo}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from perflab.endpoints import GeneratedData, PgWireEndpoint
+from perflab.endpoints import Cancel, GeneratedData, PgWireEndpoint
 from perflab.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -38,8 +38,10 @@ class PostgresEndpoint(PgWireEndpoint):
 
         return isinstance(exc, psycopg.errors.QueryCanceled)
 
-    def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
+    def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int, *,
+                  cancel: Cancel | None = None) -> dict[str, int]:
         """Generated in the engine and streamed with COPY over `jobs`
         connections (the engine's own client), no files in between."""
-        loads = data.copy_postgres(self.wire_conninfo(f"perflab-{data.name}"), scale_factor, tables, jobs)
+        loads = data.copy_postgres(self.wire_conninfo(f"perflab-{data.name}"), scale_factor, tables, jobs,
+                                   cancel=cancel)
         return {t.table: t.rows for t in loads}

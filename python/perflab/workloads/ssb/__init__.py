@@ -85,8 +85,8 @@ class SsbWorkload(Workload[SqlEndpoint]):
         try:
             with endpoint.connect() as conn:
                 load = generated.load_generated(
-                    endpoint, conn, ctx, schema.DATA, sf, schema.TABLES, schema.drop_tables(endpoint.schema),
-                    [schema.create_table(t) for t in schema.TABLES],
+                    endpoint, conn, ctx, schema.DATA, sf, schema.TABLES, schema.drop_tables(endpoint.schema, endpoint.dialect),
+                    [schema.create_table(t, endpoint.dialect) for t in schema.TABLES],
                     schema.load_steps(endpoint.dialect, endpoint.schema is not None),
                     self._jobs())
                 conn.execute(f"create table {schema.STATE_TABLE} (scale_factor double precision not null)")

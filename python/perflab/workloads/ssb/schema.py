@@ -8,17 +8,21 @@ the generator keeps).
 After the load, PostgreSQL gets the primary keys of the specification and
 ANALYZE; DuckDB gets ANALYZE only (its scans use zone maps, not indexes, and
 keys slow its bulk load), as TPC-H's load does (workloads/tpch/schema.py).
+MySQL and MariaDB (InnoDB) get the primary keys in CREATE TABLE, text as
+varchar of the specification's lengths (MySQL's varchar needs one), byte-wise
+comparison (`latin1_bin`), and ANALYZE TABLE after the load, as TPC-H's.
 """
 
 from __future__ import annotations
 
 from perflab import _engine
 from perflab.endpoints import GeneratedData
-from perflab.workloads.tpch.schema import Step
+from perflab.workloads.tpch.schema import MYSQL_TABLE_OPTIONS, Step
 
 TABLES = ("date", "customer", "supplier", "part", "lineorder")
 # The engine's generators of it (ssb-dbgen's rules): what a target loads it with.
-DATA = GeneratedData("ssb", _engine.ssb_load_postgres, _engine.ssb_arrow_stream)
+DATA = GeneratedData("ssb", _engine.ssb_load_postgres, _engine.ssb_arrow_stream, _engine.ssb_parts,
+                     _engine.ssb_write_text)
 
 _COLUMNS = {
     "date": [
@@ -60,25 +64,46 @@ PRIMARY_KEYS = {
     "lineorder": "lo_orderkey, lo_linenumber",
 }
 
+# The specification's lengths of the text columns (section 2), which the
+# generator keeps: MySQL's varchar needs one.
+MYSQL_LENGTHS = {
+    "d_date": 18, "d_dayofweek": 9, "d_month": 9, "d_yearmonth": 7, "d_sellingseason": 12,
+    "c_name": 25, "c_address": 25, "c_city": 10, "c_nation": 15, "c_region": 12, "c_phone": 15,
+    "c_mktsegment": 10,
+    "s_name": 25, "s_address": 25, "s_city": 10, "s_nation": 15, "s_region": 12, "s_phone": 15,
+    "p_name": 22, "p_mfgr": 6, "p_category": 7, "p_brand1": 9, "p_color": 11, "p_type": 25, "p_container": 10,
+    "lo_orderpriority": 15, "lo_shippriority": 1, "lo_shipmode": 10,
+}
+
 # perflab's record of the SSB data set in the database: its scale factor.
 STATE_TABLE = "perflab_ssb_state"
 
 
-def create_table(table: str) -> str:
+def create_table(table: str, dialect: str = "postgres") -> str:
+    if dialect == "mysql":
+        columns = ",\n  ".join(f"{name} {kind}({MYSQL_LENGTHS[name]}) not null" if kind == "varchar"
+                               else f"{name} {kind} not null" for name, kind in _COLUMNS[table])
+        return f"create table {table} (\n  {columns},\n  primary key ({PRIMARY_KEYS[table]})\n) {MYSQL_TABLE_OPTIONS}"
     columns = ",\n  ".join(f"{name} {kind} not null" for name, kind in _COLUMNS[table])
     return f"create table {table} (\n  {columns}\n)"
 
 
-def drop_tables(schema: str | None = None) -> list[str]:
+def drop_tables(schema: str | None = None, dialect: str = "postgres") -> list[str]:
     """The drops before a load; in `schema` (perflab's own, on a database it
-    did not create) by name, so that no drop reaches past it."""
+    did not create) by name, so that no drop reaches past it. MySQL ignores
+    CASCADE: there the session drops with foreign_key_checks = 0, as a
+    mysqldump restore does, so that a table another data set's foreign key
+    names (TPC-H's and SSB's customer, supplier, part) goes as on PostgreSQL."""
     own = f"{schema}." if schema else ""
-    return [f"drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
+    checks_off = "set session foreign_key_checks = 0; " if dialect == "mysql" else ""
+    return [f"{checks_off}drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
 
 
 def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
     """Keys and statistics; DuckDB's bare ANALYZE takes every table in the
     file, which only a file perflab created is all its own."""
+    if dialect == "mysql":
+        return [Step("analyze", tuple(f"analyze table {t}" for t in TABLES))]
     if dialect == "postgres":
         keys = tuple(f"alter table {t} add constraint {t}_pkey primary key ({cols})"
                      for t, cols in PRIMARY_KEYS.items())

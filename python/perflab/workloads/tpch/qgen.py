@@ -295,8 +295,8 @@ class StreamQuery:
 @cache
 def template(number: int, dialect: str) -> string.Template:
     """The query's text with ${NAME} placeholders; a dialect may override a
-    query with qNN.<dialect>.sql (none needs to yet: the 22 texts run as
-    written on PostgreSQL and DuckDB)."""
+    query with qNN.<dialect>.sql (the 22 texts run as written on PostgreSQL
+    and DuckDB; MySQL's dialect has its own Q13)."""
     base = resources.files("perflab.workloads.tpch") / "queries"
     override = base / f"q{number:02d}.{dialect}.sql"
     source = override if override.is_file() else base / f"q{number:02d}.sql"

@@ -13,7 +13,9 @@ store, so a run run again (resumed, retried) uses the same pairs, after
 Each function is one transaction, as clause 2.5.2/2.5.3 allow ("the
 transaction may insert/delete in any order"): RF1 inserts the orders first and
 then the lineitems; RF2 deletes the lineitems first and then the orders, so
-PostgreSQL's foreign keys hold at every statement.
+PostgreSQL's and InnoDB's foreign keys hold at every statement. RF1 inserts
+by COPY on PostgreSQL, from Arrow on DuckDB, and by multi-row INSERTs on
+MySQL (PyMySQL's executemany: statements of up to 1 MB).
 """
 
 from __future__ import annotations
@@ -67,6 +69,20 @@ def _insert(conn: Any, dialect: str, orders: bytes, lineitems: bytes,
                 if rows:
                     with cur.copy(f"copy {table} from stdin (format text, delimiter '|')") as copy:
                         copy.write(rows)
+    elif dialect == "mysql":
+        conn.execute("begin")
+        try:
+            if extra is not None:
+                extra(conn)
+            for table, rows, columns in (("orders", orders, ORDERS_COLUMNS), ("lineitem", lineitems, LINEITEM_COLUMNS)):
+                if rows:
+                    marks = ", ".join(["%s"] * len(columns))
+                    conn.cursor().executemany(f"insert into {table} values ({marks})",
+                                              [line.split("|") for line in rows.decode().splitlines() if line])
+            conn.execute("commit")
+        except BaseException:
+            conn.execute("rollback")
+            raise
     else:
         import pyarrow.csv as pacsv
 
@@ -108,6 +124,8 @@ def _keys(rows: bytes) -> list[int]:
 def _count_orders(conn: Sessionlike, dialect: str, keys: list[int]) -> int:
     if dialect == "postgres":
         return int(conn.execute("select count(*) from orders where o_orderkey = any(%s)", (keys,)).fetchone()[0])
+    if dialect == "mysql":  # PyMySQL writes a list as (k1, k2, ...)
+        return int(conn.execute("select count(*) from orders where o_orderkey in %s", (keys,)).fetchone()[0])
     return int(conn.execute("select count(*) from orders where o_orderkey in (select unnest($1::bigint[]))",
                             [keys]).fetchall()[0][0])
 
@@ -143,6 +161,9 @@ def undo_pair(conn: Any, dialect: str, scale_factor: float, pair: int, seed: int
         if dialect == "postgres":
             cur.execute("delete from lineitem where l_orderkey = any(%s)", (rf1_keys,))
             cur.execute("delete from orders where o_orderkey = any(%s)", (rf1_keys,))
+        elif dialect == "mysql":
+            cur.execute("delete from lineitem where l_orderkey in %s", (rf1_keys,))
+            cur.execute("delete from orders where o_orderkey in %s", (rf1_keys,))
         else:
             cur.execute("delete from lineitem where l_orderkey in (select unnest($1::bigint[]))", [rf1_keys])
             cur.execute("delete from orders where o_orderkey in (select unnest($1::bigint[]))", [rf1_keys])
@@ -180,6 +201,15 @@ def rf2(conn: Any, dialect: str, scale_factor: float, pair: int, seed: int) -> R
             n_lineitems = cur.rowcount
             cur.execute("delete from orders where o_orderkey = any(%s)", (keys,))
             n_orders = cur.rowcount
+    elif dialect == "mysql":
+        conn.execute("begin")
+        try:
+            n_lineitems = conn.execute("delete from lineitem where l_orderkey in %s", (keys,)).rowcount
+            n_orders = conn.execute("delete from orders where o_orderkey in %s", (keys,)).rowcount
+            conn.execute("commit")
+        except BaseException:
+            conn.execute("rollback")
+            raise
     else:
         conn.execute("begin transaction")
         try:

@@ -25,6 +25,18 @@ DuckDB
 - no keys and no indexes: DuckDB's ART indexes slow its bulk load and its
   deletes, and its plans use min/max zone maps, not indexes. Keys are
   documented, not enforced, as the spec allows.
+
+MySQL and MariaDB (InnoDB)
+- the primary keys in CREATE TABLE: InnoDB stores a table in its primary
+  key's order, so a key added afterwards rebuilds the whole table, while
+  each loaded part's keys are one ascending range;
+- after the load, PostgreSQL's secondary indexes, then its foreign keys,
+  added with foreign_key_checks = 0 (in place, without reading the rows, as
+  a mysqldump restore adds them: the generator's keys hold by
+  construction), then ANALYZE TABLE;
+- `latin1_bin`: byte-wise, case-sensitive comparison, as the spec's LIKE
+  (Q16's '%Customer%Complaints%') and PostgreSQL's text compare; the data is
+  ASCII.
 """
 
 from __future__ import annotations
@@ -36,7 +48,8 @@ from perflab.endpoints import GeneratedData
 
 TABLES = ("region", "nation", "part", "supplier", "partsupp", "customer", "orders", "lineitem")
 # The engine's generators of it (tpchgen): what a target loads it with.
-DATA = GeneratedData("tpch", _engine.tpch_load_postgres, _engine.tpch_arrow_stream)
+DATA = GeneratedData("tpch", _engine.tpch_load_postgres, _engine.tpch_arrow_stream, _engine.tpch_parts,
+                     _engine.tpch_write_text)
 
 _COLUMNS = {
     "region": """
@@ -158,31 +171,49 @@ class Step:
     statements: tuple[str, ...]
 
 
-def create_table(table: str) -> str:
+# InnoDB's table options: see the module's docstring.
+MYSQL_TABLE_OPTIONS = "engine=InnoDB default charset=latin1 collate=latin1_bin"
+
+
+def create_table(table: str, dialect: str = "postgres") -> str:
+    if dialect == "mysql":
+        return f"create table {table} ({_COLUMNS[table]},\n        primary key ({PRIMARY_KEYS[table]})\n) " \
+               f"{MYSQL_TABLE_OPTIONS}"
     return f"create table {table} ({_COLUMNS[table]}\n)"
 
 
-def drop_tables(schema: str | None = None) -> list[str]:
+def drop_tables(schema: str | None = None, dialect: str = "postgres") -> list[str]:
     """The drops before a load; in `schema` (perflab's own, on a database it
-    did not create) by name, so that no drop reaches past it."""
+    did not create) by name, so that no drop reaches past it. MySQL ignores
+    CASCADE: there the session drops with foreign_key_checks = 0, as a
+    mysqldump restore does, so that a table another data set's foreign key
+    names (TPC-H's and SSB's customer, supplier, part) goes as on PostgreSQL."""
     own = f"{schema}." if schema else ""
-    return [f"drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
+    checks_off = "set session foreign_key_checks = 0; " if dialect == "mysql" else ""
+    return [f"{checks_off}drop table if exists {own}{t} cascade" for t in (*reversed(TABLES), STATE_TABLE)]
+
+
+def _foreign_keys(prefix: str = "") -> tuple[str, ...]:
+    return tuple(
+        f"{prefix}alter table {t} add constraint {t}_{ref}_fk_{i} foreign key ({cols}) references {ref} ({ref_cols})"
+        for i, (t, cols, ref, ref_cols) in enumerate(FOREIGN_KEYS)
+    )
 
 
 def key_steps(dialect: str) -> list[Step]:
-    if dialect != "postgres":
+    if dialect not in ("postgres", "mysql"):
         return []
-    primary = tuple(
-        f"alter table {t} add constraint {t}_pkey primary key ({cols})" for t, cols in PRIMARY_KEYS.items()
-    )
-    foreign = tuple(
-        f"alter table {t} add constraint {t}_{ref}_fk_{i} foreign key ({cols}) references {ref} ({ref_cols})"
-        for i, (t, cols, ref, ref_cols) in enumerate(FOREIGN_KEYS)
-    )
     indexes = tuple(
         f"create index {t}_{cols.replace(', ', '_')}_idx on {t} ({cols})" for t, cols in SECONDARY_INDEXES
     )
-    return [Step("primary keys", primary), Step("secondary indexes", indexes), Step("foreign keys", foreign)]
+    if dialect == "mysql":
+        # InnoDB adds a foreign key in place, without reading the rows, only with the checks off
+        return [Step("secondary indexes", indexes),
+                Step("foreign keys", _foreign_keys("set session foreign_key_checks = 0; "))]
+    primary = tuple(
+        f"alter table {t} add constraint {t}_pkey primary key ({cols})" for t, cols in PRIMARY_KEYS.items()
+    )
+    return [Step("primary keys", primary), Step("secondary indexes", indexes), Step("foreign keys", _foreign_keys())]
 
 
 def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
@@ -202,6 +233,9 @@ def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
     indexes as with them (measured at SF 1: 1.34 s and 3.24 s without them,
     where both plan hash anti-joins, 1.38 s and 3.34 s with them)."""
     keys = {s.name: s for s in key_steps(dialect)}
+    if dialect == "mysql":
+        # InnoDB: the primary keys are in CREATE TABLE; a foreign key needs its index first
+        return [keys["secondary indexes"], keys["foreign keys"], analyze_step(dialect)]
     if not keys:
         return [analyze_step(dialect, own_tables_only)]
     return [keys["primary keys"], analyze_step(dialect), keys["foreign keys"], keys["secondary indexes"]]
@@ -210,6 +244,8 @@ def load_steps(dialect: str, own_tables_only: bool = False) -> list[Step]:
 def analyze_step(dialect: str, own_tables_only: bool = False) -> Step:
     """ANALYZE of TPC-H's tables; DuckDB's bare ANALYZE takes every table in
     the file, which only a file perflab created is all its own."""
+    if dialect == "mysql":
+        return Step("analyze", tuple(f"analyze table {t}" for t in TABLES))
     if dialect == "postgres" or own_tables_only:
         return Step("analyze", tuple(f"analyze {t}" for t in TABLES))
     return Step("analyze", ("analyze",))
