@@ -136,7 +136,7 @@ def test_a_run_records_its_writing_queries_and_a_rerun_asks_for_a_reload(workdir
     made = QueriesWorkload(QueriesSettings.model_validate({
         "kind": "queries", "prepare": "prepare.sql", "repetitions": 3,
         "queries": {"add": "insert into t values (1)", "read": "select count(*) from t"}}))
-    queries = load_queries(made.settings, workdir)
+    queries = load_queries(made.settings, workdir, "postgres")
     plans = {0: stream_executions(queries, made.settings, 0)}
 
     made._record_writes(queries, plans, ctx, RunResult())
@@ -151,12 +151,12 @@ def test_a_run_records_its_writing_queries_and_a_rerun_asks_for_a_reload(workdir
     result = RunResult()
     warned: list[str] = []
     ctx.warn = warned.append
-    as_is._record_writes(load_queries(as_is.settings, workdir), {0: []}, ctx, result)
+    as_is._record_writes(load_queries(as_is.settings, workdir, "postgres"), {0: []}, ctx, result)
     assert recorded[0][1]["reloadable"] is False
     no_load = [{"attempt": 1, "kind": "queries.writes", "data": recorded[0][1]}]
     assert as_is.reload_for_rerun(no_load) is None  # nothing to load it from: the rerun says the writes stay
     ctx.earlier_effects = no_load
-    as_is._record_writes(load_queries(as_is.settings, workdir), {0: []}, ctx, result)
+    as_is._record_writes(load_queries(as_is.settings, workdir, "postgres"), {0: []}, ctx, result)
     assert any(e.kind == "earlier-writes" and "what they wrote stays" in e.message for e in result.events)
     assert warned and "what they wrote stays" in warned[0]
 
@@ -200,7 +200,7 @@ def test_bad_query_sets_are_named(workdir: Path, case: str, expected: str) -> No
         (d / "a.sql").write_bytes(b"select \xff\xfe")
     s = QueriesSettings.model_validate({"kind": "queries", "queries": "set", "params": params})
     with pytest.raises(UserError) as info:
-        load_queries(s, workdir)
+        load_queries(s, workdir, "postgres")
     assert expected in str(info.value)
 
 
@@ -272,6 +272,22 @@ def test_built_in_sets_bring_their_data(duckdb_endpoint: Any, workdir: Path) -> 
         assert all(q.status == "ok" for q in result.queries), [(q.query, q.error) for q in result.queries]
 
 
+def test_a_built_in_set_takes_the_endpoints_dialect(workdir: Path) -> None:
+    """"@tpch" runs each query's text as the tpch workload runs it on that
+    dialect (qgen.render): MySQL's has its own Q13 (a MariaDB run:
+    test_tpch_mariadb.py)."""
+    from perflab.workloads.tpch import qgen
+
+    s = QueriesSettings.model_validate({"kind": "queries", "queries": "@tpch"})
+    texts = {}
+    for dialect in ("postgres", "duckdb", "mysql"):
+        texts[dialect] = {e.name: e.text for e in stream_executions(load_queries(s, workdir, dialect), s, 0)}
+        assert texts[dialect] == {f"Q{n}": qgen.render(n, qgen.VALIDATION_PARAMETERS[n], dialect) for n in range(1, 23)}
+    assert texts["mysql"]["Q13"] != texts["postgres"]["Q13"]
+    assert {n: t for n, t in texts["mysql"].items() if n != "Q13"} == {
+        n: t for n, t in texts["postgres"].items() if n != "Q13"}
+
+
 def test_a_set_file_gives_data_and_default_parameters(workdir: Path) -> None:
     d = query_dir(workdir)
     (d / "set.toml").write_text('dataset = "ssb"\n[params.a_count]\nregion = ["north"]\n'
@@ -281,7 +297,7 @@ def test_a_set_file_gives_data_and_default_parameters(workdir: Path) -> None:
     from perflab.workloads.queries import set_dataset, stream_executions
 
     assert set_dataset(s, workdir) == "ssb"
-    texts = {e.name: e.text for e in stream_executions(load_queries(s, workdir), s, 0)}
+    texts = {e.name: e.text for e in stream_executions(load_queries(s, workdir, "postgres"), s, 0)}
     assert "'north'" in texts["a_count"] and "between 9 and 9" in texts["b_sum"]  # the experiment's value wins
     (d / "set.toml").write_text('dataset = "tpcx"\n')
     with pytest.raises(UserError, match="set.toml: dataset"):

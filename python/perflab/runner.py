@@ -561,7 +561,7 @@ class Runner:
         except Exception as exc:  # a failed run is stored and the experiment goes on
             status = "failed"
             error = str(exc) if isinstance(exc, RunFailure) else f"{type(exc).__name__}: {exc}"
-            partial = getattr(exc, "partial", None)
+            partial = exc.partial if isinstance(exc, RunFailure) else None
             if partial is not None and partial.queries:
                 # The queries it completed are stored with it: its status (failed) keeps them
                 # out of every figure pooled over finished runs.
@@ -572,7 +572,8 @@ class Runner:
                 alive = target.check_alive()
                 if alive:
                     error = f"{error} ({alive})"
-            log_tail = getattr(exc, "log_tail", None) or (target.log_tail(LOG_TAIL_LINES) if target else None)
+            log_tail = (exc.log_tail if isinstance(exc, RunFailure) else None) or (
+                target.log_tail(LOG_TAIL_LINES) if target else None)
             error = server_cause(error, log_tail, _server_dirs(described, target))
             # error.txt is for the user: the error and the server's words. A
             # traceback helps only when perflab itself failed (not a RunFailure).

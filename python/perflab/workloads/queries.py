@@ -4,8 +4,9 @@
   (the query's name is the file's stem), or an inline table of named
   queries (`[workload.queries]` q1 = "select ..."), or a built-in set:
   "@tpch" (TPC-H's 22 queries with the spec's validation parameters, on
-  TPC-H data) or "@ssb" (SSB's 13 with the standard parameters, on SSB
-  data). A directory may hold `set.toml`: `dataset = "tpch"` (the data its
+  TPC-H data, in the target's dialect as the tpch workload runs them: MySQL's
+  Q13 on MariaDB and MySQL) or "@ssb" (SSB's 13 with the standard parameters,
+  on SSB data). A directory may hold `set.toml`: `dataset = "tpch"` (the data its
   queries need) and `[params.<query>]` tables, defaults that
   `workload.params` overrides name by name. So one factor,
   "workload.queries" = ["@tpch", "@ssb", "w22-like"], runs several query
@@ -128,13 +129,15 @@ class SetFile(StrictModel):
 BUILTIN_SETS = {"@tpch": "tpch", "@ssb": "ssb"}
 
 
-def _builtin(name: str) -> list[tuple[str, str, str]]:
-    """A built-in set's queries: TPC-H's 22 with the validation parameters
-    (workloads/tpch/qgen.py), or SSB's 13 with the standard ones."""
+def _builtin(name: str, dialect: str) -> list[tuple[str, str, str]]:
+    """A built-in set's queries in the endpoint's `dialect`, as the workload
+    that owns them picks its texts: TPC-H's 22 with the validation parameters
+    (workloads/tpch/qgen.py, e.g. MySQL's own Q13), or SSB's 13 with the
+    standard ones (one text for every dialect)."""
     if name == "@tpch":
         from perflab.workloads.tpch import qgen
 
-        return [(f"Q{n}", qgen.render(n, qgen.VALIDATION_PARAMETERS[n], "postgres").replace("$", "$$"),
+        return [(f"Q{n}", qgen.render(n, qgen.VALIDATION_PARAMETERS[n], dialect).replace("$", "$$"),
                  f"TPC-H Q{n}") for n in range(1, 23)]
     if name == "@ssb":
         from perflab.workloads.ssb import queries
@@ -187,17 +190,18 @@ def _path(base_dir: Path, name: str) -> Path:
     return p if p.is_absolute() else base_dir / p
 
 
-def load_queries(settings: QueriesSettings, base_dir: Path) -> list[QuerySource]:
+def load_queries(settings: QueriesSettings, base_dir: Path, dialect: str) -> list[QuerySource]:
     """The query set, checked: every file readable, non-empty text with valid
     placeholders, and every placeholder defined by `params` and every
-    definition used. UserError names the first problem."""
+    definition used. A built-in set's texts are the endpoint's `dialect`'s
+    (SqlEndpoint.dialect). UserError names the first problem."""
     sources: list[tuple[str, str, str]] = []  # (name, text, origin)
     set_params: dict[str, dict[str, list[Scalar] | Range]] = {}
     if isinstance(settings.queries, dict):
         for name, text in settings.queries.items():
             sources.append((name, text, f"workload.queries.{name}"))
     elif settings.queries.startswith("@"):
-        sources = _builtin(settings.queries)
+        sources = _builtin(settings.queries, dialect)
     else:
         directory = _path(base_dir, settings.queries)
         if not directory.is_dir():
@@ -328,8 +332,8 @@ class QueriesWorkload(Workload[SqlEndpoint]):
     @classmethod
     def preflight(cls, settings: QueriesSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = []
-        try:
-            load_queries(settings, base_dir)
+        try:  # names and placeholders, which are the same in every dialect
+            load_queries(settings, base_dir, "postgres")
         except UserError as exc:
             path = exc.message.split(":", 1)[0]
             problems.append(exc.as_problem(path))
@@ -392,7 +396,7 @@ class QueriesWorkload(Workload[SqlEndpoint]):
 
     def run(self, endpoint: SqlEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
-        queries = load_queries(s, ctx.base_dir)
+        queries = load_queries(s, ctx.base_dir, endpoint.dialect)
         result = RunResult(headline=list(self.headline))
         plans = {n: stream_executions(queries, s, n) for n in range(s.streams)}
         self._record_writes(queries, plans, ctx, result)
@@ -431,19 +435,16 @@ class QueriesWorkload(Workload[SqlEndpoint]):
         for n in sorted(times):
             result.queries.extend(times[n])
         if errors:
-            failure = RunFailure(f"a query stream failed: {short_error(errors[0])}")
-            failure.partial = result  # the queries completed before it: kept with the failed run
-            raise failure from errors[0]
+            # the queries completed before it: kept with the failed run
+            raise RunFailure(f"a query stream failed: {short_error(errors[0])}", partial=result) from errors[0]
         failed = [t for t in result.queries if t.status != "ok"]
         for t in failed:
             result.events.append(Event(t.started_s or 0.0, f"query-{t.status}",
                                        f"stream {t.stream} {t.query}: {t.error}"))
         if failed and s.on_error == "fail":
             first = failed[0]
-            failure = RunFailure(f"query {first.query} (stream {first.stream}) {first.status}: {first.error}; "
-                                 "on_error = \"fail\" stopped the run")
-            failure.partial = result
-            raise failure
+            raise RunFailure(f"query {first.query} (stream {first.stream}) {first.status}: {first.error}; "
+                             "on_error = \"fail\" stopped the run", partial=result)
         if failed:
             result.flags.append(Flag.INVALID_METRICS)
         ok = [t.seconds for t in result.queries if t.status == "ok" and t.seconds]
