@@ -173,7 +173,7 @@ def _execute(session: Session, args: argparse.Namespace) -> int:
 
     store = session.store
     progress = make_progress(len(session.plan), session.count("done", "failed"), args.quiet,
-                             every=getattr(args, "progress", None))
+                             every=args.progress)  # run and resume both take --progress
     try:
         outcome = runner.execute(session, progress)
     except Interrupted as exc:

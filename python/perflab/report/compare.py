@@ -41,8 +41,8 @@ from perflab.store import Store
 # Keys of the experiment file that name or describe it, not what was measured.
 IGNORED_SPEC_KEYS = ("experiment.name", "experiment.description")
 # The flags that say a run's host was busy with something else (set by the
-# host-noise measurement; read by name so an older store simply has none).
-HOST_NOISE_FLAGS = tuple(str(getattr(Flag, name)) for name in ("NOISY_HOST", "CPU_SATURATED") if hasattr(Flag, name))
+# host-noise measurement; an older store's runs simply carry none).
+HOST_NOISE_FLAGS = (str(Flag.NOISY_HOST), str(Flag.CPU_SATURATED))
 HOST_NOISE_METRIC = "host.noise_cores"
 INCONCLUSIVE = "inconclusive"
 
