@@ -396,11 +396,6 @@ def _condition_flags(described: dict[str, Any]) -> list[Flag]:
 HUGEPAGE_FACTORS = ("host.hugepages", "host.sysctl.vm.nr_hugepages", "target.settings.huge_pages")
 
 
-def _server_cpus(target_settings: TargetSettings) -> str | None:
-    resources = getattr(target_settings, "resources", None)
-    return getattr(resources, "cpus", None)
-
-
 class Runner:
     def __init__(self, exp: Experiment, store: Store, plan: list[PlannedRun], progress: Progress,
                  base_dir: Path) -> None:
@@ -515,7 +510,7 @@ class Runner:
                 self._release_target()  # a knob the server takes at its start changes
             target, identity = self._target_object(spec)
             self.host.apply(spec.host, target)
-            self.host.pin_driver(spec.driver.cpus, _server_cpus(spec.target))
+            self.host.pin_driver(spec.driver.cpus, spec.target.server_cpus())
             try:
                 endpoint = self._bring_up(target, identity, spec, result)
             finally:

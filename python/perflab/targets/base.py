@@ -70,6 +70,11 @@ class TargetSettings(StrictModel):
     # always keeps it, so `perflab resume` reuses the loaded data.
     keep_data: bool = False
 
+    def server_cpus(self) -> str | None:
+        """The CPUs the server is confined to (`target.resources.cpus`), for
+        a kind that confines its server; the driver is pinned apart."""
+        return None
+
 
 # A target kind's settings model and the endpoint its `provision` returns: a
 # kind's hooks take and give its own (`class PostgresTarget(Target[

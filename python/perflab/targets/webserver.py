@@ -66,6 +66,9 @@ class ManagedServerSettings(TargetSettings):
     # The OS user the server's workers run as when perflab is root (default nobody).
     run_as: OsText | None = None
 
+    def server_cpus(self) -> str | None:
+        return self.resources.cpus if self.resources is not None else None
+
 
 def server_user(settings: ManagedServerSettings) -> str | None:
     """The OS user a managed web server's workers run as: None (this user)

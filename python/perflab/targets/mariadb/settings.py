@@ -62,6 +62,9 @@ class MariadbSettings(TargetSettings):
     start_timeout: Duration = Field(default=120.0, gt=0)
     resources: ResourceSettings | None = None
 
+    def server_cpus(self) -> str | None:
+        return self.resources.cpus if self.resources is not None else None
+
     @field_validator("settings")
     @classmethod
     def _setting_names(cls, value: dict[str, SettingValue]) -> dict[str, SettingValue]:

@@ -52,6 +52,9 @@ class PostgresSettings(TargetSettings):
     # Limits on the server's whole process tree (a cgroup).
     resources: ResourceSettings | None = None
 
+    def server_cpus(self) -> str | None:
+        return self.resources.cpus if self.resources is not None else None
+
     @field_validator("version", mode="before")
     @classmethod
     def _version_text(cls, value: Any) -> Any:
