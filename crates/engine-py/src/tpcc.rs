@@ -1,12 +1,16 @@
-//! Bindings of TPC-C: its loader and its driver (the harness with
-//! `TpccProtocol`). Glue only; see `perflab_engine::tpcc`.
+//! Bindings of TPC-C: its loader, its text rows for MySQL's LOAD DATA, and
+//! its driver (the harness with `TpccProtocol`). Glue only; see
+//! `perflab_engine::tpcc`.
+
+use std::path::Path;
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{drive, run_blocking, HarnessArgs};
+use crate::glue::{harness_binding, run_blocking};
 use crate::results::{DriverResult, LoadReport};
-use perflab_engine::tpcc::load::{self, LoadConfig};
+use perflab_engine::bulk::{parts_biggest_first, textfile, CopyTable};
+use perflab_engine::tpcc::load::{self, LoadConfig, Table, TABLES};
 use perflab_engine::tpcc::protocol::{Constants, Mode, TpccConfig};
-use perflab_engine::tpcc::TpccProtocol;
+use perflab_engine::tpcc::{TpccMysqlProtocol, TpccProtocol};
 use pyo3::prelude::*;
 
 /// Load the TPC-C initial database into existing empty tables.
@@ -45,43 +49,81 @@ fn tpcc_load<'py>(
     Ok(LoadReport::new(report.steps, report.rows))
 }
 
-/// Drive TPC-C's five transactions through the harness; returns the run's
-/// figures (by_type: new_order, new_order_rollback, payment, order_status,
-/// delivery, stock_level).
+fn table(name: &str, seed: u64, c_last: i64, now_s: i64) -> PyResult<Table> {
+    if !(0..=255).contains(&c_last) {
+        return Err(config_error(format!(
+            "c_last {c_last} is out of range; allowed: 0..255"
+        )));
+    }
+    Table::named(name, seed, c_last, now_s).ok_or_else(|| {
+        config_error(format!(
+            "no TPC-C table {name:?}; allowed: {}",
+            TABLES.join(", ")
+        ))
+    })
+}
+
+/// (table, part, parts) of every part of `tables` at `warehouses`, the
+/// biggest first: the jobs of a parallel load through `tpcc_write_text`.
 #[pyfunction]
-#[pyo3(signature = (
-    conninfo, *, warehouses, clients, threads, t0_ns, mode="statements",
-    duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
-    latency_limit_ms=None, max_tries=1, seed=0, c_last, c_id, ol_i_id, keying=false,
-    weights=None, io="epoll", progress=None, cancel=None, on_connected=None
-))]
+fn tpcc_parts(warehouses: u32, tables: Vec<String>) -> PyResult<Vec<(String, i32, i32)>> {
+    if warehouses == 0 {
+        return Err(config_error("warehouses must be at least 1"));
+    }
+    let tables = tables
+        .iter()
+        .map(|t| table(t, 0, 0, 0))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(parts_biggest_first(&tables, warehouses as f64)
+        .into_iter()
+        .map(|p| (p.table.name().to_string(), p.part, p.parts))
+        .collect())
+}
+
+/// Part `part` of `parts` of TPC-C table `table_name` at `warehouses` as
+/// text rows ('|' between fields, `\N` for NULL) written to `path` (a pipe,
+/// a FIFO or a file that exists; never created), the GIL released; the rows
+/// written. The load's `seed`, `c_last` and time `now_s` (seconds since
+/// 1970) make the rows, as in `tpcc_load`.
+#[pyfunction]
+#[pyo3(signature = (path, table_name, warehouses, part, parts, *, seed, c_last, now_s, cancel=None))]
 #[allow(clippy::too_many_arguments)]
-fn tpcc_run<'py>(
-    py: Python<'py>,
-    conninfo: String,
+fn tpcc_write_text(
+    py: Python<'_>,
+    path: &str,
+    table_name: &str,
     warehouses: u32,
-    clients: u32,
-    threads: u32,
-    t0_ns: u64,
-    mode: &str,
-    duration_s: Option<f64>,
-    transactions: Option<u64>,
-    warmup_s: f64,
-    rate_tps: Option<f64>,
-    schedule: &str,
-    latency_limit_ms: Option<f64>,
-    max_tries: u32,
+    part: i32,
+    parts: i32,
     seed: u64,
     c_last: i64,
-    c_id: i64,
-    ol_i_id: i64,
+    now_s: i64,
+    cancel: Option<Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    if warehouses == 0 {
+        return Err(config_error("warehouses must be at least 1"));
+    }
+    let t = table(table_name, seed, c_last, now_s)?;
+    run_blocking(
+        py,
+        "perflab-tpcc-text",
+        cancel.as_ref(),
+        None,
+        |abort, _| {
+            textfile::write_text_part(Path::new(path), t, warehouses as f64, part, parts, abort)
+        },
+    )?
+    .map_err(engine_error)
+}
+
+/// The run's configuration, its weights checked (five values or none).
+fn config(
+    warehouses: u32,
+    mode: Mode,
+    constants: Constants,
     keying: bool,
     weights: Option<Vec<f64>>,
-    io: &str,
-    progress: Option<Bound<'py, PyAny>>,
-    cancel: Option<Bound<'py, PyAny>>,
-    on_connected: Option<Bound<'py, PyAny>>,
-) -> PyResult<DriverResult> {
+) -> PyResult<TpccConfig> {
     let weights = match weights {
         None => None,
         Some(w) => Some(<[f64; 5]>::try_from(w.as_slice()).map_err(|_| {
@@ -92,41 +134,72 @@ fn tpcc_run<'py>(
             ))
         })?),
     };
-    let cfg = HarnessArgs {
-        clients,
-        threads,
-        t0_ns,
-        duration_s,
-        transactions,
-        warmup_s,
-        rate_tps,
-        schedule,
-        latency_limit_ms,
-        max_tries,
-        seed,
-        io,
+    Ok(TpccConfig {
+        warehouses,
+        mode,
+        constants,
+        keying,
+        weights,
+    })
+}
+
+harness_binding! {
+    /// Drive TPC-C's five transactions through the harness; returns the run's
+    /// figures (by_type: new_order, new_order_rollback, payment, order_status,
+    /// delivery, stock_level).
+    #[pyo3(signature = (
+        conninfo, *, warehouses, mode="statements", c_last, c_id, ol_i_id, keying=false,
+        weights=None
+    ))]
+    fn tpcc_run<'py>(
+        py: Python<'py>,
+        conninfo: String,
+        warehouses: u32,
+        mode: &str,
+        c_last: i64,
+        c_id: i64,
+        ol_i_id: i64,
+        keying: bool,
+        weights: Option<Vec<f64>>,
+    ) with harness -> PyResult<DriverResult> {
+        let mode = mode.parse::<Mode>().map_err(config_error)?;
+        let k = Constants { c_last, c_id, ol_i_id };
+        let cfg = config(warehouses, mode, k, keying, weights)?;
+        let protocol = TpccProtocol::new(&conninfo, cfg).map_err(engine_error)?;
+        harness.drive(py, protocol)
     }
-    .config()?;
-    let protocol = TpccProtocol::new(
-        &conninfo,
-        TpccConfig {
-            warehouses,
-            mode: mode.parse::<Mode>().map_err(config_error)?,
-            constants: Constants {
-                c_last,
-                c_id,
-                ol_i_id,
-            },
-            keying,
-            weights,
-        },
-    )
-    .map_err(engine_error)?;
-    drive(py, cfg, protocol, progress, cancel, on_connected)
+}
+
+harness_binding! {
+    /// The same five transactions on MySQL or MariaDB (the engine's MySQL
+    /// client; `conninfo` as it reads one), at `isolation`.
+    #[pyo3(signature = (
+        conninfo, *, warehouses, isolation="read committed", c_last, c_id, ol_i_id, keying=false,
+        weights=None
+    ))]
+    fn tpcc_mysql_run<'py>(
+        py: Python<'py>,
+        conninfo: String,
+        warehouses: u32,
+        isolation: &str,
+        c_last: i64,
+        c_id: i64,
+        ol_i_id: i64,
+        keying: bool,
+        weights: Option<Vec<f64>>,
+    ) with harness -> PyResult<DriverResult> {
+        let k = Constants { c_last, c_id, ol_i_id };
+        let cfg = config(warehouses, Mode::Statements, k, keying, weights)?;
+        let protocol = TpccMysqlProtocol::new(&conninfo, cfg, isolation).map_err(engine_error)?;
+        harness.drive(py, protocol)
+    }
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tpcc_load, m)?)?;
+    m.add_function(wrap_pyfunction!(tpcc_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(tpcc_write_text, m)?)?;
     m.add_function(wrap_pyfunction!(tpcc_run, m)?)?;
+    m.add_function(wrap_pyfunction!(tpcc_mysql_run, m)?)?;
     Ok(())
 }

@@ -10,6 +10,10 @@
 //! neither on the number of connections nor on the split. Orders and
 //! order_line must agree on each order's customer and line count: both
 //! derive them from a third stream, the warehouse's order plan.
+//!
+//! The text rows ('|' between fields, `\N` for NULL) are also what MySQL's
+//! LOAD DATA reads: `crate::bulk::textfile` writes a part of a `Table` into
+//! a pipe for it.
 
 use super::gen::{
     nurand, timestamp_text, write_alnum, write_astring, write_data_original, write_last_name,
@@ -170,6 +174,19 @@ pub struct Table {
     pub now: i64,
 }
 
+impl Table {
+    /// Table `name` of the load with this seed, C_LAST constant and time.
+    pub fn named(name: &str, seed: u64, c_last_load: i64, now: i64) -> Option<Table> {
+        let index = TABLES.iter().position(|&t| t == name)?;
+        Some(Table {
+            kind: KINDS[index],
+            seed,
+            c_last_load,
+            now,
+        })
+    }
+}
+
 /// The stream of table `code` for warehouse (or item block) `w`.
 fn stream(seed: u64, code: u64, w: i64) -> Prng {
     Prng::seeded(seed ^ ((code << 40) | w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
@@ -221,7 +238,9 @@ impl CopyTable for Table {
     fn copy_statement(self, format: CopyFormat) -> String {
         let (name, columns) = (self.name(), self.kind.columns());
         match format {
-            CopyFormat::Text => format!("COPY {name} ({columns}) FROM STDIN"),
+            CopyFormat::Text => {
+                format!("COPY {name} ({columns}) FROM STDIN (FORMAT text, DELIMITER '|')")
+            }
             CopyFormat::Binary => format!("COPY {name} ({columns}) FROM STDIN (FORMAT binary)"),
         }
     }
@@ -271,7 +290,7 @@ trait Fields {
     fn int(&mut self, v: i64);
     /// A numeric(p, `scale`) column, in units of 10^-scale.
     fn fixed(&mut self, units: i64, scale: u32);
-    /// A char or varchar column that `write` appends (ASCII without tabs,
+    /// A char or varchar column that `write` appends (ASCII without '|',
     /// backslashes or newlines: the generators' alphabets).
     fn string(&mut self, write: impl FnOnce(&mut Vec<u8>));
     /// A timestamp column holding the load's time.
@@ -297,30 +316,30 @@ impl<E, F: FnMut(Vec<u8>) -> Result<(), E>> Fields for TextFields<E, F> {
     #[inline]
     fn int(&mut self, v: i64) {
         write_i64(&mut self.out.buf, v);
-        self.out.buf.push(b'\t');
+        self.out.buf.push(b'|');
     }
     #[inline]
     fn fixed(&mut self, units: i64, scale: u32) {
         write_fixed(&mut self.out.buf, units, scale);
-        self.out.buf.push(b'\t');
+        self.out.buf.push(b'|');
     }
     #[inline]
     fn string(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         write(&mut self.out.buf);
-        self.out.buf.push(b'\t');
+        self.out.buf.push(b'|');
     }
     #[inline]
     fn now(&mut self) {
         self.out.buf.extend_from_slice(&self.now);
-        self.out.buf.push(b'\t');
+        self.out.buf.push(b'|');
     }
     #[inline]
     fn null(&mut self) {
-        self.out.buf.extend_from_slice(b"\\N\t");
+        self.out.buf.extend_from_slice(b"\\N|");
     }
     #[inline]
     fn end(&mut self) -> Result<(), E> {
-        // Every field ended with a tab; the row's last one ends the line.
+        // Every field ended with a '|'; the row's last one ends the line.
         *self.out.buf.last_mut().expect("a row has fields") = b'\n';
         self.out.row_done()
     }
@@ -673,7 +692,7 @@ mod tests {
         let out: Vec<Vec<String>> = String::from_utf8(bytes)
             .unwrap()
             .lines()
-            .map(|l| l.split('\t').map(str::to_string).collect())
+            .map(|l| l.split('|').map(str::to_string).collect())
             .collect();
         assert_eq!(out.len() as u64, rows);
         out
@@ -788,5 +807,26 @@ mod tests {
         assert_ne!(a, text_rows(other, 1, 1, 1));
         assert_ne!(stream(7, 1, 1).next_u64(), stream(7, 1, 2).next_u64());
         assert_ne!(stream(7, 1, 1).next_u64(), stream(7, 2, 1).next_u64());
+    }
+
+    #[test]
+    fn tables_are_found_by_name_and_write_their_text_rows_into_a_pipe_path() {
+        for (name, kind) in TABLES.iter().zip(KINDS) {
+            let t = Table::named(name, 7, 123, 1_700_000_000).unwrap();
+            assert_eq!((t.kind, t.seed, t.c_last_load), (kind, 7, 123));
+        }
+        assert!(Table::named("orderline", 7, 123, 0).is_none());
+        let path = std::env::temp_dir().join(format!("perflab-tpcc-text-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let abort = std::sync::atomic::AtomicBool::new(false);
+        let district = table(Kind::District);
+        let rows =
+            crate::bulk::textfile::write_text_part(&path, district, 2.0, 1, 1, &abort).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(rows, 20);
+        let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split('|').collect()).collect();
+        assert_eq!(lines, text_rows(district, 2, 1, 1));
+        assert!(lines.iter().all(|l| l.len() == 11 && l[10] == "3001"));
     }
 }

@@ -1,12 +1,15 @@
 //! TPC-C (standard specification 5.11): the data rules (`gen`), the initial
 //! database streamed with COPY (`load`), and the five transactions as a
-//! protocol of the load harness (`protocol`). The stored procedures' contract
+//! protocol of the load harness, on PostgreSQL (`protocol`) and on MySQL and
+//! MariaDB (`mysql`). The stored procedures' contract
 //! with the Python side is in `PROCEDURES.md` beside this file.
 
 pub mod gen;
 pub mod load;
+pub mod mysql;
 pub mod protocol;
 
+pub use mysql::TpccMysqlProtocol;
 pub use protocol::TpccProtocol;
 
 /// Clause 4.3.3.1's cardinalities.

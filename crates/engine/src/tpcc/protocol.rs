@@ -226,42 +226,132 @@ pub struct TpccProtocol {
     cumulative: Option<[f64; 5]>,
 }
 
+/// The configuration checked, and the weights' cumulative shares (None: the
+/// deck): what both protocols draw with (this one, and MySQL's in
+/// `super::mysql`).
+pub(crate) fn checked_weights(cfg: &TpccConfig) -> Result<Option<[f64; 5]>, EngineError> {
+    let bad = |m: String| Err(EngineError::Config(m));
+    if cfg.warehouses == 0 {
+        return bad("warehouses must be at least 1".into());
+    }
+    let k = cfg.constants;
+    if !(0..=255).contains(&k.c_last)
+        || !(0..=1023).contains(&k.c_id)
+        || !(0..=8191).contains(&k.ol_i_id)
+    {
+        return bad(format!(
+            "C constants out of range: c_last {} (0..255), c_id {} (0..1023), \
+             ol_i_id {} (0..8191)",
+            k.c_last, k.c_id, k.ol_i_id
+        ));
+    }
+    match cfg.weights {
+        None => Ok(None),
+        Some(w) => {
+            if w.iter().any(|x| !x.is_finite() || *x < 0.0) || w.iter().sum::<f64>() <= 0.0 {
+                return bad(format!(
+                    "weights {w:?}: each must be >= 0 and their sum > 0 \
+                     (new_order, payment, order_status, delivery, stock_level)"
+                ));
+            }
+            let total: f64 = w.iter().sum();
+            let mut acc = 0.0;
+            let mut c = [0.0; 5];
+            for (slot, x) in c.iter_mut().zip(w) {
+                acc += x / total;
+                *slot = acc;
+            }
+            Ok(Some(c))
+        }
+    }
+}
+
+/// The next type: from the deck, or from the weights.
+pub(crate) fn next_type(cumulative: &Option<[f64; 5]>, deck: &mut Deck, rng: &mut Prng) -> TxType {
+    match cumulative {
+        None => deck.deal(rng),
+        Some(c) => {
+            let u = rng.next_f64();
+            let kind = c.iter().position(|&x| u < x).unwrap_or(4);
+            [NEW_ORDER, PAYMENT, ORDER_STATUS, DELIVERY, STOCK_LEVEL][kind]
+        }
+    }
+}
+
+/// Draw one transaction of type `tx` for a client at `home_w`, `home_d`.
+pub(crate) fn draw(
+    cfg: &TpccConfig,
+    tx: TxType,
+    home_w: i64,
+    home_d: i64,
+    rng: &mut Prng,
+) -> (TxType, Request) {
+    let w = cfg.warehouses as i64;
+    let k = &cfg.constants;
+    match tx {
+        NEW_ORDER | NEW_ORDER_ROLLBACK => {
+            let (r, rollback) = Request::new_order(rng, home_w, w, k);
+            (
+                if rollback {
+                    NEW_ORDER_ROLLBACK
+                } else {
+                    NEW_ORDER
+                },
+                r,
+            )
+        }
+        PAYMENT => (PAYMENT, Request::payment(rng, home_w, w, k)),
+        ORDER_STATUS => (ORDER_STATUS, Request::order_status(rng, home_w, k)),
+        DELIVERY => (
+            DELIVERY,
+            Request {
+                w_id: home_w,
+                carrier_id: rng.uniform_i64(1, 10),
+                ..Request::default()
+            },
+        ),
+        _ => (
+            STOCK_LEVEL,
+            Request {
+                w_id: home_w,
+                d_id: home_d,
+                threshold: rng.uniform_i64(10, 20),
+                ..Request::default()
+            },
+        ),
+    }
+}
+
+/// A client's home warehouse and district: clients spread over the
+/// warehouses first, then over their districts.
+pub(crate) fn home_of(client: u32, warehouses: u32) -> (i64, i64) {
+    let w = warehouses as i64;
+    (
+        client as i64 % w + 1,
+        (client as i64 / w) % DISTRICTS_PER_WAREHOUSE + 1,
+    )
+}
+
+/// Keying time before a transaction of type `tx`, when keying is on.
+pub(crate) fn keying_pause(keying: bool, tx: TxType) -> Option<Duration> {
+    keying.then(|| Duration::from_secs_f64(KEYING_S[tx]))
+}
+
+/// Think time after a transaction of type `tx`, when keying is on
+/// (exponential, at most ten times its mean).
+pub(crate) fn think_pause(keying: bool, tx: TxType, rng: &mut Prng) -> Option<Duration> {
+    if !keying {
+        return None;
+    }
+    let mean = THINK_MEAN_S[tx];
+    Some(Duration::from_secs_f64(
+        rng.exponential_gap(mean).min(10.0 * mean),
+    ))
+}
+
 impl TpccProtocol {
     pub fn new(conninfo: &str, cfg: TpccConfig) -> Result<TpccProtocol, EngineError> {
-        let bad = |m: String| Err(EngineError::Config(m));
-        if cfg.warehouses == 0 {
-            return bad("warehouses must be at least 1".into());
-        }
-        let k = cfg.constants;
-        if !(0..=255).contains(&k.c_last)
-            || !(0..=1023).contains(&k.c_id)
-            || !(0..=8191).contains(&k.ol_i_id)
-        {
-            return bad(format!(
-                "C constants out of range: c_last {} (0..255), c_id {} (0..1023), \
-                 ol_i_id {} (0..8191)",
-                k.c_last, k.c_id, k.ol_i_id
-            ));
-        }
-        let cumulative = match cfg.weights {
-            None => None,
-            Some(w) => {
-                if w.iter().any(|x| !x.is_finite() || *x < 0.0) || w.iter().sum::<f64>() <= 0.0 {
-                    return bad(format!(
-                        "weights {w:?}: each must be >= 0 and their sum > 0 \
-                         (new_order, payment, order_status, delivery, stock_level)"
-                    ));
-                }
-                let total: f64 = w.iter().sum();
-                let mut acc = 0.0;
-                let mut c = [0.0; 5];
-                for (slot, x) in c.iter_mut().zip(w) {
-                    acc += x / total;
-                    *slot = acc;
-                }
-                Some(c)
-            }
-        };
+        let cumulative = checked_weights(&cfg)?;
         let info = ConnInfo::parse(conninfo).map_err(|e| EngineError::Config(e.to_string()))?;
         let sql = match cfg.mode {
             Mode::Statements => statements_sql(),
@@ -275,54 +365,9 @@ impl TpccProtocol {
         })
     }
 
-    /// The next type: from the deck, or from the weights.
-    fn next_type(&self, deck: &mut Deck, rng: &mut Prng) -> TxType {
-        match &self.cumulative {
-            None => deck.deal(rng),
-            Some(c) => {
-                let u = rng.next_f64();
-                let kind = c.iter().position(|&x| u < x).unwrap_or(4);
-                [NEW_ORDER, PAYMENT, ORDER_STATUS, DELIVERY, STOCK_LEVEL][kind]
-            }
-        }
-    }
-
     /// Draw one transaction for a client at `home_w`, `home_d`.
     pub fn draw(&self, tx: TxType, home_w: i64, home_d: i64, rng: &mut Prng) -> (TxType, Request) {
-        let w = self.cfg.warehouses as i64;
-        let k = &self.cfg.constants;
-        match tx {
-            NEW_ORDER | NEW_ORDER_ROLLBACK => {
-                let (r, rollback) = Request::new_order(rng, home_w, w, k);
-                (
-                    if rollback {
-                        NEW_ORDER_ROLLBACK
-                    } else {
-                        NEW_ORDER
-                    },
-                    r,
-                )
-            }
-            PAYMENT => (PAYMENT, Request::payment(rng, home_w, w, k)),
-            ORDER_STATUS => (ORDER_STATUS, Request::order_status(rng, home_w, k)),
-            DELIVERY => (
-                DELIVERY,
-                Request {
-                    w_id: home_w,
-                    carrier_id: rng.uniform_i64(1, 10),
-                    ..Request::default()
-                },
-            ),
-            _ => (
-                STOCK_LEVEL,
-                Request {
-                    w_id: home_w,
-                    d_id: home_d,
-                    threshold: rng.uniform_i64(10, 20),
-                    ..Request::default()
-                },
-            ),
-        }
+        draw(&self.cfg, tx, home_w, home_d, rng)
     }
 }
 
@@ -461,14 +506,14 @@ impl Protocol for TpccProtocol {
                 "preparing the TPC-C statements failed: {err} ({what})"
             ))));
         }
-        let w = self.cfg.warehouses as i64;
+        let (home_w, home_d) = home_of(client, self.cfg.warehouses);
         Ok(TpccClient {
             conn,
             rows: Rows::default(),
             scratch: Vec::with_capacity(512),
             deck: Deck::default(),
-            home_w: client as i64 % w + 1,
-            home_d: (client as i64 / w) % DISTRICTS_PER_WAREHOUSE + 1,
+            home_w,
+            home_d,
         })
     }
 
@@ -477,7 +522,7 @@ impl Protocol for TpccProtocol {
     }
 
     fn next_transaction(&self, client: &mut TpccClient, rng: &mut Prng) -> (TxType, Request) {
-        let tx = self.next_type(&mut client.deck, rng);
+        let tx = next_type(&self.cumulative, &mut client.deck, rng);
         self.draw(tx, client.home_w, client.home_d, rng)
     }
 
@@ -514,19 +559,11 @@ impl Protocol for TpccProtocol {
     }
 
     fn pause_before(&self, tx: TxType, _rng: &mut Prng) -> Option<Duration> {
-        self.cfg
-            .keying
-            .then(|| Duration::from_secs_f64(KEYING_S[tx]))
+        keying_pause(self.cfg.keying, tx)
     }
 
     fn pause_after(&self, tx: TxType, rng: &mut Prng) -> Option<Duration> {
-        if !self.cfg.keying {
-            return None;
-        }
-        let mean = THINK_MEAN_S[tx];
-        Some(Duration::from_secs_f64(
-            rng.exponential_gap(mean).min(10.0 * mean),
-        ))
+        think_pause(self.cfg.keying, tx, rng)
     }
 
     fn close(&self, mut client: TpccClient) {
@@ -662,7 +699,7 @@ mod tests {
         let p = protocol(2, Some([0.0, 0.0, 0.0, 0.0, 1.0]));
         let mut rng = Prng::seeded(5);
         for _ in 0..100 {
-            let tx = p.next_type(&mut Deck::default(), &mut rng);
+            let tx = next_type(&p.cumulative, &mut Deck::default(), &mut rng);
             assert_eq!(tx, STOCK_LEVEL);
         }
         let (tx, r) = p.draw(STOCK_LEVEL, 2, 7, &mut rng);

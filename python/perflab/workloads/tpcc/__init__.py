@@ -22,6 +22,15 @@ the spec's metrics, and its twelve consistency conditions after every run.
   percentile response times are checked against clause 5.2's minimums and
   limits; a run below them is flagged.
 - Checks: clause 3.3.2's twelve consistency conditions (`checks.py`).
+- MySQL and MariaDB (a MysqlWireEndpoint): the same tables in InnoDB, each
+  created with its primary key (`schema.py`), loaded by the endpoint's
+  `bulk_load` (the engine's text rows into a pipe that LOAD DATA LOCAL
+  INFILE reads, parts in parallel), then the secondary indexes and ANALYZE
+  TABLE; the twelve conditions in MySQL's SQL; the transactions through the
+  engine's MySQL client (`_engine.tpcc_mysql_run`: SELECT ... FOR UPDATE
+  where PostgreSQL's use UPDATE ... RETURNING; statements mode only), NOPM
+  from the same sum(d_next_o_id), TPM from the server's Com_commit and
+  Com_rollback.
 - What a run consumes is recorded before it runs (effect "tpcc.orders": the
   load seed, each district's next order id, the history rows); a run run again
   after a killed or failed attempt records what that attempt committed, which
@@ -36,15 +45,23 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypedDict
 
 from pydantic import Field, field_validator, model_validator
 
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, PgWireEndpoint, Sessionlike
+from perflab.endpoints import (
+    Cancel,
+    Capability,
+    GeneratedData,
+    MysqlWireEndpoint,
+    PgWireEndpoint,
+    Sessionlike,
+)
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.section import Section
@@ -170,22 +187,47 @@ def with_options(conninfo: str, options: str) -> str:
     return make_conninfo("", **params)
 
 
+class _RunKeys(TypedDict):
+    """The keywords tpcc_run and tpcc_mysql_run share (mypy holds both calls to the stub)."""
+
+    warehouses: int
+    clients: int
+    threads: int
+    t0_ns: int
+    duration_s: float | None
+    transactions: int | None
+    warmup_s: float
+    rate_tps: float | None
+    schedule: str
+    latency_limit_ms: float | None
+    max_tries: int
+    seed: int
+    c_last: int
+    c_id: int
+    ol_i_id: int
+    keying: bool
+    weights: list[float] | None
+    io: str
+    progress: Callable[[_engine.Interval], object]
+
+
+class _ClosableSession(Sessionlike, Protocol):
+    def close(self) -> None: ...
+
+
 class _NewOrderSampler:
-    """Reads sum(d_next_o_id) every SAMPLE_INTERVAL_S on its own connection,
-    each reading stamped on the run's clock (the midpoint of its query), so
-    that NOPM is taken over exactly the driver's measured window."""
+    """Reads sum(d_next_o_id) every SAMPLE_INTERVAL_S on its own connection
+    (`conn`, autocommit: each reading sees what was committed), each reading
+    stamped on the run's clock (the midpoint of its query), so that NOPM is
+    taken over exactly the driver's measured window."""
 
-    def __init__(self, endpoint: PgWireEndpoint, t0_ns: int) -> None:
-        import psycopg
-
+    def __init__(self, conn: _ClosableSession, t0_ns: int) -> None:
         self.t0_ns = t0_ns
         self.samples: list[tuple[float, int]] = []
         self.queries = 0
         self.error: str | None = None
         self._stop = threading.Event()
-        self._conn = psycopg.connect(
-            endpoint.wire_conninfo(SAMPLER_APPLICATION), autocommit=True, connect_timeout=10
-        )
+        self._conn = conn
         self._thread = threading.Thread(target=self._loop, name="tpcc-nopm-sampler", daemon=True)
 
     def _read(self) -> None:
@@ -228,11 +270,19 @@ class _NewOrderSampler:
         return float(s[-1][1])
 
 
-def _server_transactions(conn: Sessionlike) -> int:
-    row = conn.execute(
-        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-    ).fetchone()
-    return int(row[0]) if row else 0
+def _server_transactions(conn: Sessionlike, dialect: str) -> int:
+    if dialect == "mysql":  # the server's, all sessions': the driver's COMMITs and ROLLBACKs
+        row = conn.execute("SELECT sum(variable_value) FROM information_schema.global_status "
+                           "WHERE variable_name IN ('COM_COMMIT', 'COM_ROLLBACK')").fetchone()
+    else:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+SERVER_COUNTERS = {"mysql": "Com_commit + Com_rollback of SHOW GLOBAL STATUS",
+                   "postgres": "pg_stat_database xact_commit + xact_rollback"}
 
 
 def _wait_gone(conn: Sessionlike, applications: tuple[str, ...], timeout_s: float = 5.0) -> None:
@@ -249,10 +299,42 @@ def _wait_gone(conn: Sessionlike, applications: tuple[str, ...], timeout_s: floa
         time.sleep(0.05)
 
 
-class TpccWorkload(Workload[PgWireEndpoint]):
+def _dialect(endpoint: PgWireEndpoint | MysqlWireEndpoint) -> str:
+    if isinstance(endpoint, MysqlWireEndpoint):
+        return "mysql"
+    if isinstance(endpoint, PgWireEndpoint):
+        return "postgres"
+    raise UserError(f"workload tpcc: {endpoint.display()} is neither PostgreSQL nor MySQL",
+                    "choose a postgres, mariadb or mysql target")
+
+
+def _tpcc_data(seed: int, c_last_load: int) -> GeneratedData:
+    """TPC-C's tables as a generated data set for a MySQL endpoint's
+    bulk_load: the engine's text rows of one load (its seed, C_LAST constant
+    and time), the scale being the warehouses. PostgreSQL loads through
+    `_engine.tpcc_load` instead."""
+    now_s = int(time.time())
+
+    def parts(warehouses: float, tables: list[str]) -> list[tuple[str, int, int]]:
+        return _engine.tpcc_parts(int(warehouses), tables)
+
+    def write_text(path: str, table: str, warehouses: float, part: int, parts: int, /, *,
+                   cancel: Cancel | None = None) -> int:
+        return _engine.tpcc_write_text(path, table, int(warehouses), part, parts, seed=seed, c_last=c_last_load,
+                                       now_s=now_s, cancel=cancel)
+
+    def elsewhere(*_args: object, **_kwargs: object) -> Any:
+        raise RunFailure("tpcc: TPC-C loads into PostgreSQL through the engine's tpcc_load, and has no Arrow stream")
+
+    return GeneratedData(name="tpcc", copy_postgres=elsewhere, arrow_stream=elsewhere, parts=parts,
+                         write_text=write_text)
+
+
+class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpccSettings
     data_fields: ClassVar[tuple[str, ...]] = ("warehouses", "load_seed")
-    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
+    # PostgreSQL, or MySQL and MariaDB: any other SQL endpoint is refused at load (_dialect)
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("tpmC", "nopm", "new_order.latency_p90_ms")
     distributable: ClassVar[bool] = True
 
@@ -267,13 +349,20 @@ class TpccWorkload(Workload[PgWireEndpoint]):
     def _jobs(self) -> int:
         return self.settings.load_jobs or harness.cores()
 
-    def prepare(self, endpoint: PgWireEndpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: PgWireEndpoint | MysqlWireEndpoint, ctx: RunContext) -> LoadResult:
+        """PostgreSQL: the tables, the engine's binary COPY, then primary keys,
+        indexes, the procedures (in that mode) and ANALYZE. MySQL and MariaDB:
+        InnoDB tables with their primary keys, the engine's rows through LOAD
+        DATA LOCAL INFILE (`bulk_load`), then the secondary indexes and
+        ANALYZE TABLE. Each step timed."""
         s = self.settings
         if endpoint.read_only:
             raise UserError(
                 "workload tpcc: the target is read-only and the TPC-C tables must be created and loaded",
                 "set target.allow_destructive = true to let perflab load them",
             )
+        if _dialect(endpoint) == "mysql":
+            self._refuse_procedures()
         seed = s.load_seed if s.load_seed is not None else secrets.randbits(62)
         c_last_load = constants.load_c_last(seed)
         jobs = self._jobs()
@@ -287,23 +376,34 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             steps[name] = time.perf_counter() - started
 
         try:
-            timed("create", [*schema.drop_sql(), *schema.create_sql()])
-            ctx.status(f"{say}: generate and copy ({jobs} connections)")
-            started = time.perf_counter()
-            with harness.engine_errors("tpcc", failed="tpcc load failed"):
-                report = _engine.tpcc_load(
-                    endpoint.wire_conninfo(APPLICATION), warehouses=s.warehouses, jobs=jobs, seed=seed,
-                    c_last=c_last_load,
-                    on_step=lambda step: ctx.status(f"{say}: {str(step).replace('_', ' ')}"),
-                    cancel=ctx.cancel,
-                )
-            steps["generate_and_copy"] = time.perf_counter() - started
-            rows = {str(k): int(v) for k, v in dict(report.rows).items()}
-            timed("keys", schema.primary_key_sql(), parallel=True)
-            timed("indexes", schema.index_sql(), parallel=True)
-            if s.mode == "procedures":  # installed only where they are called
-                timed("procedures", list(procedures.FUNCTIONS.values()))
-            timed("analyze", schema.analyze_sql(), parallel=True)
+            if isinstance(endpoint, MysqlWireEndpoint):
+                timed("create", [*schema.mysql_drop_sql(), *schema.mysql_create_sql()])
+                ctx.status(f"{say}: generate and LOAD DATA ({jobs} sessions)")
+                started = time.perf_counter()
+                with harness.engine_errors("tpcc", failed="tpcc load failed"):
+                    rows = endpoint.bulk_load(_tpcc_data(seed, c_last_load), float(s.warehouses),
+                                              list(schema.TABLES), jobs, cancel=ctx.cancel)
+                steps["generate_and_load"] = time.perf_counter() - started
+                timed("indexes", schema.index_sql(), parallel=True)
+                timed("analyze", schema.mysql_analyze_sql(), parallel=True)
+            else:
+                timed("create", [*schema.drop_sql(), *schema.create_sql()])
+                ctx.status(f"{say}: generate and copy ({jobs} connections)")
+                started = time.perf_counter()
+                with harness.engine_errors("tpcc", failed="tpcc load failed"):
+                    report = _engine.tpcc_load(
+                        endpoint.wire_conninfo(APPLICATION), warehouses=s.warehouses, jobs=jobs, seed=seed,
+                        c_last=c_last_load,
+                        on_step=lambda step: ctx.status(f"{say}: {str(step).replace('_', ' ')}"),
+                        cancel=ctx.cancel,
+                    )
+                steps["generate_and_copy"] = time.perf_counter() - started
+                rows = {str(k): int(v) for k, v in dict(report.rows).items()}
+                timed("keys", schema.primary_key_sql(), parallel=True)
+                timed("indexes", schema.index_sql(), parallel=True)
+                if s.mode == "procedures":  # installed only where they are called
+                    timed("procedures", list(procedures.FUNCTIONS.values()))
+                timed("analyze", schema.analyze_sql(), parallel=True)
             with endpoint.connect() as conn:
                 conn.execute(
                     f"INSERT INTO {schema.META} (warehouses, load_seed, c_last_load, load_s) VALUES (%s, %s, %s, %s)",
@@ -315,9 +415,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             raise RunFailure(f"tpcc load failed on {endpoint.display()}: {str(exc).strip()}") from None
         return LoadResult(steps=steps, rows=rows)
 
+    def _refuse_procedures(self) -> None:
+        if self.settings.mode == "procedures":
+            raise UserError("workload tpcc: mode = \"procedures\" calls PL/pgSQL functions, which only PostgreSQL has",
+                            "use mode = \"statements\" on MySQL and MariaDB")
+
     # ------------------------------------------------------------ run
 
-    def _before_run(self, endpoint: PgWireEndpoint, result: RunResult, ctx: RunContext) -> Meta:
+    def _before_run(self, endpoint: PgWireEndpoint | MysqlWireEndpoint, result: RunResult, ctx: RunContext) -> Meta:
         s = self.settings
         try:
             with endpoint.connect() as conn:
@@ -335,7 +440,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                 if delivers and not meta.delivered:
                     # Before the run, so a run that dies midway still ends condition 11.
                     conn.execute(f"UPDATE {schema.META} SET delivered = true")
-                self._record_orders(conn, meta, result, ctx)
+                self._record_orders(conn, meta, result, ctx, _dialect(endpoint))
                 if s.mode == "procedures":
                     procedures.install(conn)
         except RunFailure:
@@ -345,7 +450,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         return meta
 
     @staticmethod
-    def _record_orders(conn: Sessionlike, meta: Meta, result: RunResult, ctx: RunContext) -> None:
+    def _record_orders(conn: Sessionlike, meta: Meta, result: RunResult, ctx: RunContext, dialect: str) -> None:
         """What this run consumes, recorded before it runs (effect
         "tpcc.orders"): the data's generation (its load seed and time) and where each
         district's order ids and the history table stand; its New-Orders take
@@ -355,9 +460,10 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         transaction is atomic (clause 3.3.2's conditions hold on it), and
         undoing them would need the Payments' and Deliveries' balances
         undone too."""
+        loaded_at = "CAST(max(loaded_at) AS CHAR)" if dialect == "mysql" else "max(loaded_at)::text"
         row = conn.execute("SELECT coalesce(sum(d_next_o_id), 0), coalesce(min(d_next_o_id), 0), "
                            "coalesce(max(d_next_o_id), 0), count(*), (SELECT count(*) FROM history), "
-                           f"(SELECT max(loaded_at)::text FROM {schema.META}) FROM district").fetchone()
+                           f"(SELECT {loaded_at} FROM {schema.META}) FROM district").fetchone()
         now = {"load_seed": meta.load_seed, "loaded_at": row[5], "next_o_id_sum": int(row[0]),
                "next_o_id_min": int(row[1]), "next_o_id_max": int(row[2]), "districts": int(row[3]),
                "history_rows": int(row[4])}
@@ -379,11 +485,14 @@ class TpccWorkload(Workload[PgWireEndpoint]):
             ctx.warn(f"run {ctx.run_number}: {said}")
         ctx.record_effect("tpcc.orders", record)
 
-    def run(self, endpoint: PgWireEndpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: PgWireEndpoint | MysqlWireEndpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         if endpoint.read_only:
             raise UserError("workload tpcc: the target is read-only and TPC-C's transactions write",
                             "set target.allow_destructive = true")
+        dialect = _dialect(endpoint)
+        if dialect == "mysql":
+            self._refuse_procedures()
         result = RunResult(headline=list(self.headline))
         meta = self._before_run(endpoint, result, ctx)
         warehouses = meta.warehouses
@@ -398,8 +507,6 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         duration = s.duration
         if duration is None and s.transactions is None:
             duration = DEFAULT_DURATION_S
-        conninfo = with_options(endpoint.wire_conninfo(APPLICATION),
-                                f"-c default_transaction_isolation={ISOLATION[s.isolation]}")
 
         # Back to back (no rate, no keying and think times) is closed loop.
         stalls = StallWatch(closed_loop=s.rate is None and not s.keying)
@@ -416,44 +523,63 @@ class TpccWorkload(Workload[PgWireEndpoint]):
                 ctx.series.add(SERIES_SOURCE, "tpmC", interval.t_s, tpmc)
             harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
+        harness_keys = _RunKeys(
+            warehouses=warehouses, clients=clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
+            transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
+            latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
+            max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id, ol_i_id=consts.ol_i_id,
+            keying=s.keying, weights=mix.weights_list(s.weights), io=s.io, progress=progress)
+
+        def drive() -> _engine.DriverResult:
+            with harness.engine_errors("tpcc"):
+                if isinstance(endpoint, MysqlWireEndpoint):
+                    return engine_run(ctx, _engine.tpcc_mysql_run, endpoint.wire_conninfo(),
+                                      isolation=s.isolation, **harness_keys)
+                conninfo = with_options(endpoint.wire_conninfo(APPLICATION),
+                                        f"-c default_transaction_isolation={ISOLATION[s.isolation]}")
+                return engine_run(ctx, _engine.tpcc_run, conninfo, mode=s.mode, **harness_keys)
+
         try:
             with endpoint.connect() as stats:
-                tx_before = _server_transactions(stats)
-                sampler = _NewOrderSampler(endpoint, ctx.t0_ns)
+                tx_before = _server_transactions(stats, dialect)
+                sampler = _NewOrderSampler(self._sampler_session(endpoint), ctx.t0_ns)
                 sampler.start()
                 ctx.status(f"tpcc {s.mode}: connecting {clients} clients on {threads} threads")
                 started = time.monotonic()
                 try:
-                    with harness.engine_errors("tpcc"):
-                        out = engine_run(
-                            ctx, _engine.tpcc_run, conninfo, warehouses=warehouses, clients=clients,
-                            threads=threads, t0_ns=ctx.t0_ns, mode=s.mode, duration_s=duration,
-                            transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
-                            latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
-                            max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id,
-                            ol_i_id=consts.ol_i_id, keying=s.keying, weights=mix.weights_list(s.weights),
-                            io=s.io, progress=progress,
-                        )
+                    out = drive()
                 finally:
                     sampler.stop()
                 wall_s = time.monotonic() - started
                 try:
-                    _wait_gone(stats, (APPLICATION, SAMPLER_APPLICATION))
-                    tx_after: int | None = _server_transactions(stats)
+                    if dialect == "postgres":  # a backend's counts are flushed when it exits
+                        _wait_gone(stats, (APPLICATION, SAMPLER_APPLICATION))
+                    tx_after: int | None = _server_transactions(stats, dialect)
                 except Exception:
                     tx_after = None
         except (RunFailure, UserError):
             raise
-        except Exception as exc:  # psycopg: the server went away around the run
+        except Exception as exc:  # psycopg, PyMySQL: the server went away around the run
             raise RunFailure(f"tpcc: {str(exc).strip()}") from None
         result.events.append(Event(out.measure_start_t_s, "constants", "NURand constants: "
                                    + consts.describe(meta.c_last_load) + "; clause 2.1.6.1's delta rule holds"))
         harness.take_run(ctx, result, out, clients=clients, seed=seed,
                          lost=f"tpcc: all {clients} client connections were lost (server down?)")
         self._metrics(out, result, warehouses, meta)
-        self._database_metrics(out, result, sampler, tx_before, tx_after, wall_s)
+        self._database_metrics(out, result, sampler, tx_before, tx_after, wall_s, dialect)
         stalls.annotate(result)
         return result
+
+    @staticmethod
+    def _sampler_session(endpoint: PgWireEndpoint | MysqlWireEndpoint) -> _ClosableSession:
+        """The NOPM sampler's own session, in autocommit."""
+        if isinstance(endpoint, MysqlWireEndpoint):
+            return endpoint.connect()
+        import psycopg
+
+        conn: _ClosableSession = psycopg.connect(endpoint.wire_conninfo(SAMPLER_APPLICATION), autocommit=True,
+                                            connect_timeout=10)
+        return conn
 
     def _metrics(self, out: _engine.DriverResult, result: RunResult, warehouses: int, meta: Meta) -> None:
         s = self.settings
@@ -532,7 +658,8 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         if s.rate is not None:
             add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
         for state, n in out.errors_by_kind.items():
-            add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
+            add(f"errors.{state}", n, "tx", f"transactions failed with error {state} (PostgreSQL: its SQLSTATE; "
+                "MySQL: its error code)", higher_is_better=False)
         if new_orders:
             add("driver_cpu_per_new_order_us", out.driver_cpu_s / new_orders * 1e6, "us",
                 "driver CPU time per committed New-Order (the whole mix's CPU over New-Orders)",
@@ -553,7 +680,7 @@ class TpccWorkload(Workload[PgWireEndpoint]):
 
     @staticmethod
     def _database_metrics(out: _engine.DriverResult, result: RunResult, sampler: _NewOrderSampler, tx_before: int,
-                          tx_after: int | None, wall_s: float) -> None:
+                          tx_after: int | None, wall_s: float, dialect: str) -> None:
         add = result.add_metric
         start = out.measure_start_t_s
         end = start + out.measured_s
@@ -568,25 +695,30 @@ class TpccWorkload(Workload[PgWireEndpoint]):
         if tx_after is not None and wall_s > 0:
             own = sampler.queries + 2  # the sampler's readings, and the readings of this counter
             add("tpm_server", (tx_after - tx_before - own) / (wall_s / 60.0), "tx/min",
-                "transactions per minute by the server's count (pg_stat_database xact_commit + xact_rollback), "
+                f"transactions per minute by the server's count ({SERVER_COUNTERS[dialect]}), "
                 "over the whole run (connection, warm-up and measured window), perflab's own readings excluded",
                 higher_is_better=True)
 
     # ------------------------------------------------------------ check
 
-    def check(self, endpoint: PgWireEndpoint, ctx: RunContext) -> CheckResult:
+    def check(self, endpoint: PgWireEndpoint | MysqlWireEndpoint, ctx: RunContext) -> CheckResult:
         """Clause 3.3.2's conditions 1-12 on every warehouse (11 only while no
         Delivery can have run since the load), in one snapshot."""
         out = CheckResult()
+        dialect = _dialect(endpoint)
         with endpoint.connect() as conn:
             meta = read_meta(conn)
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            if dialect == "mysql":
+                conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+            else:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             try:
                 for condition in checks.CONDITIONS:
                     ctx.status(f"tpcc check: condition {condition.number}")
                     if condition.number == 11 and (meta is None or meta.delivered):
                         continue
-                    ok, detail = checks.run_condition(conn, condition)
+                    ok, detail = checks.run_condition(conn, condition, dialect)
                     out.add(condition.name, ok, detail)
             finally:
                 conn.execute("ROLLBACK")

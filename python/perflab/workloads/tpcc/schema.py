@@ -15,6 +15,12 @@ Secondary indexes (crates/engine/src/tpcc/PROCEDURES.md names them too):
   last name (60% of them), sorted by first name as clause 2.5.2.2 asks;
 - orders (o_w_id, o_d_id, o_c_id, o_id): Order-Status, a customer's last order.
 
+On MySQL and MariaDB (InnoDB) the same columns, timestamps as datetime,
+and each table is created with its primary key: InnoDB keeps a table's rows
+in its primary key's order, so adding the key after the load would copy the
+table again. The loader's parts come in key order (a warehouse at a time),
+the secondary indexes are built after the load, then ANALYZE TABLE.
+
 `tpcc_meta` is the database's own record of its data set: warehouses, the
 load's seed and C_LAST constant (clause 2.1.6.1: a run's C_LAST constant
 depends on it), when it was loaded, and whether a Delivery may have run
@@ -22,6 +28,8 @@ since (consistency condition 11 holds only until one has).
 """
 
 from __future__ import annotations
+
+import re
 
 TABLES = ("warehouse", "district", "customer", "history", "new_order", "orders", "order_line", "item", "stock")
 
@@ -172,3 +180,33 @@ def index_sql() -> list[str]:
 
 def analyze_sql() -> list[str]:
     return [f"ANALYZE {t}" for t in TABLES]
+
+
+# ---- MySQL and MariaDB (InnoDB)
+
+
+def mysql_drop_sql() -> list[str]:
+    return [f"DROP TABLE IF EXISTS {t}" for t in (*TABLES, META)]
+
+
+def mysql_create_sql() -> list[str]:
+    keys = dict(PRIMARY_KEYS)
+    out = []
+    for t in TABLES:
+        columns = re.sub(r"\btimestamp\b", "datetime", COLUMNS[t])
+        key = f",\n    PRIMARY KEY ({keys[t]})" if t in keys else ""
+        out.append(f"CREATE TABLE {t} ({columns}{key}\n) ENGINE=InnoDB")
+    out.append(
+        f"CREATE TABLE {META} ("
+        " warehouses integer not null,"
+        " load_seed bigint not null,"
+        " c_last_load integer not null,"
+        " loaded_at datetime(6) not null default current_timestamp(6),"
+        " load_s double,"
+        " delivered boolean not null default false) ENGINE=InnoDB"
+    )
+    return out
+
+
+def mysql_analyze_sql() -> list[str]:
+    return [f"ANALYZE TABLE {t}" for t in TABLES]

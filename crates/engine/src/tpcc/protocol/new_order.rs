@@ -61,6 +61,34 @@ impl Request {
     }
 }
 
+impl Request {
+    /// Each line's amount, quantity x price in cents, in order-line order,
+    /// from the items read as (i_id, i_price in cents); -1 for a line whose
+    /// item was not found (an item may appear twice, from two supply
+    /// warehouses).
+    pub(crate) fn line_amounts(
+        &self,
+        items: impl Iterator<Item = (Option<i64>, Option<i64>)>,
+    ) -> [i64; MAX_ITEMS] {
+        let mut amounts = [-1i64; MAX_ITEMS];
+        for (i, price) in items {
+            if let (Some(i), Some(price)) = (i, price) {
+                for ((amount, &item), &q) in amounts
+                    .iter_mut()
+                    .zip(&self.items)
+                    .zip(&self.quantities)
+                    .take(self.ol_cnt)
+                {
+                    if item as i64 == i {
+                        *amount = price * q as i64;
+                    }
+                }
+            }
+        }
+        amounts
+    }
+}
+
 impl TpccProtocol {
     pub(super) async fn new_order(
         &self,
@@ -103,20 +131,10 @@ impl TpccProtocol {
         put(conn, st::NO_C, &[w, d, Param::Int(r.c_id)]);
         put(conn, st::NO_I, &[Param::Text(&s[items])]);
         exchange(conn, rows).await?;
-        // Amounts: quantity x price, in cents, in order-line order (an item
-        // may appear twice, from two supply warehouses).
-        let mut amounts = [-1i64; MAX_ITEMS];
-        for row in rows.result_rows(4) {
-            if let (Some(i), Some(price)) = (rows.i64(row, 0), rows.fixed(row, 1, 2)) {
-                for ((amount, &item), &q) in
-                    amounts.iter_mut().zip(&r.items).zip(&r.quantities).take(n)
-                {
-                    if item as i64 == i {
-                        *amount = price * q as i64;
-                    }
-                }
-            }
-        }
+        let amounts = r.line_amounts(
+            rows.result_rows(4)
+                .map(|row| (rows.i64(row, 0), rows.fixed(row, 1, 2))),
+        );
         if amounts[..n].iter().any(|&a| a < 0) {
             // An unused item: the New-Order rolls back (clause 2.4.2.3).
             rollback(conn).await?;
