@@ -202,3 +202,24 @@ clients = 1
     with pytest.raises(SpecError, match="names nothing"):
         spec.load_text(text.replace('"workload" = [{ script = "select-only", clients = 8 }, { script = "tpcb-like" }]',
                                     '"workload" = [1, 2]'))
+
+
+@pytest.mark.parametrize("target", [
+    'kind = "postgres"',
+    'kind = "mariadb"',
+    'kind = "mysql"\ndsn = "mysql://u@127.0.0.1:3306/"\nallow_destructive = true',
+    'kind = "duckdb"',
+])
+def test_a_workload_that_needs_one_of_two_wires_takes_either(tmp_path: Path, target: str) -> None:
+    # oltp runs on PostgreSQL's wire or MySQL's: each such target is taken, and
+    # DuckDB (SQL, neither wire) is refused naming both (check's exit 2: the corpus).
+    f = tmp_path / "e.toml"
+    f.write_text(f'[experiment]\nname = "x"\n[target]\n{target}\n[workload]\nkind = "oltp"\n')
+    if "duckdb" in target:
+        with pytest.raises(SpecError) as info:
+            spec.load(f)
+        assert info.value.problems == [("workload.kind", "workload 'oltp' needs sql and postgres-wire or mysql-wire; "
+                                        "target kind 'duckdb' provides sql: choose a target that provides "
+                                        "postgres-wire or mysql-wire, or another workload")]
+    else:
+        assert spec.load(f).combinations()

@@ -53,6 +53,23 @@ def describe(capabilities: frozenset[Capability]) -> str:
     return ", ".join(sorted(c.value for c in capabilities)) or "nothing"
 
 
+def describe_needs(needs: frozenset[Capability], needs_any: frozenset[Capability] = frozenset()) -> str:
+    """All of `needs` and one of `needs_any`, in words: "sql and postgres-wire or mysql-wire"."""
+    parts = [describe(needs)] if needs else []
+    if needs_any:
+        parts.append(" or ".join(c.value for c in Capability if c in needs_any))
+    return " and ".join(parts) or "nothing"
+
+
+def unmet(needs: frozenset[Capability], needs_any: frozenset[Capability],
+          provided: frozenset[Capability]) -> str:
+    """What `provided` lacks of all of `needs` and one of `needs_any`, in
+    words ("" when it lacks nothing): what a target must add."""
+    missing = needs - provided
+    missing_any = needs_any if not needs_any & provided else frozenset()
+    return describe_needs(missing, missing_any) if missing or missing_any else ""
+
+
 class Cursorlike(Protocol):
     """What a statement gives back on every SQL session perflab opens: a
     psycopg or DuckDB cursor, or a MySQL session's result."""
@@ -137,10 +154,36 @@ class SqlEndpoint(Endpoint):
         """Whether `exc` ended a statement because of a timeout or interrupt."""
 
     @abc.abstractmethod
-    def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int) -> dict[str, int]:
+    def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int, *,
+                  cancel: Cancel | None = None) -> dict[str, int]:
         """Generate `tables` of the engine's data set `data` (TPC-H, SSB) at
         `scale_factor` and load them, `jobs` at a time, by this database's
-        fastest path (one of `data`'s generators); rows loaded per table."""
+        fastest path (one of `data`'s generators); rows loaded per table. A
+        set `cancel` (the run's) stops the load between chunks."""
+
+
+class Cancel(Protocol):
+    """What stops a long call between chunks: a run's `ctx.cancel` (a
+    threading.Event)."""
+
+    def is_set(self) -> bool: ...
+
+
+class CopyPostgres(Protocol):
+    """(conninfo, scale_factor, tables, connections, cancel=): every table
+    COPYed into PostgreSQL."""
+
+    def __call__(self, conninfo: str, scale_factor: float, tables: list[str], connections: int, /, *,
+                 cancel: Cancel | None = None) -> list[TableLoad]: ...
+
+
+class WriteText(Protocol):
+    """(path, table, scale_factor, part, parts, cancel=): one part of a table
+    as text rows ('|' between fields, as COPY text) written to a pipe or
+    FIFO at `path`; the rows written."""
+
+    def __call__(self, path: str, table_name: str, scale_factor: float, part: int, parts: int, /, *,
+                 cancel: Cancel | None = None) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -149,10 +192,12 @@ class GeneratedData:
     that owns it says how, so no target dispatches on a data set's name."""
 
     name: str  # "tpch", "ssb": the loading sessions are "perflab-<name>"
-    # (conninfo, scale_factor, tables, connections): every table COPYed into PostgreSQL
-    copy_postgres: Callable[[str, float, list[str], int], list[TableLoad]]
+    copy_postgres: CopyPostgres
     # (table, scale_factor, threads): one table as an Arrow C stream capsule
     arrow_stream: Callable[[str, float, int], object]
+    # (scale_factor, tables): every part a loader takes, (table, part, parts), the biggest first
+    parts: Callable[[float, list[str]], list[tuple[str, int, int]]]
+    write_text: WriteText
 
 
 @dataclass(kw_only=True)
@@ -196,6 +241,20 @@ class MysqlWireEndpoint(SqlEndpoint):
     database: str
     unix_socket: str | None = None
     password: str | None = None
+
+    def wire_conninfo(self) -> str:
+        """The key=value connection text the engine's own MySQL client takes
+        (crates/engine/src/mysql); sessions are read-only when the endpoint is."""
+        def quoted(value: str) -> str:
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+        where = {"socket": self.unix_socket} if self.unix_socket else {"host": self.host, "port": str(self.port)}
+        params = {**where, "user": self.user, "database": self.database}
+        if self.password:
+            params["password"] = self.password
+        if self.read_only:
+            params["read_only"] = "on"
+        return " ".join(f"{k}={quoted(v)}" for k, v in params.items())
 
 
 @dataclass(kw_only=True)

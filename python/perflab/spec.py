@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from perflab import tomldoc
 from perflab.collectors import COLLECTORS
-from perflab.endpoints import Capability, describe
+from perflab.endpoints import Capability, describe, describe_needs, unmet
 from perflab.errors import SpecError, UserError
 from perflab.hostctl.cgroups import parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
@@ -327,14 +327,14 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
     target_cls = TARGETS.get(target.kind)
     workload_cls = WORKLOADS.get(workload.kind)
     provided = target_cls.endpoint_type.capabilities
-    missing = workload_cls.needs - provided
+    missing = unmet(workload_cls.needs, workload_cls.needs_any, provided)
     if missing:
         problems.append(
             (
                 "workload.kind",
-                f"workload {workload.kind!r} needs {describe(workload_cls.needs)}; target kind "
-                f"{target.kind!r} provides {describe(provided)}: choose a target that provides "
-                f"{describe(missing)}, or another workload",
+                f"workload {workload.kind!r} needs {describe_needs(workload_cls.needs, workload_cls.needs_any)}; "
+                f"target kind {target.kind!r} provides {describe(provided)}: choose a target that provides "
+                f"{missing}, or another workload",
             )
         )
         return None, problems

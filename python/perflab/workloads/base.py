@@ -33,8 +33,10 @@ class Workload(abc.ABC, Generic[EndpointT]):
     # runs while these (and the target) are unchanged.
     data_fields: ClassVar[tuple[str, ...]] = ()
     # What this workload needs of the target's endpoint (`perflab check`
-    # refuses a target that lacks any of it).
+    # refuses a target that lacks any of it), and, when not empty, the
+    # capabilities of which it needs at least one (PostgreSQL's wire or MySQL's).
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
+    needs_any: ClassVar[frozenset[Capability]] = frozenset()
     # Headline metric names, in the order `show` and the progress line print them.
     headline: ClassVar[tuple[str, ...]] = ()
     # Its run phase is the engine's load harness, called through

@@ -333,8 +333,9 @@ def _tpcc_data(seed: int, c_last_load: int) -> GeneratedData:
 class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpccSettings
     data_fields: ClassVar[tuple[str, ...]] = ("warehouses", "load_seed")
-    # PostgreSQL, or MySQL and MariaDB: any other SQL endpoint is refused at load (_dialect)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
+    # PostgreSQL or MySQL/MariaDB: the engine speaks both; DuckDB is refused at check
+    needs_any: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE, Capability.MYSQL_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tpmC", "nopm", "new_order.latency_p90_ms")
     distributable: ClassVar[bool] = True
 
