@@ -97,8 +97,8 @@ class DriverLink:
         """Shape the link for this run, start the relay if needed, and hold
         this thread inside the namespace; yields the endpoint the driver uses."""
         assert self.link is not None
-        port = getattr(endpoint, "port", None)
-        if not isinstance(port, int):
+        port = endpoint.tcp_port()
+        if port is None:
             raise RunFailure("driver.network: the target has no TCP port")
         netem = self._mechanism(net)
         how = net.shape()

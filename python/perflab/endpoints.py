@@ -116,6 +116,11 @@ class Endpoint(abc.ABC):
     def display(self) -> str:
         """Where it is, with any password masked."""
 
+    def tcp_port(self) -> int | None:
+        """The TCP port the server listens on, for a driver in a network
+        namespace of its own (driver.network); None when it has none."""
+        return None
+
 
 @dataclass(kw_only=True)
 class SqlEndpoint(Endpoint):
@@ -214,6 +219,9 @@ class PgWireEndpoint(SqlEndpoint):
     dbname: str
     password: str | None = None
 
+    def tcp_port(self) -> int | None:
+        return self.port
+
     def wire_conninfo(self, application_name: str = "perflab") -> str:
         """The conninfo in libpq key=value form, the form the engine's own
         PostgreSQL client takes (a URI DSN is rewritten); sessions are
@@ -241,6 +249,9 @@ class MysqlWireEndpoint(SqlEndpoint):
     database: str
     unix_socket: str | None = None
     password: str | None = None
+
+    def tcp_port(self) -> int | None:
+        return None if self.unix_socket else self.port
 
     def wire_conninfo(self) -> str:
         """The key=value connection text the engine's own MySQL client takes
