@@ -109,7 +109,7 @@ class MysqlEndpoint(MysqlWireEndpoint):
             other.execute(f"KILL QUERY {int(conn.thread_id)}")
 
     def is_timeout(self, exc: BaseException) -> bool:
-        args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+        args: tuple[Any, ...] = exc.args
         return bool(args) and args[0] in TIMEOUT_CODES
 
     def bulk_load(self, data: GeneratedData, scale_factor: float, tables: list[str], jobs: int, *,
@@ -234,7 +234,7 @@ def _load_part(conn: MysqlSession, data: GeneratedData, scale_factor: float, tab
         raise _Stopped(f"{table} part {part}: cancelled") from (failure or (errors[0] if errors else None))
     if failure is not None:
         hint = ("; the server must allow it: local_infile = ON (the managed mariadb target sets it)"
-                if tuple(getattr(failure, "args", ()))[:1] in ((c,) for c in LOCAL_INFILE_REFUSED) else "")
+                if failure.args[:1] in ((c,) for c in LOCAL_INFILE_REFUSED) else "")
         raise RunFailure(f"LOAD DATA LOCAL INFILE into {table} (part {part} of {parts}) failed: {failure}{hint}"
                          ) from failure
     if errors:

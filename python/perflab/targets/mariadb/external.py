@@ -21,7 +21,7 @@ from perflab.targets.mariadb.settings import MysqlSettings, parse_dsn
 def connect_failure(exc: BaseException, where: str, user: str) -> tuple[str, str]:
     """(message, fix) for a failed login to a MySQL-protocol server, by cause
     (MySQL's error code); never with the password in it."""
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    args: tuple[Any, ...] = exc.args
     code = args[0] if args and isinstance(args[0], int) else None
     words = mask_secrets(str(args[1]) if len(args) > 1 else str(exc)).strip()
     if code == 1045:
