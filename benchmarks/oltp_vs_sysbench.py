@@ -1,10 +1,19 @@
-"""perflab's `oltp` workload against sysbench 1.0.20's oltp_* scripts (pgsql driver), on one server.
+"""perflab's `oltp` workload against sysbench 1.0.20's oltp_* scripts, on one server.
+
+--server postgres (the default; sysbench's pgsql driver) or mariadb (its mysql
+driver, against a managed MariaDB over its unix socket, perflab's own MySQL
+client on the other side; innodb_flush_log_at_trx_commit=2 in the place of
+synchronous_commit=off, and the loader timed both ways: LOAD DATA LOCAL
+INFILE streamed and multi-row INSERT).
 
 Starts one managed PostgreSQL with perflab's own PostgresTarget (and always
 stops it), times `sysbench oltp_common prepare` (--threads 2, so it loads two
 tables at once) against perflab's loader (binary COPY, load_jobs 2) at the same
---tables and --table-size (perflab's data, loaded second, is what the runs
-use; sysbench runs on it as on its own), then runs them alternately: for each
+--tables and --table-size, --load-pairs times alternately, each from no sbtest
+tables (sysbench's cleanup, untimed), with MariaDB's own CPU time beside each
+load (the server's share: on 2 cores it bounds the wall time from below);
+perflab's data, loaded last, is what the runs use (sysbench runs on it as on
+its own). Then it runs them alternately: for each
 script and thread count, --pairs pairs of runs of --seconds each, sysbench then
 perflab, the same script, the same key distribution (sysbench's default
 --rand-type=special), prepared statements on both sides.
@@ -21,8 +30,9 @@ window) beside it. sysbench runs one OS thread per connection; perflab runs
 the connections on min(threads, cores) runtime threads. Ratios are perflab /
 sysbench, the mean of the per-pair ratios with their spread.
 
-    .venv/bin/python benchmarks/oltp_vs_sysbench.py [--tables 10] [--table-size 100000] [--seconds 10]
-        [--pairs 3] [--threads 8 32] [--scripts point_select read_only read_write] [--json out.json]
+    .venv/bin/python benchmarks/oltp_vs_sysbench.py [--server postgres|mariadb] [--tables 10]
+        [--table-size 100000] [--seconds 10] [--pairs 3] [--threads 8 32]
+        [--scripts point_select read_only read_write] [--load-pairs 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,13 +47,19 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from _common import cores, run_child, run_main, spread
+from perflab import _engine, proc
 from perflab.context import RunContext
+from perflab.endpoints import MysqlWireEndpoint
+from perflab.targets.mariadb import MariadbSettings, MariadbTarget
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads.oltp import OltpSettings, OltpWorkload
+
+Endpoint = PostgresEndpoint | MysqlWireEndpoint
 
 # The issue's targets.
 TARGET_TPS_RATIO = 1.05
@@ -51,13 +67,55 @@ TARGET_CPU_RATIO = 0.8
 TARGET_LOAD_RATIO = 0.5
 
 
-def sysbench_args(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int) -> list[str]:
-    return ["sysbench", f"oltp_{script}" if script != "common" else "oltp_common", "--db-driver=pgsql",
-            f"--pgsql-host={ep.host}", f"--pgsql-port={ep.port}", f"--pgsql-user={ep.user}", f"--pgsql-db={ep.dbname}",
+def sysbench_args(ep: Endpoint, script: str, tables: int, table_size: int, threads: int) -> list[str]:
+    if isinstance(ep, MysqlWireEndpoint):
+        where = [f"--mysql-socket={ep.unix_socket}"] if ep.unix_socket else [f"--mysql-host={ep.host}",
+                                                                              f"--mysql-port={ep.port}"]
+        driver = ["--db-driver=mysql", *where, f"--mysql-user={ep.user}", f"--mysql-db={ep.database}",
+                  *([f"--mysql-password={ep.password}"] if ep.password else [])]
+    else:
+        driver = ["--db-driver=pgsql", f"--pgsql-host={ep.host}", f"--pgsql-port={ep.port}",
+                  f"--pgsql-user={ep.user}", f"--pgsql-db={ep.dbname}"]
+    return ["sysbench", f"oltp_{script}" if script != "common" else "oltp_common", *driver,
             f"--tables={tables}", f"--table-size={table_size}", f"--threads={threads}"]
 
 
-def run_sysbench(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int,
+def sysbench_prepare(ep: Endpoint, tables: int, table_size: int) -> None:
+    # --threads 2: sysbench's prepare loads a table per thread at once
+    code, text, error, _ = run_child([*sysbench_args(ep, "common", tables, table_size, 2), "prepare"])
+    if code != 0:
+        raise RuntimeError(f"sysbench prepare failed: {error.strip() or text[-500:]}")
+
+
+def server_cpu_s(target: PostgresTarget | MariadbTarget) -> float | None:
+    """MariaDB's CPU seconds so far (one process, its threads); None on
+    PostgreSQL, whose backends take their CPU time with them when they exit."""
+    if not isinstance(target, MariadbTarget):
+        return None
+    return sum(proc.cpu_seconds(pid) or 0.0 for pid in target.processes())
+
+
+def timed_load(target: PostgresTarget | MariadbTarget, ep: Endpoint, args: argparse.Namespace, name: str,
+               loads: dict[str, list[float]], server_cpu: dict[str, list[float]], load: Callable[[], object]) -> float:
+    """One load from no sbtest tables (sysbench's cleanup first, untimed), its
+    wall time and the server's CPU time kept under `name`."""
+    code, text, error, _ = run_child([*sysbench_args(ep, "common", args.tables, args.table_size, 2), "cleanup"])
+    if code != 0:
+        raise RuntimeError(f"sysbench cleanup failed: {error.strip() or text[-500:]}")
+    cpu_before = server_cpu_s(target)
+    started = time.monotonic()
+    load()
+    took = time.monotonic() - started
+    cpu_after = server_cpu_s(target)
+    loads.setdefault(name, []).append(took)
+    cpu = f"; server CPU {cpu_after - cpu_before:.2f} s" if cpu_before is not None and cpu_after is not None else ""
+    if cpu_before is not None and cpu_after is not None:
+        server_cpu.setdefault(name, []).append(cpu_after - cpu_before)
+    print(f"  load {len(loads[name])}: {name} {took:.2f} s{cpu}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    return took
+
+
+def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, threads: int,
                  seconds: int) -> dict[str, float]:
     args = [*sysbench_args(ep, script, tables, table_size, threads), f"--time={seconds}", "run"]
     code, text, error, usage = run_child(args)
@@ -72,7 +130,7 @@ def run_sysbench(ep: PostgresEndpoint, script: str, tables: int, table_size: int
             "ignored_errors": int(ignored.group(1)) if ignored else 0}
 
 
-def run_perflab(ep: PostgresEndpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
+def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
                 workdir: Path) -> dict[str, Any]:
     w = OltpWorkload(OltpSettings.model_validate({
         "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
@@ -90,12 +148,15 @@ def run_perflab(ep: PostgresEndpoint, script: str, tables: int, table_size: int,
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", choices=["postgres", "mariadb"], default="postgres")
     ap.add_argument("--tables", type=int, default=10)
     ap.add_argument("--table-size", type=int, default=100_000)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--scripts", nargs="+", default=["point_select", "read_only", "read_write"])
+    ap.add_argument("--load-pairs", type=int, default=1,
+                    help="times to alternate sysbench prepare and perflab's loader (default 1)")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
     if shutil.which("sysbench") is None:
@@ -103,28 +164,51 @@ def main() -> int:
 
     base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
-    target = PostgresTarget(PostgresSettings.model_validate({
-        "kind": "postgres", "settings": {"max_connections": max(args.threads) + 20, "shared_buffers": "256MB",
-                                         "synchronous_commit": "off"},
-    }), base / "target")
+    target: PostgresTarget | MariadbTarget
+    if args.server == "mariadb":
+        target = MariadbTarget(MariadbSettings.model_validate({
+            "kind": "mariadb", "settings": {"max_connections": max(args.threads) + 20,
+                                            "innodb_buffer_pool_size": "512M",
+                                            "innodb_flush_log_at_trx_commit": 2},
+        }), base / "target")
+        durability = "innodb_flush_log_at_trx_commit=2"
+    else:
+        target = PostgresTarget(PostgresSettings.model_validate({
+            "kind": "postgres", "settings": {"max_connections": max(args.threads) + 20, "shared_buffers": "256MB",
+                                             "synchronous_commit": "off"},
+        }), base / "target")
+        durability = "synchronous_commit=off"
     rows: list[dict[str, Any]] = []
+    loads: dict[str, list[float]] = {}
     try:
         ep = target.provision()
-        assert isinstance(ep, PostgresEndpoint)
+        assert isinstance(ep, PostgresEndpoint | MysqlWireEndpoint)
         version = subprocess.run(["sysbench", "--version"], capture_output=True, text=True).stdout.strip()
-        print(f"server: {target.describe().get('version', '?')}; {version}; synchronous_commit=off; "
+        print(f"server: {target.describe().get('version', '?')}; {version}; {durability}; "
               f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
-        started = time.monotonic()
-        code, text, error, _ = run_child([*sysbench_args(ep, "common", args.tables, args.table_size, 2), "prepare"])
-        sysbench_load_s = time.monotonic() - started
-        if code != 0:
-            raise RuntimeError(f"sysbench prepare failed: {error.strip() or text[-500:]}")
+        server_cpu: dict[str, list[float]] = {}
+        ratios: list[float] = []
         w = OltpWorkload(OltpSettings.model_validate({"kind": "oltp", "tables": args.tables,
                                                       "table_size": args.table_size, "load_jobs": 2}))
-        load = w.prepare(ep, RunContext(run_number=0, run_dir=base, t0_ns=time.monotonic_ns()))
-        load_ratio = load.total_s / sysbench_load_s
-        print(f"load {args.tables} x {args.table_size} rows: sysbench prepare {sysbench_load_s:.2f} s; "
-              f"perflab {load.total_s:.2f} s; ratio {load_ratio:.3f}", flush=True)
+        workload_load = "perflab" + (", LOAD DATA LOCAL" if isinstance(ep, MysqlWireEndpoint) else ", binary COPY")
+        for _ in range(args.load_pairs):
+            sysbench_load_s = timed_load(target, ep, args, "sysbench prepare", loads, server_cpu, lambda: sysbench_prepare(
+                ep, args.tables, args.table_size))
+            if isinstance(ep, MysqlWireEndpoint):
+                # the other way to send the rows, timed; the workload's own (LOAD DATA LOCAL) loads last
+                timed_load(target, ep, args, "perflab, multi-row INSERT", loads, server_cpu, lambda: _engine.oltp_load(
+                    ep.wire_conninfo(), tables=args.tables, table_size=args.table_size, rand_type="special",
+                    workers=2, server="mysql", mysql_method="insert"))
+            load_s = timed_load(target, ep, args, workload_load, loads, server_cpu, lambda: w.prepare(
+                ep, RunContext(run_number=0, run_dir=base, t0_ns=time.monotonic_ns())))
+            ratios.append(load_s / sysbench_load_s)
+        load_ratio = statistics.mean(ratios)
+        print(f"load {args.tables} x {args.table_size} rows, {args.load_pairs} alternating pair(s), mean "
+              + ("(server CPU s) " if server_cpu else "")
+              + "; ".join(f"{k} {statistics.mean(v):.2f} s"
+                          + (f" ({statistics.mean(server_cpu[k]):.2f})" if k in server_cpu else "")
+                          for k, v in loads.items())
+              + f"; ratio {load_ratio:.3f} ({spread(ratios, 3)})", flush=True)
         for script in args.scripts:
             for threads in args.threads:
                 for pair in range(args.pairs):
@@ -165,8 +249,7 @@ def main() -> int:
     print("\n".join(verdicts))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
     if args.json:
-        args.json.write_text(json.dumps({"load": {"sysbench_s": sysbench_load_s, "perflab_s": load.total_s},
-                                         "runs": rows}, indent=1))
+        args.json.write_text(json.dumps({"server": args.server, "load_s": loads, "runs": rows}, indent=1))
     return 0
 
 

@@ -4,6 +4,7 @@ workload and the mysqlstat collector."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -393,3 +395,239 @@ query_timeout = "1s"
     assert rows == {("point", "ok"): 6, ("slow", "timeout"): 6}, rows
     assert max(s for (s,) in db.execute("SELECT seconds FROM query WHERE query = 'slow'")) < 3.5
     run_cli("clean", out, "--yes")
+
+
+# ---- the oltp workload (sysbench's scripts) on MariaDB, through the engine's own MySQL client
+
+OLTP_TABLES, OLTP_ROWS = 2, 2000
+
+
+def _oltp(**settings: Any) -> Any:
+    from perflab.workloads.oltp import OltpSettings, OltpWorkload
+
+    return OltpWorkload(OltpSettings.model_validate(
+        {"kind": "oltp", "tables": OLTP_TABLES, "table_size": OLTP_ROWS, "io": "epoll", **settings}))
+
+
+def _ctx(tmp_path: Path) -> Any:
+    from perflab.context import RunContext
+
+    return RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns())
+
+
+def _own_database(endpoint: MysqlEndpoint, name: str) -> MysqlEndpoint:
+    with endpoint.connect() as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return dataclasses.replace(endpoint, database=name)
+
+
+COM = ("Com_select", "Com_update", "Com_delete", "Com_insert", "Com_begin", "Com_commit")
+
+
+def _com(endpoint: MysqlEndpoint) -> dict[str, int]:
+    with endpoint.connect() as conn:
+        marks = ", ".join(["%s"] * len(COM))
+        rows = conn.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({marks})", COM).fetchall()
+    return {k: int(v) for k, v in rows}
+
+
+def test_oltp_loads_sysbenchs_tables_and_its_statements_match_the_servers_counters(server, tmp_path) -> None:
+    from perflab.workloads.oltp import STATEMENTS
+
+    _, endpoint = server
+    db = _own_database(endpoint, "t_oltp")
+    load = _oltp().prepare(db, _ctx(tmp_path))
+    assert load.rows == {"sbtest1": OLTP_ROWS, "sbtest2": OLTP_ROWS}
+    with db.connect() as conn:
+        count, low, high, kmin, kmax = conn.execute("SELECT count(*), min(id), max(id), min(k), max(k) FROM sbtest2"
+                                                    ).fetchone()
+        assert (count, low, high) == (OLTP_ROWS, 1, OLTP_ROWS) and 1 <= kmin <= kmax <= OLTP_ROWS
+        ddl = conn.execute("SHOW CREATE TABLE sbtest1").fetchone()[1]
+        assert "AUTO_INCREMENT" in ddl and "ENGINE=InnoDB" in ddl and "KEY `k_1` (`k`)" in ddl, ddl
+        assert "`c` char(120) NOT NULL DEFAULT ''" in ddl, ddl
+    events = 40
+    before = _com(db)
+    w = _oltp(script="read_write", clients=2, transactions=events // 2)
+    result = w.run(db, _ctx(tmp_path))
+    after = _com(db)
+    metrics = {k: m.value for k, m in result.metrics.items()}
+    assert metrics["transactions"] == events and metrics["failed"] == 0
+    mix = STATEMENTS["read_write"]
+    change = {k: after[k] - before[k] for k in COM}
+    # run() counts each table's rows first (one SELECT per table), through its own session
+    assert change == {"Com_select": (mix["point_selects"] + mix["range_selects"]) * events + OLTP_TABLES,
+                      "Com_update": mix["updates"] * events, "Com_delete": mix["deletes"] * events,
+                      "Com_insert": mix["inserts"] * events, "Com_begin": events, "Com_commit": events}, change
+    assert w.check(db, _ctx(tmp_path)).passed
+    from test_oltp import assert_statement_histograms
+
+    assert_statement_histograms(result, "read_write", committed=events)
+    # the insert script, on io_uring: AUTO_INCREMENT ids after the loaded ones
+    _oltp(script="insert", clients=1, transactions=5, io="uring").run(db, _ctx(tmp_path))
+    with db.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM sbtest1 WHERE id > %s", (OLTP_ROWS,)).fetchone()[0] + \
+            conn.execute("SELECT count(*) FROM sbtest2 WHERE id > %s", (OLTP_ROWS,)).fetchone()[0] == 5
+    # read-only: the sessions are, and writing scripts are refused before they start
+    read_only = dataclasses.replace(db, read_only=True)
+    assert _oltp(script="read_only", clients=1, transactions=3).run(read_only, _ctx(tmp_path)).metrics[
+        "transactions"].value == 3
+    with pytest.raises(UserError, match="writes and the target is read-only"):
+        _oltp(script="write_only", clients=1, transactions=1).run(read_only, _ctx(tmp_path))
+    with pytest.raises(UserError, match="no sbtest3"):
+        _oltp(tables=3).prepare(read_only, _ctx(tmp_path))
+    with endpoint.connect() as conn:
+        conn.execute("DROP DATABASE t_oltp")
+
+
+def test_oltp_retries_a_lock_wait_timeout_and_names_other_errors(server, tmp_path) -> None:
+    """One row, its lock held by another session for longer than the lock wait
+    timeout: the update waits, fails with 1205, and is tried again until it commits."""
+    import threading
+
+    _, endpoint = server
+    db = _own_database(endpoint, "t_oltp_lock")
+    _oltp(tables=1, table_size=1).prepare(db, _ctx(tmp_path))
+    with endpoint.connect() as conn:
+        conn.execute("SET GLOBAL innodb_lock_wait_timeout = 1")
+    holder = db.connect()
+    try:
+        holder.execute("BEGIN")
+        holder.execute("SELECT k FROM sbtest1 WHERE id = 1 FOR UPDATE")
+        release = threading.Timer(2.5, holder.execute, ("ROLLBACK",))
+        release.start()
+        result = _oltp(script="update_index", tables=1, table_size=1, clients=1, transactions=2,
+                       max_tries=10).run(db, _ctx(tmp_path))
+        release.join()
+    finally:
+        holder.close()
+        with endpoint.connect() as conn:
+            conn.execute("SET GLOBAL innodb_lock_wait_timeout = DEFAULT")
+    metrics = {k: m.value for k, m in result.metrics.items()}
+    assert metrics["transactions"] == 2 and metrics["failed"] == 0
+    assert metrics["retries"] >= 1, metrics
+    # without retries the same wait is a failed event, counted under its code
+    holder = db.connect()
+    try:
+        with endpoint.connect() as conn:
+            conn.execute("SET GLOBAL innodb_lock_wait_timeout = 1")
+        holder.execute("BEGIN")
+        holder.execute("SELECT k FROM sbtest1 WHERE id = 1 FOR UPDATE")
+        result = _oltp(script="update_index", tables=1, table_size=1, clients=1, transactions=1,
+                       max_tries=1).run(db, _ctx(tmp_path))
+    finally:
+        holder.close()
+        with endpoint.connect() as conn:
+            conn.execute("SET GLOBAL innodb_lock_wait_timeout = DEFAULT")
+            conn.execute("DROP DATABASE t_oltp_lock")
+    metrics = {k: m.value for k, m in result.metrics.items()}
+    assert metrics["failed"] == 1 and metrics["errors.1205"] == 1, metrics
+
+
+@pytest.mark.slow
+def test_oltp_open_loop_latency_shows_a_stalled_mariadb(server, tmp_path) -> None:
+    """SIGSTOP the server for 2 s under a rate: the events scheduled meanwhile
+    are late by up to 2 s, and latency from the intended start says so."""
+    from conftest import server_stalled
+
+    target, endpoint = server
+    db = _own_database(endpoint, "t_oltp_stall")
+    w = _oltp(script="point_select", clients=4, threads=2, duration="5s", rate=200.0)
+    w.prepare(db, _ctx(tmp_path))
+    with server_stalled(lambda: list(target.processes())):
+        result = w.run(db, _ctx(tmp_path))
+    m = result.metrics
+    assert m["latency_max_ms"].value > 1500, "the stall shows in full"
+    assert m["latency_p99_ms"].value > 1000
+    assert m["tps"].value == pytest.approx(200, rel=0.25)
+    with endpoint.connect() as conn:
+        conn.execute("DROP DATABASE t_oltp_stall")
+
+
+def test_oltp_on_a_killed_mariadb_fails_its_run_clearly_and_the_experiment_goes_on(workdir: Path) -> None:
+    out = workdir / "out"
+    experiment = workdir / "e.toml"
+    experiment.write_text(f"""
+[experiment]
+name = "oltp-killed"
+[target]
+kind = "mariadb"
+[workload]
+kind = "oltp"
+script = "point_select"
+tables = 1
+table_size = {OLTP_ROWS}
+clients = 2
+duration = "4s"
+[factors]
+"target.settings.max_connections" = [40, 50]
+""")
+    run = start_run_until(experiment, out, lambda: mariadbd_under(out, serving=True))
+    try:
+        # kill the server once the run's clients are connected (after the load)
+        deadline = time.monotonic() + 60
+        while _sessions_of(out) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        for pid in mariadbd_under(out):
+            os.kill(pid, signal.SIGKILL)
+        assert run.wait(timeout=180) == 1, (out.parent / "perflab.log").read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+    db = sqlite3.connect(out / "perflab.sqlite")
+    rows = db.execute("SELECT status, error FROM run ORDER BY id").fetchall()
+    assert rows[0][0] == "failed" and rows[1][0] == "done", rows
+    # the engine's clients lost their connections (not the load, not a connect)
+    assert "connection" in rows[0][1] and "Traceback" not in rows[0][1], rows[0][1]
+    assert not rows[0][1].startswith("oltp load failed"), rows[0][1]
+    assert mariadbd_under(out) == []
+
+
+def _sessions_of(out: Path) -> int:
+    """Sessions of perflab's user on the managed server under `out` (asked as
+    root over its socket, found in its option file); 0 while there is none."""
+    import socket as sock
+
+    for pid in mariadbd_under(out, serving=True):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            option_file = next(a.split("=", 1)[1] for a in args if a.startswith("--defaults-file="))
+            socket = next(line.split("=", 1)[1].strip() for line in Path(option_file).read_text().splitlines()
+                          if line.replace(" ", "").startswith("socket="))
+            with sock.socket(sock.AF_UNIX) as probe:
+                probe.connect(socket)  # PyMySQL leaks its socket when this fails
+            conn = pymysql.connect(unix_socket=socket, user="root", connect_timeout=2)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT count(*) FROM information_schema.processlist WHERE user = 'perflab'")
+                    return int(cur.fetchone()[0])
+            finally:
+                conn.close()
+        except (OSError, StopIteration, pymysql.err.MySQLError):
+            continue
+    return 0
+
+
+def test_oltp_on_an_external_mysql_target_writes_only_where_allowed(server, workdir: Path, run_cli) -> None:
+    _, endpoint = server
+    dsn = f"mysql://perflab@127.0.0.1:{endpoint.port}/"
+
+    def experiment(name: str, script: str, extra: str = "") -> Path:
+        path = workdir / f"{name}.toml"
+        path.write_text(f'[experiment]\nname = "{name}"\n[target]\nkind = "mysql"\ndsn = "{dsn}"\n{extra}'
+                        f'[workload]\nkind = "oltp"\nscript = "{script}"\ntables = 1\ntable_size = 100\n'
+                        'clients = 1\ntransactions = 5\n')
+        return path
+
+    refused = run_cli("check", experiment("rw", "read_write"), check=False)
+    assert refused.returncode == 2 and "allow_destructive" in refused.stderr and "Traceback" not in refused.stderr
+    assert run_cli("check", experiment("ro", "point_select"), check=False).returncode == 0
+    # allowed, it loads and runs only inside perflab's own database there
+    run_cli("run", experiment("ok", "read_write", "allow_destructive = true\n"), "--out", workdir / "out",
+            "--quiet", "--no-report")
+    with endpoint.connect() as conn:
+        where = {r[0] for r in conn.execute("SELECT table_schema FROM information_schema.tables "
+                                            "WHERE table_name = 'sbtest1'").fetchall()}
+        assert "perflab_oltp" in where and "perflab" not in where, where
+    run_cli("clean", workdir / "out", "--yes")

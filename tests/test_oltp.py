@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from perflab import _engine
 from perflab.context import RunContext
 from perflab.errors import UserError
 from perflab.workloads import WORKLOADS
@@ -24,6 +25,20 @@ from perflab.workloads.oltp import STATEMENTS, OltpSettings, OltpWorkload
 
 TABLES, ROWS = 2, 10_000
 EVENTS = 60
+_READS = {"point_select": 10, "simple_range": 1, "sum_range": 1, "order_range": 1, "distinct_range": 1}
+_WRITES = {"index_update": 1, "non_index_update": 1, "delete": 1, "insert": 1}
+_TX = {"begin": 1, "commit": 1}
+# sysbench's oltp_*.lua: the statements of one event, by kind (written out
+# here, not taken from the engine, so that the histograms are checked against the scripts)
+STATEMENT_KINDS: dict[str, dict[str, int]] = {
+    "point_select": {"point_select": 1},
+    "read_only": {**_TX, **_READS},
+    "read_write": {**_TX, **_READS, **_WRITES},
+    "write_only": {**_TX, **_WRITES},
+    "update_index": {"index_update": 1},
+    "update_non_index": {"non_index_update": 1},
+    "insert": {"insert": 1},
+}
 
 
 def workload(**settings: Any) -> OltpWorkload:
@@ -106,6 +121,19 @@ def _counters(db: Any) -> dict[str, int]:
     return {"inserts": int(ins), "updates": int(upd), "deletes": int(dele), "pkey_scans": int(scans)}
 
 
+def assert_statement_histograms(result: Any, script: str, committed: int) -> None:
+    """One histogram per statement kind of the script, holding the script's
+    count of it per committed event (only the last try of a retried event
+    counts), each with p50 <= p99 <= max."""
+    stats = {h.name.removeprefix("latency.statement."): h.data for h in result.histograms
+             if h.name.startswith("latency.statement.")}
+    counts = {kind: _engine.hdr_summary(data).count for kind, data in stats.items()}
+    assert counts == {kind: n * committed for kind, n in STATEMENT_KINDS[script].items()}
+    for kind, data in stats.items():
+        p50, p99 = _engine.hdr_quantile_us(data, 0.5), _engine.hdr_quantile_us(data, 0.99)
+        assert 0 < p50 <= p99 <= _engine.hdr_summary(data).max_us, (kind, p50, p99)
+
+
 @pytest.mark.parametrize("script", list(STATEMENTS))
 def test_each_script_runs_sysbenchs_statement_mix(loaded, tmp_path, script) -> None:
     db, _ = loaded
@@ -134,8 +162,44 @@ def test_each_script_runs_sysbenchs_statement_mix(loaded, tmp_path, script) -> N
     for kind, per_event in mix.items():
         assert metrics[f"statements.{kind}"] == per_event * EVENTS
     assert [h.name for h in result.histograms][0] == f"latency.{script}"
+    assert_statement_histograms(result, script, committed=EVENTS)
     check = w.check(db, context(tmp_path))
     assert check.passed and len(check.checks) == 1, check
+
+
+def test_statement_histograms_hold_the_measured_windows_committed_events(loaded, tmp_path) -> None:
+    """Four clients on two threads for a while after a warm-up: the threads'
+    statement histograms merge, and hold the statements of exactly the
+    committed events of the measured window (none of the warm-up's, none of a
+    failed or retried try's)."""
+    db, _ = loaded
+    result = workload(script="read_write", clients=4, threads=2, duration="2s", warmup="1s").run(db, context(tmp_path))
+    metrics = {k: m.value for k, m in result.metrics.items()}
+    assert metrics["transactions"] > 0
+    assert_statement_histograms(result, "read_write", committed=int(metrics["transactions"]))
+
+
+def test_two_drivers_statement_histograms_merge(loaded) -> None:
+    """Two drivers' results (as Ray's workers ship them) merge statement by statement."""
+    from perflab.drivers import merge
+
+    db, _ = loaded
+    outs = [_engine.oltp_run(db.conninfo, script="read_only", tables=TABLES, table_size=ROWS, rand_type="special",
+                             clients=1, threads=1, t0_ns=time.monotonic_ns(), transactions=n, io="epoll", seed=n)
+            for n in (5, 7)]
+    merged = merge.merge([merge.WorkerResult.of(i, "here", out) for i, out in enumerate(outs)])
+    counts = {op.name: (op.committed, op.latency.count) for op in merged.operations if op.committed}
+    assert counts == {kind: (n * 12, n * 12) for kind, n in STATEMENT_KINDS["read_only"].items()}
+
+
+def test_report_has_a_statement_table(loaded, workdir, run_cli) -> None:
+    db, _ = loaded
+    experiment = _experiment(workdir / "stmt.toml", db.conninfo, "read_only")
+    run_cli("run", experiment, "--out", workdir / "out", "--quiet")
+    html = (workdir / "out" / "report.html").read_text()
+    statements = html[html.index("Statements"):]
+    for kind in STATEMENT_KINDS["read_only"]:
+        assert f"<td>{kind}</td>" in statements, kind
 
 
 def test_read_only_target_runs_read_scripts_and_refuses_writes(loaded, tmp_path) -> None:

@@ -1,70 +1,50 @@
 //! Bindings of sysbench's OLTP workload: its run (through `glue::drive`) and
-//! its loader (through `glue::run_blocking`).
+//! its loader (through `glue::run_blocking`), on PostgreSQL or MySQL/MariaDB
+//! (`server`: which client, and which form `conninfo` takes).
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{drive, run_blocking, HarnessArgs};
+use crate::glue::{harness_binding, run_blocking};
 use crate::results::{DriverResult, LoadReport};
 use perflab_engine::oltp::load::{self, LoadConfig};
-use perflab_engine::oltp::{OltpProtocol, RandType, Script};
+use perflab_engine::oltp::{LoadMethod, MysqlOltpProtocol, OltpProtocol, RandType, Script, Server};
 use pyo3::prelude::*;
 
-/// Drive one of sysbench's OLTP scripts; returns the run's figures.
-#[pyfunction]
-#[pyo3(signature = (
-    conninfo, *, script, tables, table_size, rand_type, clients, threads, t0_ns,
-    duration_s=None, transactions=None, warmup_s=0.0, rate_tps=None, schedule="poisson",
-    latency_limit_ms=None, max_tries=1, seed=0, io="epoll", progress=None, cancel=None,
-    on_connected=None
-))]
-#[allow(clippy::too_many_arguments)]
-fn oltp_run<'py>(
-    py: Python<'py>,
-    conninfo: String,
-    script: &str,
-    tables: u32,
-    table_size: u32,
-    rand_type: &str,
-    clients: u32,
-    threads: u32,
-    t0_ns: u64,
-    duration_s: Option<f64>,
-    transactions: Option<u64>,
-    warmup_s: f64,
-    rate_tps: Option<f64>,
-    schedule: &str,
-    latency_limit_ms: Option<f64>,
-    max_tries: u32,
-    seed: u64,
-    io: &str,
-    progress: Option<Bound<'py, PyAny>>,
-    cancel: Option<Bound<'py, PyAny>>,
-    on_connected: Option<Bound<'py, PyAny>>,
-) -> PyResult<DriverResult> {
-    let script = script.parse::<Script>().map_err(config_error)?;
-    let rand_type = rand_type.parse::<RandType>().map_err(config_error)?;
-    let cfg = HarnessArgs {
-        clients,
-        threads,
-        t0_ns,
-        duration_s,
-        transactions,
-        warmup_s,
-        rate_tps,
-        schedule,
-        latency_limit_ms,
-        max_tries,
-        seed,
-        io,
+harness_binding! {
+    /// Drive one of sysbench's OLTP scripts; returns the run's figures.
+    #[pyo3(signature = (conninfo, *, script, tables, table_size, rand_type, server = "postgres"))]
+    fn oltp_run<'py>(
+        py: Python<'py>,
+        conninfo: String,
+        script: &str,
+        tables: u32,
+        table_size: u32,
+        rand_type: &str,
+        server: &str,
+    ) with harness -> PyResult<DriverResult> {
+        let script = script.parse::<Script>().map_err(config_error)?;
+        let rand_type = rand_type.parse::<RandType>().map_err(config_error)?;
+        match server.parse::<Server>().map_err(config_error)? {
+            Server::Postgres => {
+                let protocol = OltpProtocol::new(&conninfo, script, tables, table_size, rand_type)
+                    .map_err(engine_error)?;
+                harness.drive(py, protocol)
+            }
+            Server::Mysql => {
+                let protocol =
+                    MysqlOltpProtocol::new(&conninfo, script, tables, table_size, rand_type)
+                        .map_err(engine_error)?;
+                harness.drive(py, protocol)
+            }
+        }
     }
-    .config()?;
-    let protocol = OltpProtocol::new(&conninfo, script, tables, table_size, rand_type)
-        .map_err(engine_error)?;
-    drive(py, cfg, protocol, progress, cancel, on_connected)
 }
 
 /// Load sbtest1..tables; returns each table's seconds and rows.
 #[pyfunction]
-#[pyo3(signature = (conninfo, *, tables, table_size, rand_type, workers=2, seed=0, on_step=None, cancel=None))]
+#[pyo3(signature = (
+    conninfo, *, tables, table_size, rand_type, workers=2, seed=0, server="postgres",
+    mysql_method="local_infile", on_step=None, cancel=None
+))]
 #[allow(clippy::too_many_arguments)]
 fn oltp_load<'py>(
     py: Python<'py>,
@@ -74,6 +54,8 @@ fn oltp_load<'py>(
     rand_type: &str,
     workers: u32,
     seed: u64,
+    server: &str,
+    mysql_method: &str,
     on_step: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<LoadReport> {
@@ -84,6 +66,8 @@ fn oltp_load<'py>(
         rand_type: rand_type.parse::<RandType>().map_err(config_error)?,
         workers,
         seed,
+        server: server.parse::<Server>().map_err(config_error)?,
+        mysql_method: mysql_method.parse::<LoadMethod>().map_err(config_error)?,
     };
     let report = run_blocking(
         py,

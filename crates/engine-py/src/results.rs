@@ -183,6 +183,14 @@ record! {
             .iter()
             .map(|t| Py::new(py, TxTypeResult::new(py, t)?))
             .collect::<PyResult<Vec<_>>>()?,
+        /// Per operation type (a protocol's statements: oltp's), the
+        /// operations of the committed transactions (`committed` counts
+        /// them); empty for a protocol that does not time them.
+        operations: Vec<Py<TxTypeResult>> as "list[TxTypeResult]" = s
+            .operations
+            .iter()
+            .map(|t| Py::new(py, TxTypeResult::new(py, t)?))
+            .collect::<PyResult<Vec<_>>>()?,
         clients: u32 as "int" = s.clients,
         threads: u32 as "int" = s.threads,
         lost_clients: u32 as "int" = s.lost_clients,

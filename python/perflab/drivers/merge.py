@@ -54,9 +54,9 @@ LARGEST = ("connect_max_s", "connect_phase_s")
 # per second, or (the workers' own) structured values.
 MERGED = ("transactions", "errors_by_kind", "measured_s", "measure_start_t_s", "tps", "latency", "lag",
           "failed_latency", "latency_histogram", "lag_histogram", "failed_histogram", "histogram_encoding",
-          "client_bound", "io", "io_enters_per_tx", "by_type", "series", "events")
+          "client_bound", "io", "io_enters_per_tx", "by_type", "operations", "series", "events")
 # What a worker ships as plain data, by the record's names.
-STRUCTURED = ("latency", "lag", "failed_latency", "tps", "by_type", "series", "events")
+STRUCTURED = ("latency", "lag", "failed_latency", "tps", "by_type", "operations", "series", "events")
 
 
 def unmerged() -> list[str]:
@@ -110,6 +110,7 @@ class WorkerResult(_Record):
     index: int
     node: str  # "ip (host, node id, pid)"
     by_type: tuple[tuple[str, int, int, bytes, int], ...]  # name, committed, failed, histogram, body bytes
+    operations: tuple[tuple[str, int, int, bytes, int], ...]  # as by_type, per operation type
     series: tuple[WorkerInterval, ...]
     events: tuple[tuple[float, str, str], ...]
 
@@ -119,8 +120,7 @@ class WorkerResult(_Record):
         return cls(
             figures={name: _plain(getattr(out, name)) for name in RECORD if name not in STRUCTURED},
             index=index, node=node,
-            by_type=tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.body_bytes)
-                          for t in out.by_type),
+            by_type=_types(out.by_type), operations=_types(out.operations),
             series=tuple(
                 WorkerInterval(
                     t_s=i.t_s, interval_s=i.interval_s, transactions=i.transactions, failed=i.failed,
@@ -190,9 +190,24 @@ class MergedResult(_Record):
 
     figures: dict[str, Any]
     by_type: list[MergedType]
+    operations: list[MergedType]
     series: list[MergedInterval]
     events: list[Event]
     workers: list[WorkerResult]
+
+
+def _types(types: list[_engine.TxTypeResult]) -> tuple[tuple[str, int, int, bytes, int], ...]:
+    return tuple((t.name, t.committed, t.failed, bytes(t.histogram), t.body_bytes) for t in types)
+
+
+def _merged_types(per_worker: list[tuple[tuple[str, int, int, bytes, int], ...]]) -> list[MergedType]:
+    """Each type's figures over the workers (who all have the same types, in order)."""
+    merged = []
+    for k, (name, *_rest) in enumerate(per_worker[0]):
+        hist = _merged([w[k][3] for w in per_worker])
+        merged.append(MergedType(name, sum(w[k][1] for w in per_worker), sum(w[k][2] for w in per_worker),
+                                 _summary(hist), hist, sum(w[k][4] for w in per_worker)))
+    return merged
 
 
 def _merged(parts: list[bytes]) -> bytes:
@@ -260,12 +275,8 @@ def merge(workers: list[WorkerResult]) -> MergedResult:
     for w in workers:
         for kind, n in w.errors_by_kind.items():
             errors[kind] = errors.get(kind, 0) + n
-    by_type = []
-    for k, (name, *_rest) in enumerate(workers[0].by_type):
-        hist = _merged([w.by_type[k][3] for w in workers])
-        by_type.append(MergedType(name, sum(w.by_type[k][1] for w in workers),
-                                  sum(w.by_type[k][2] for w in workers), _summary(hist), hist,
-                                  sum(w.by_type[k][4] for w in workers)))
+    by_type = _merged_types([w.by_type for w in workers])
+    operations = _merged_types([w.operations for w in workers])
     ios = sorted({w.io for w in workers})
     enters = sum(w.io_enters_per_tx * w.transactions for w in workers)
     events = sorted((Event(t, kind, f"driver worker {w.index} ({w.node}): {message}")
@@ -282,5 +293,5 @@ def merge(workers: list[WorkerResult]) -> MergedResult:
         io=ios[0] if len(ios) == 1 else "; ".join(f"worker {w.index}: {w.io}" for w in workers),
         io_enters_per_tx=enters / tx if tx else 0.0,
     )
-    return MergedResult(figures=figures, by_type=by_type, series=merge_series(workers), events=list(events),
+    return MergedResult(figures=figures, by_type=by_type, operations=operations, series=merge_series(workers), events=list(events),
                         workers=list(workers))

@@ -1,10 +1,13 @@
-"""The `oltp` workload: sysbench's OLTP scripts (sysbench 1.0.20) on PostgreSQL, driven from Rust.
+"""The `oltp` workload: sysbench's OLTP scripts (sysbench 1.0.20) on PostgreSQL and on
+MySQL/MariaDB, driven from Rust.
 
 Tables, statements, ranges and key distributions are sysbench's (oltp_common.lua and
-oltp_*.lua): sysbench can run on tables loaded here, and this workload on tables
-`sysbench prepare` loaded. The loader (`perflab._engine.oltp_load`) streams binary COPY;
-the run (`perflab._engine.oltp_run`, crates/engine/src/oltp) is the engine's load harness,
-so the harness's settings, figures and flags come with it (perflab.workloads.harness).
+oltp_*.lua, with its pgsql or its mysql driver's SQL and DDL): sysbench can run on tables
+loaded here, and this workload on tables `sysbench prepare` loaded. The loader
+(`perflab._engine.oltp_load`) streams binary COPY into PostgreSQL and LOAD DATA LOCAL
+INFILE into MySQL; the run (`perflab._engine.oltp_run`, crates/engine/src/oltp) is the
+engine's load harness with the engine's own client for either server, so the harness's
+settings, figures and flags come with it (perflab.workloads.harness).
 
 A transaction is one sysbench event, and TPS counts committed ones as sysbench's
 "transactions"; the latency is the event's. Statement counts per type are the script's
@@ -22,9 +25,9 @@ from pydantic import Field, model_validator
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, PgWireEndpoint
+from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Histogram, LoadResult, RunResult
+from perflab.model import CheckResult, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
 
@@ -46,6 +49,8 @@ STATEMENTS: dict[str, dict[str, int]] = {
 READ_ONLY_SCRIPTS = ("point_select", "read_only")
 DEFAULT_DURATION_S = 60.0
 SERIES_SOURCE = "oltp"
+STATEMENT_HISTOGRAM = "latency.statement."
+STATEMENT_PERCENTILES = (0.50, 0.95, 0.99)
 
 
 class OltpSettings(harness.HarnessSettings):
@@ -63,8 +68,9 @@ class OltpSettings(harness.HarnessSettings):
     rand_type: Literal["uniform", "gaussian", "special", "pareto"] = "special"
     # --events, per client, instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=10**12)
-    # Tries of an event after a deadlock, serialization failure or duplicate key
-    # (sysbench's pgsql driver restarts the event on these).
+    # Tries of an event after a deadlock, serialization failure or duplicate key on
+    # PostgreSQL, a deadlock (1213), lock wait timeout (1205) or error 1020 on MySQL
+    # (sysbench's drivers restart the event on these).
     max_tries: int = Field(default=10, ge=1, le=harness.MAX_TRIES)
     # Connections loading tables at once.
     load_jobs: int = Field(default=2, ge=1, le=64)
@@ -76,10 +82,25 @@ class OltpSettings(harness.HarnessSettings):
         return self
 
 
-class OltpWorkload(Workload[PgWireEndpoint]):
+Endpoint = PgWireEndpoint | MysqlWireEndpoint
+
+
+def _wire(endpoint: Endpoint) -> tuple[str, str]:
+    """The engine's conninfo for the endpoint and which of its clients takes it."""
+    if isinstance(endpoint, MysqlWireEndpoint):
+        return endpoint.wire_conninfo(), "mysql"
+    if isinstance(endpoint, PgWireEndpoint):
+        return endpoint.wire_conninfo("perflab-oltp"), "postgres"
+    raise UserError(f"workload oltp: target {endpoint.display()} is neither PostgreSQL nor MySQL",
+                    "use a postgres, mariadb or mysql target")
+
+
+class OltpWorkload(Workload[Endpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = OltpSettings
     data_fields: ClassVar[tuple[str, ...]] = ("tables", "table_size", "rand_type")
-    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
+    # a PostgreSQL or a MySQL server
+    needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
+    needs_any: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE, Capability.MYSQL_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p95_ms")
     distributable: ClassVar[bool] = True
 
@@ -95,33 +116,41 @@ class OltpWorkload(Workload[PgWireEndpoint]):
         # target's own sbtest tables); every other script writes.
         return self.settings.script not in READ_ONLY_SCRIPTS
 
-    def prepare(self, endpoint: PgWireEndpoint, ctx: RunContext) -> LoadResult:
+    def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
+        conninfo, server = _wire(endpoint)
         if endpoint.read_only:
             self._tables_present(endpoint)
             return LoadResult()
         with harness.engine_errors("oltp", failed="oltp load failed"):
             report = _engine.oltp_load(
-                endpoint.wire_conninfo("perflab-oltp"), tables=s.tables, table_size=s.table_size,
-                rand_type=s.rand_type, workers=s.load_jobs, seed=s.seed or 0,
+                conninfo, tables=s.tables, table_size=s.table_size, rand_type=s.rand_type, workers=s.load_jobs,
+                seed=s.seed or 0, server=server,
                 on_step=lambda table: ctx.status(f"load {s.tables} x {s.table_size} rows: {table}"),
             )
         return LoadResult(steps=dict(report.steps), rows=dict(report.rows))
 
-    def _tables_present(self, endpoint: PgWireEndpoint) -> None:
+    def _tables_present(self, endpoint: Endpoint) -> None:
         """On a read-only target nothing is loaded: sbtest1..tables must be there."""
         names = [f"sbtest{i}" for i in range(1, self.settings.tables + 1)]
         with endpoint.connect() as conn:
-            found = {r[0] for r in conn.execute("SELECT relname::text FROM pg_class WHERE relname = ANY(%s)"
-                                                " AND relkind = 'r' AND pg_table_is_visible(oid)", (names,))}
+            if isinstance(endpoint, MysqlWireEndpoint):
+                marks = ", ".join(["%s"] * len(names))
+                rows = conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()"
+                                    f" AND table_type = 'BASE TABLE' AND table_name IN ({marks})", names).fetchall()
+            else:
+                rows = conn.execute("SELECT relname::text FROM pg_class WHERE relname = ANY(%s)"
+                                    " AND relkind = 'r' AND pg_table_is_visible(oid)", (names,)).fetchall()
+            found = {r[0] for r in rows}
         missing = [n for n in names if n not in found]
         if missing:
+            driver = "mysql" if isinstance(endpoint, MysqlWireEndpoint) else "pgsql"
             raise UserError(f"workload oltp: the target is read-only and has no {', '.join(missing[:3])}"
                             + (" ..." if len(missing) > 3 else ""),
-                            "load them there (sysbench oltp_read_only --db-driver=pgsql prepare), or set "
+                            f"load them there (sysbench oltp_read_only --db-driver={driver} prepare), or set "
                             "target.allow_destructive = true to let perflab load them")
 
-    def run(self, endpoint: PgWireEndpoint, ctx: RunContext) -> RunResult:
+    def run(self, endpoint: Endpoint, ctx: RunContext) -> RunResult:
         s = self.settings
         if endpoint.read_only and self.writes():
             raise UserError(f"workload oltp: script {s.script!r} writes and the target is read-only",
@@ -137,10 +166,11 @@ class OltpWorkload(Workload[PgWireEndpoint]):
                        f"p99 {interval.latency_p99_ms:.3f} ms, {interval.failed} failed")
             harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
+        conninfo, server = _wire(endpoint)
         ctx.status(f"oltp {s.script}: connecting {s.clients} clients on {threads} threads")
         with harness.engine_errors("oltp"):
             out = engine_run(
-                ctx, _engine.oltp_run, endpoint.wire_conninfo("perflab-oltp"),
+                ctx, _engine.oltp_run, conninfo, server=server,
                 script=s.script, tables=s.tables, table_size=s.table_size, rand_type=s.rand_type,
                 clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
                 transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
@@ -149,10 +179,10 @@ class OltpWorkload(Workload[PgWireEndpoint]):
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
                          lost=f"oltp: all {s.clients} client connections were lost (server down?)")
         self._committed = out.transactions
-        self._metrics(out, result)
+        self._metrics(out, result, "error" if server == "mysql" else "SQLSTATE")
         return result
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult) -> None:
+    def _metrics(self, out: _engine.DriverResult, result: RunResult, code: str) -> None:
         s = self.settings
         add = result.add_metric
         add("tps", out.tps, "tx/s", "committed events per second over the measured window (sysbench: "
@@ -171,23 +201,28 @@ class OltpWorkload(Workload[PgWireEndpoint]):
             add(f"latency_{name}_ms", harness.ms(getattr(out.latency, key)), "ms", f"event latency {name}, {base}",
                 higher_is_better=False)
         for state, n in out.errors_by_kind.items():
-            add(f"errors.{state}", n, "tx", f"events failed with SQLSTATE {state}", higher_is_better=False)
+            add(f"errors.{state}", n, "tx", f"events failed with {code} {state}", higher_is_better=False)
         result.histograms.append(Histogram(f"latency.{s.script}", "us", out.histogram_encoding,
                                            bytes(out.latency_histogram)))
+        # each statement of the committed events, from its send to its answer
+        result.histograms.extend(Histogram(f"{STATEMENT_HISTOGRAM}{op.name}", "us", out.histogram_encoding,
+                                           bytes(op.histogram))
+                                 for op in out.operations if op.committed)
         harness.harness_metrics(result, out, scheduled=s.rate is not None)
 
-    def _rows(self, endpoint: PgWireEndpoint) -> list[int]:
+    def _rows(self, endpoint: Endpoint) -> list[int]:
         try:
             with endpoint.connect() as conn:
-                # a sequential count leaves the indexes' scan counters to the run
-                for method in ("indexscan", "indexonlyscan", "bitmapscan"):
-                    conn.execute(f"SET enable_{method} = off")
+                if isinstance(endpoint, PgWireEndpoint):
+                    # a sequential count leaves the indexes' scan counters to the run
+                    for method in ("indexscan", "indexonlyscan", "bitmapscan"):
+                        conn.execute(f"SET enable_{method} = off")
                 return [int(conn.execute(f"SELECT count(*) FROM sbtest{i}").fetchone()[0])
                         for i in range(1, self.settings.tables + 1)]
         except Exception as exc:
             raise RunFailure(f"oltp: cannot count the rows on {endpoint.display()}: {str(exc).strip()}") from None
 
-    def check(self, endpoint: PgWireEndpoint, ctx: RunContext) -> CheckResult:
+    def check(self, endpoint: Endpoint, ctx: RunContext) -> CheckResult:
         """Rows per table against the counts before the run: read_write and
         write_only delete and insert back the same id, so every script but
         `insert` leaves each count as it was; `insert` adds at least one row per
@@ -217,4 +252,27 @@ class OltpWorkload(Workload[PgWireEndpoint]):
         columns = (("tps", "tps"), ("qps", "qps"), ("latency_p95_ms", "p95 ms"), ("latency_p99_ms", "p99 ms"),
                    ("failed", "failed"), ("retries", "retries"), ("driver_cpu_per_tx_us", "driver CPU us/tx"))
         headers, rows = pivot.run_rows(runs, values, columns)
-        return [Section("sysbench OLTP runs", [Table(headers, rows, "sysbench OLTP runs, one row per run")])]
+        sections = [Section("sysbench OLTP runs", [Table(headers, rows, "sysbench OLTP runs, one row per run")])]
+        statements = cls._statement_rows(store, runs)
+        if statements:
+            sections.append(Section("Statements", [Table(
+                ["run", "factors", "statement", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"], statements,
+                "each statement kind's latency (send to answer) in the committed events of the measured window, "
+                "one row per run and kind")]))
+        return sections
+
+    @staticmethod
+    def _statement_rows(store: Store, runs: list[dict[str, Any]]) -> list[list[Any]]:
+        """Count, p50, p95, p99 and max of each run's stored statement histograms."""
+        rows: list[list[Any]] = []
+        for run in runs:
+            for hist in store.histograms(run["id"]):
+                if not hist["name"].startswith(STATEMENT_HISTOGRAM):
+                    continue
+                data = bytes(hist["data"])
+                summary = _engine.hdr_summary(data)
+                rows.append([run["id"], fmt_factors(run["factors"], ", "), hist["name"][len(STATEMENT_HISTOGRAM):],
+                             summary.count,
+                             *[harness.ms(_engine.hdr_quantile_us(data, q)) for q in STATEMENT_PERCENTILES],
+                             harness.ms(summary.max_us)])
+        return rows

@@ -138,6 +138,23 @@ pub trait Protocol: Send + Sync + 'static {
         0
     }
 
+    /// Whether the protocol times the operations inside a transaction (the
+    /// statements of an OLTP event), kept as one histogram per operation
+    /// type (`operation_types`) beside the transactions'. False (the
+    /// default) compiles it away.
+    const TIMES_OPERATIONS: bool = false;
+
+    /// Names of the operation types; only read when `TIMES_OPERATIONS`.
+    fn operation_types(&self) -> &[&'static str] {
+        &[]
+    }
+
+    /// The operations of the transaction's last try, as (type, latency in
+    /// µs), each handed to `record`; the client forgets them. Called once
+    /// after every transaction when `TIMES_OPERATIONS`; the harness keeps
+    /// those of committed transactions of the measured window.
+    fn take_operations(&self, _client: &mut Self::Client, _record: impl FnMut(usize, u64)) {}
+
     /// Close a client at the end of the run (say goodbye to the server).
     fn close(&self, _client: Self::Client) {}
 }

@@ -183,13 +183,18 @@ impl<P: Protocol> Run<P> {
         }
         .map_err(EngineError::Config)?;
         let types = protocol.transaction_types().len();
+        let operations = if P::TIMES_OPERATIONS {
+            protocol.operation_types().len()
+        } else {
+            0
+        };
         let shared = Arc::new(Shared {
             protocol,
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             fds: Mutex::new(HashSet::new()),
             stats: (0..threads)
-                .map(|_| Mutex::new(super::stats::ThreadStats::new(types)))
+                .map(|_| Mutex::new(super::stats::ThreadStats::new(types, operations)))
                 .collect(),
             cpu_clocks: Mutex::new(vec![None; threads]),
             connected: Barrier::new(threads + 1),
@@ -435,6 +440,11 @@ fn coordinate<P: Protocol>(
     Ok(summarise(
         &shared.stats,
         shared.protocol.transaction_types(),
+        if P::TIMES_OPERATIONS {
+            shared.protocol.operation_types()
+        } else {
+            &[]
+        },
         cfg.clients,
         cfg.threads,
         |at| shared.t_s(at),

@@ -79,6 +79,10 @@ pub struct RunSummary {
     pub lag: LatencyHistogram,
     pub failed_latency: LatencyHistogram,
     pub by_type: Vec<TxTypeSummary>,
+    /// Per operation type (`Protocol::TIMES_OPERATIONS`; else empty): the
+    /// operations of the committed transactions (`committed` counts them,
+    /// `failed` and `body_bytes` are 0).
+    pub operations: Vec<TxTypeSummary>,
     pub clients: u32,
     pub threads: u32,
     pub lost_clients: u32,
@@ -150,6 +154,8 @@ pub(crate) struct ThreadStats {
     pub lag: LatencyHistogram,
     pub failed_latency: LatencyHistogram,
     pub by_type: Vec<TypeStats>,
+    /// One histogram per operation type (empty unless the protocol times them).
+    pub operations: Vec<LatencyHistogram>,
     pub errors_by_kind: BTreeMap<String, u64>,
     pub last_completion: Option<Instant>,
     pub interval: Counters,
@@ -165,7 +171,7 @@ pub(crate) struct ThreadStats {
 }
 
 impl ThreadStats {
-    pub fn new(types: usize) -> Self {
+    pub fn new(types: usize, operations: usize) -> Self {
         let per_type = if types > 1 { types } else { 0 };
         ThreadStats {
             total: Counters::default(),
@@ -181,6 +187,7 @@ impl ThreadStats {
                     interval_committed: 0,
                 })
                 .collect(),
+            operations: (0..operations).map(|_| LatencyHistogram::new()).collect(),
             errors_by_kind: BTreeMap::new(),
             last_completion: None,
             interval: Counters::default(),
@@ -283,6 +290,13 @@ impl ThreadStats {
                 self.total.retried += 1;
             }
             self.last_completion = Some(f.done);
+        }
+    }
+
+    /// One operation of a committed, measured transaction.
+    pub fn record_operation(&mut self, op: usize, latency_us: u64) {
+        if let Some(h) = self.operations.get_mut(op) {
+            h.record_us(latency_us);
         }
     }
 
@@ -434,6 +448,7 @@ pub(crate) struct CoordinatorFigures {
 pub(crate) fn summarise(
     stats: &[std::sync::Mutex<ThreadStats>],
     type_names: &[&'static str],
+    operation_names: &[&'static str],
     clients: u32,
     threads: u32,
     t_s: impl Fn(Instant) -> f64,
@@ -444,16 +459,15 @@ pub(crate) fn summarise(
     let mut latency = LatencyHistogram::new();
     let mut lag = LatencyHistogram::new();
     let mut failed_latency = LatencyHistogram::new();
-    let mut by_type: Vec<TxTypeSummary> = type_names
-        .iter()
-        .map(|&name| TxTypeSummary {
-            name,
-            committed: 0,
-            body_bytes: 0,
-            failed: 0,
-            latency: LatencyHistogram::new(),
-        })
-        .collect();
+    let empty = |&name: &&'static str| TxTypeSummary {
+        name,
+        committed: 0,
+        body_bytes: 0,
+        failed: 0,
+        latency: LatencyHistogram::new(),
+    };
+    let mut by_type: Vec<TxTypeSummary> = type_names.iter().map(empty).collect();
+    let mut operations: Vec<TxTypeSummary> = operation_names.iter().map(empty).collect();
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut last_completion = timing.measure_from;
     let mut events = figures.events;
@@ -480,6 +494,9 @@ pub(crate) fn summarise(
             summary.failed += t.failed;
             summary.latency.merge(&t.latency);
         }
+        for (summary, h) in operations.iter_mut().zip(&s.operations) {
+            summary.latency.merge(h);
+        }
         for (kind, n) in &s.errors_by_kind {
             *errors.entry(kind.clone()).or_default() += n;
         }
@@ -502,6 +519,9 @@ pub(crate) fn summarise(
         only.body_bytes = total.body_bytes;
         only.failed = total.failed;
         only.latency = latency.clone();
+    }
+    for op in &mut operations {
+        op.committed = op.latency.summary().count;
     }
     events.sort_by_key(|e| e.0);
     let measured_s = match timing.end {
@@ -533,6 +553,7 @@ pub(crate) fn summarise(
         lag,
         failed_latency,
         by_type,
+        operations,
         clients,
         threads,
         lost_clients: lost,

@@ -660,3 +660,87 @@ fn each_second_of_a_ring_run_counts_its_io_uring_enters() {
         "{in_series} enters in the series, {total} in the run"
     );
 }
+
+/// The echo protocol timing each try's round trip as an operation ("line"),
+/// and a second, empty one ("none") that is never recorded.
+struct TimingEcho {
+    echo: Echo,
+}
+
+impl Protocol for TimingEcho {
+    type Client = (EchoClient, Vec<u64>);
+    type Request = u64;
+    type Error = EchoError;
+    const TIMES_OPERATIONS: bool = true;
+
+    fn transaction_types(&self) -> &[&'static str] {
+        self.echo.transaction_types()
+    }
+    fn operation_types(&self) -> &[&'static str] {
+        &["line", "none"]
+    }
+    fn take_operations(&self, client: &mut Self::Client, mut record: impl FnMut(usize, u64)) {
+        for us in client.1.drain(..) {
+            record(0, us);
+        }
+    }
+    async fn connect(&self, client: u32) -> Result<Self::Client, EchoError> {
+        Ok((self.echo.connect(client).await?, Vec::with_capacity(1)))
+    }
+    fn socket(&self, client: &Self::Client) -> Option<RawFd> {
+        self.echo.socket(&client.0)
+    }
+    fn next_transaction(&self, client: &mut Self::Client, rng: &mut Prng) -> (TxType, u64) {
+        self.echo.next_transaction(&mut client.0, rng)
+    }
+    async fn execute(
+        &self,
+        client: &mut Self::Client,
+        tx: TxType,
+        request: &u64,
+    ) -> Result<(), EchoError> {
+        client.1.clear();
+        let sent = std::time::Instant::now();
+        let answer = self.echo.execute(&mut client.0, tx, request).await;
+        client.1.push(sent.elapsed().as_micros() as u64);
+        answer
+    }
+    fn classify(&self, error: &EchoError) -> ErrorClass {
+        self.echo.classify(error)
+    }
+}
+
+#[test]
+fn operations_of_committed_transactions_are_kept_per_operation_type() {
+    let server = EchoServer::start(2, Duration::from_millis(1), 0);
+    let mut cfg = config(2, 2);
+    cfg.duration_s = None;
+    cfg.transactions_per_client = Some(100);
+    cfg.max_tries = 2;
+    let protocol = TimingEcho {
+        echo: Echo {
+            addr: server.addr,
+            with_failures: true,
+        },
+    };
+    let s = Run::run(cfg, protocol).unwrap();
+    assert!(s.failed > 0 && s.transactions > 0);
+    let names: Vec<_> = s.operations.iter().map(|o| o.name).collect();
+    assert_eq!(names, ["line", "none"]);
+    // one per committed transaction, from both threads: none of the failed tries
+    assert_eq!(s.operations[0].committed, s.transactions);
+    assert_eq!(s.operations[0].latency.summary().count, s.transactions);
+    assert!(s.operations[0].latency.summary().min_us >= 1000);
+    assert_eq!(s.operations[1].committed, 0);
+}
+
+#[test]
+fn a_protocol_that_times_no_operations_has_none() {
+    let server = EchoServer::start(1, Duration::ZERO, 0);
+    let mut cfg = config(1, 1);
+    cfg.duration_s = None;
+    cfg.transactions_per_client = Some(5);
+    let s = Run::run(cfg, echo(server.addr)).unwrap();
+    assert_eq!(s.transactions, 5);
+    assert!(s.operations.is_empty());
+}

@@ -331,22 +331,33 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 break 'run Some(message.clone());
             }
         };
-        shared.stats[ctx.index].lock().unwrap().record(Finished {
-            tx,
-            outcome,
-            intended,
-            started,
-            done,
-            tries,
-            body_bytes: if P::COUNTS_BODY_BYTES && matches!(ended, Ended::Committed) {
-                protocol.body_bytes(&request)
-            } else {
-                0
-            },
-            scheduled: cfg.rate_tps.is_some(),
-            latency_limit: limit,
-            measure_from: timing.measure_from,
-        });
+        let keep_operations = matches!(ended, Ended::Committed) && intended >= timing.measure_from;
+        {
+            let mut stats = shared.stats[ctx.index].lock().unwrap();
+            stats.record(Finished {
+                tx,
+                outcome,
+                intended,
+                started,
+                done,
+                tries,
+                body_bytes: if P::COUNTS_BODY_BYTES && matches!(ended, Ended::Committed) {
+                    protocol.body_bytes(&request)
+                } else {
+                    0
+                },
+                scheduled: cfg.rate_tps.is_some(),
+                latency_limit: limit,
+                measure_from: timing.measure_from,
+            });
+            if P::TIMES_OPERATIONS {
+                protocol.take_operations(&mut conn, |op, us| {
+                    if keep_operations {
+                        stats.record_operation(op, us);
+                    }
+                });
+            }
+        }
         if intended >= timing.measure_from {
             measured_done += 1;
             if cfg

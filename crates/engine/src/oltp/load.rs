@@ -7,10 +7,16 @@
 //! so the `insert` script's ids follow them. Beyond sysbench: rows are
 //! written frozen into the table created in the same transaction, tables
 //! load on `workers` connections at once, and each is analyzed.
+//!
+//! On MySQL and MariaDB (`Server::Mysql`) the same rows go through
+//! `super::mysql::load_table` (sysbench's MySQL DDL, LOAD DATA LOCAL).
 
+use super::mysql::{self as my, LoadMethod};
 use super::protocol::{digits, KeyRand, RandType, C_LEN, PAD_LEN};
+use super::Server;
 use crate::bulk::pgbinary;
 use crate::error::EngineError;
+use crate::mysql::{MyConn, MyConnInfo};
 use crate::pg::{ConnInfo, PgConn, COPY_CHUNK_BYTES};
 use crate::random::Prng;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +32,21 @@ pub struct LoadConfig {
     /// Connections loading tables at once.
     pub workers: u32,
     pub seed: u64,
+    /// Which server `conninfo` names (its client's conninfo form).
+    pub server: Server,
+    /// How rows go to MySQL (unused on PostgreSQL).
+    pub mysql_method: LoadMethod,
+}
+
+/// One loading connection, to either server.
+enum Conn {
+    Pg(PgConn),
+    My(MyConn),
+}
+
+enum Info {
+    Pg(ConnInfo),
+    My(MyConnInfo),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -106,7 +127,10 @@ pub fn load(
             "tables must be at least 1 and table_size 1..2147483647".into(),
         ));
     }
-    let info = ConnInfo::parse(&cfg.conninfo)?;
+    let info = match cfg.server {
+        Server::Postgres => Info::Pg(ConnInfo::parse(&cfg.conninfo)?),
+        Server::Mysql => Info::My(MyConnInfo::parse(&cfg.conninfo)?),
+    };
     let next = Mutex::new(1u32);
     let report = Mutex::new(LoadReport::default());
     let workers = cfg.workers.clamp(1, cfg.tables);
@@ -123,7 +147,10 @@ pub fn load(
                         .build()
                         .map_err(|e| EngineError::Internal(format!("no load runtime: {e}")))?;
                     rt.block_on(async {
-                        let mut conn = PgConn::connect(info).await?;
+                        let mut conn = match info {
+                            Info::Pg(info) => Conn::Pg(PgConn::connect(info).await?),
+                            Info::My(info) => Conn::My(MyConn::connect(info).await?),
+                        };
                         loop {
                             let table = {
                                 let mut n = next.lock().unwrap();
@@ -134,7 +161,21 @@ pub fn load(
                                 return Ok(());
                             }
                             let _ = tx.send(format!("sbtest{table}"));
-                            load_table(&mut conn, cfg, table, abort).await?;
+                            match &mut conn {
+                                Conn::Pg(conn) => load_table(conn, cfg, table, abort).await?,
+                                Conn::My(conn) => {
+                                    my::load_table(
+                                        conn,
+                                        table,
+                                        cfg.table_size,
+                                        cfg.rand_type,
+                                        cfg.seed ^ table as u64,
+                                        cfg.mysql_method,
+                                        abort,
+                                    )
+                                    .await?
+                                }
+                            }
                             let rows = (format!("sbtest{table}"), cfg.table_size as i64);
                             report.lock().unwrap().rows.push(rows);
                         }

@@ -19,6 +19,7 @@ use std::fmt;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::str::FromStr;
+use std::time::Instant;
 
 /// sysbench's defaults: statements per group, the range length.
 const POINT_SELECTS: usize = 10;
@@ -118,8 +119,70 @@ pub enum Kind {
     InsertAuto,
 }
 
+/// The statement kinds' names, as their histograms are named
+/// (`latency.statement.<name>`); `Kind::statement` indexes them.
+pub const STATEMENT_NAMES: [&str; 11] = [
+    "begin",
+    "commit",
+    "point_select",
+    "simple_range",
+    "sum_range",
+    "order_range",
+    "distinct_range",
+    "index_update",
+    "non_index_update",
+    "delete",
+    "insert",
+];
+
+/// Each statement's latency (from its send to its answer) in the event's
+/// last try, by kind, until the harness takes them
+/// (`Protocol::take_operations`). Its buffer is made once per client.
+pub struct StatementTimes {
+    at: Instant,
+    done: Vec<(usize, u64)>,
+}
+
+impl StatementTimes {
+    pub fn new(statements: usize) -> Self {
+        StatementTimes {
+            at: Instant::now(),
+            done: Vec::with_capacity(statements),
+        }
+    }
+
+    /// A try starts: forget an earlier try's statements.
+    pub fn start(&mut self) {
+        self.done.clear();
+        self.at = Instant::now();
+    }
+
+    /// A statement answered; the next one is sent from now (one clock read).
+    pub fn answered(&mut self, kind: Kind) {
+        let now = Instant::now();
+        let us = now.saturating_duration_since(self.at).as_micros() as u64;
+        self.done.push((kind.statement(), us));
+        self.at = now;
+    }
+
+    pub fn take(&mut self, mut record: impl FnMut(usize, u64)) {
+        for &(kind, us) in &self.done {
+            record(kind, us);
+        }
+        self.done.clear();
+    }
+}
+
 impl Kind {
-    const PER_TABLE: [Kind; 10] = [
+    /// Its index in `STATEMENT_NAMES` (both inserts are "insert").
+    pub fn statement(self) -> usize {
+        match self {
+            Kind::InsertAuto => Kind::Insert as usize,
+            k => k as usize,
+        }
+    }
+
+    pub const PER_TABLE: [Kind; 10] = [
         Kind::PointSelect,
         Kind::SimpleRange,
         Kind::SumRange,
@@ -155,6 +218,39 @@ impl Kind {
                 format!("INSERT INTO sbtest{table} (k, c, pad) VALUES ($1, $2, $3)")
             }
         }
+    }
+}
+
+impl Kind {
+    /// sysbench's statement for MySQL (its mysql driver's `?` placeholders;
+    /// oltp_insert.lua gives id 0 there, so AUTO_INCREMENT picks it).
+    pub fn mysql_sql(self, table: u32) -> String {
+        let range = "WHERE id BETWEEN ? AND ?";
+        match self {
+            Kind::Begin => "BEGIN".into(),
+            Kind::Commit => "COMMIT".into(),
+            Kind::PointSelect => format!("SELECT c FROM sbtest{table} WHERE id=?"),
+            Kind::SimpleRange => format!("SELECT c FROM sbtest{table} {range}"),
+            Kind::SumRange => format!("SELECT SUM(k) FROM sbtest{table} {range}"),
+            Kind::OrderRange => format!("SELECT c FROM sbtest{table} {range} ORDER BY c"),
+            Kind::DistinctRange => {
+                format!("SELECT DISTINCT c FROM sbtest{table} {range} ORDER BY c")
+            }
+            Kind::IndexUpdate => format!("UPDATE sbtest{table} SET k=k+1 WHERE id=?"),
+            Kind::NonIndexUpdate => format!("UPDATE sbtest{table} SET c=? WHERE id=?"),
+            Kind::Delete => format!("DELETE FROM sbtest{table} WHERE id=?"),
+            Kind::Insert => {
+                format!("INSERT INTO sbtest{table} (id, k, c, pad) VALUES (?, ?, ?, ?)")
+            }
+            Kind::InsertAuto => {
+                format!("INSERT INTO sbtest{table} (id, k, c, pad) VALUES (0, ?, ?, ?)")
+            }
+        }
+    }
+
+    /// Index of a per-table statement in `PER_TABLE` (BEGIN and COMMIT: none).
+    pub fn per_table_index(self) -> Option<usize> {
+        Kind::PER_TABLE.iter().position(|&x| x == self)
     }
 }
 
@@ -258,12 +354,19 @@ pub struct Draws {
     pub pad: [u8; PAD_LEN],
 }
 
+/// One script's events over the tables: what every server's protocol draws.
+#[derive(Debug, Clone)]
+pub struct Events {
+    pub script: Script,
+    pub tables: u32,
+    pub keys: KeyRand,
+    /// The statements of one event, in order.
+    pub plan: Vec<Kind>,
+}
+
 pub struct OltpProtocol {
     info: ConnInfo,
-    script: Script,
-    tables: u32,
-    keys: KeyRand,
-    plan: Vec<Kind>,
+    events: Events,
     /// Prepared statement names, [table * PER_TABLE.len() + kind].
     names: Vec<String>,
     types: [&'static str; 1],
@@ -277,24 +380,14 @@ impl OltpProtocol {
         table_size: u32,
         rand_type: RandType,
     ) -> Result<OltpProtocol, EngineError> {
-        if tables == 0 || table_size == 0 {
-            return Err(EngineError::Config(
-                "tables and table_size must be at least 1".into(),
-            ));
-        }
+        let events = Events::new(script, tables, table_size, rand_type)?;
         let info = ConnInfo::parse(conninfo).map_err(|e| EngineError::Config(e.to_string()))?;
         let names = (1..=tables)
             .flat_map(|t| (0..Kind::PER_TABLE.len()).map(move |k| format!("s{t}_{k}")))
             .collect();
         Ok(OltpProtocol {
             info,
-            script,
-            tables,
-            keys: KeyRand {
-                rand_type,
-                n: table_size as i64,
-            },
-            plan: script.statements(),
+            events,
             names,
             types: [script.name()],
         })
@@ -305,10 +398,49 @@ impl OltpProtocol {
             Kind::Begin => "begin",
             Kind::Commit => "commit",
             _ => {
-                let k = Kind::PER_TABLE.iter().position(|&x| x == kind).unwrap_or(0);
+                let k = kind.per_table_index().unwrap_or(0);
                 &self.names[table as usize * Kind::PER_TABLE.len() + k]
             }
         }
+    }
+
+    pub fn draw(&self, rng: &mut Prng) -> Draws {
+        self.events.draw(rng)
+    }
+}
+
+impl Events {
+    pub fn new(
+        script: Script,
+        tables: u32,
+        table_size: u32,
+        rand_type: RandType,
+    ) -> Result<Events, EngineError> {
+        if tables == 0 || table_size == 0 {
+            return Err(EngineError::Config(
+                "tables and table_size must be at least 1".into(),
+            ));
+        }
+        Ok(Events {
+            script,
+            tables,
+            keys: KeyRand {
+                rand_type,
+                n: table_size as i64,
+            },
+            plan: script.statements(),
+        })
+    }
+
+    /// The per-table statements an event runs (each once).
+    pub fn kinds(&self) -> Vec<Kind> {
+        let mut kinds: Vec<Kind> = Vec::new();
+        for &k in &self.plan {
+            if !matches!(k, Kind::Begin | Kind::Commit) && !kinds.contains(&k) {
+                kinds.push(k);
+            }
+        }
+        kinds
     }
 
     /// The draws of one event, group by group as oltp_common.lua makes them.
@@ -360,6 +492,7 @@ impl OltpProtocol {
 
 pub struct OltpClient {
     conn: PgConn,
+    times: StatementTimes,
 }
 
 #[derive(Debug)]
@@ -388,22 +521,27 @@ impl Protocol for OltpProtocol {
     type Request = Draws;
     type Error = OltpError;
     const SUPPORTS_RING: bool = true;
+    const TIMES_OPERATIONS: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {
         &self.types
+    }
+
+    fn operation_types(&self) -> &[&'static str] {
+        &STATEMENT_NAMES
+    }
+
+    fn take_operations(&self, client: &mut OltpClient, record: impl FnMut(usize, u64)) {
+        client.times.take(record);
     }
 
     async fn connect(&self, _client: u32) -> Result<OltpClient, OltpError> {
         let mut conn = PgConn::connect(&self.info).await?;
         conn.put_parse("begin", "BEGIN");
         conn.put_parse("commit", "COMMIT");
-        let mut kinds = self.plan.clone();
-        kinds.dedup();
-        for table in 0..self.tables {
-            for &kind in kinds
-                .iter()
-                .filter(|k| !matches!(k, Kind::Begin | Kind::Commit))
-            {
+        let kinds = self.events.kinds();
+        for table in 0..self.events.tables {
+            for &kind in &kinds {
                 conn.put_parse(self.name(kind, table), &kind.sql(table + 1));
             }
         }
@@ -411,11 +549,14 @@ impl Protocol for OltpProtocol {
         if let Some(err) = conn.round_trip().await? {
             return Err(OltpError::Pg(PgError::Connect(format!(
                 "preparing the {} statements failed: {err} (are sbtest1..{} loaded?)",
-                self.script.name(),
-                self.tables
+                self.events.script.name(),
+                self.events.tables
             ))));
         }
-        Ok(OltpClient { conn })
+        Ok(OltpClient {
+            conn,
+            times: StatementTimes::new(self.events.plan.len()),
+        })
     }
 
     fn socket(&self, client: &OltpClient) -> Option<RawFd> {
@@ -433,6 +574,7 @@ impl Protocol for OltpProtocol {
         d: &Draws,
     ) -> Result<(), OltpError> {
         let conn = &mut client.conn;
+        client.times.start();
         for st in &d.steps {
             let name = self.name(st.kind, st.table);
             let (a, b) = (Param::Int(st.a), Param::Int(st.b));
@@ -459,6 +601,7 @@ impl Protocol for OltpProtocol {
                 }
                 return Err(OltpError::Sql(err));
             }
+            client.times.answered(st.kind);
         }
         Ok(())
     }
@@ -492,6 +635,32 @@ mod tests {
 
     fn protocol(script: Script, rand: RandType) -> OltpProtocol {
         OltpProtocol::new("host=/tmp dbname=x", script, 10, 100_000, rand).unwrap()
+    }
+
+    #[test]
+    fn every_statement_has_its_histograms_name() {
+        assert_eq!(STATEMENT_NAMES[Kind::Begin.statement()], "begin");
+        assert_eq!(
+            STATEMENT_NAMES[Kind::PointSelect.statement()],
+            "point_select"
+        );
+        assert_eq!(
+            STATEMENT_NAMES[Kind::NonIndexUpdate.statement()],
+            "non_index_update"
+        );
+        assert_eq!(STATEMENT_NAMES[Kind::Insert.statement()], "insert");
+        assert_eq!(STATEMENT_NAMES[Kind::InsertAuto.statement()], "insert");
+        assert_eq!(STATEMENT_NAMES[Kind::Commit.statement()], "commit");
+        let mut t = StatementTimes::new(2);
+        t.start();
+        t.answered(Kind::Begin);
+        t.answered(Kind::InsertAuto);
+        t.start(); // a retry forgets the first try
+        t.answered(Kind::Delete);
+        let mut seen = Vec::new();
+        t.take(|k, _| seen.push(k));
+        assert_eq!(seen, vec![Kind::Delete.statement()]);
+        t.take(|_, _| panic!("taken twice"));
     }
 
     #[test]
