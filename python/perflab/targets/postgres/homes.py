@@ -21,7 +21,7 @@ from pathlib import Path
 from perflab.hostctl.scratchfs import mounts_under
 from perflab.proc import start_time
 from perflab.targets.base import creatable_problems
-from perflab.targets.postgres.postmaster import server_alive
+from perflab.targets.postgres.postmaster import processes_in, server_alive
 from perflab.targets.serverhome import reachable_by
 
 # Written into the data directory by perflab's initdb: a cluster without it
@@ -111,30 +111,12 @@ def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
         if pid is not None and start_time(pid) == start and not (mine_too and pid == os.getpid()):
             continue  # its perflab lives: its own to remove
         if any(server_alive(home / d) for d in ("pgdata", "perflab-data-fs/pgdata")) or mounts_under(home) \
-                or processes_under(home):
+                or processes_in(home, below=True):
             continue  # a server lives there (PostgreSQL's, MariaDB's: any process working in it)
         shutil.rmtree(home, ignore_errors=True)
         if not home.exists():
             removed.append((home, owner))
     return removed
-
-
-def processes_under(home: Path) -> list[int]:
-    """The processes whose working directory is `home` or below it: a server
-    chdirs into its data directory (postgres, mariadbd), so one that lives
-    in a home shows here whatever its kind."""
-    root = os.path.realpath(home)
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
-        except OSError:
-            continue
-        if cwd == root or cwd.startswith(root + os.sep):
-            out.append(int(entry))
-    return out
 
 
 def drop_emptied_home(home: Path, workdir: Path) -> None:

@@ -88,21 +88,22 @@ def undo_server(args: dict[str, Any]) -> None:
     kill_left_over(data_dir)  # backends forked after the list above, or blocked
 
 
-def processes_in(data_dir: Path) -> list[int]:
-    """The processes whose working directory is this data directory: every
-    PostgreSQL process chdirs into its own (the path is unique to one
-    cluster of perflab's). Backends outlive a postmaster that was SIGKILLed,
-    and one blocked on a lock never notices: these are what is left."""
+def processes_in(data_dir: Path, below: bool = False) -> list[int]:
+    """The processes whose working directory is this data directory (or,
+    `below`, anywhere under it): every PostgreSQL process chdirs into its own
+    (the path is unique to one cluster of perflab's), as mariadbd does. Backends
+    outlive a postmaster that was SIGKILLed, and one blocked on a lock never
+    notices: these are what is left."""
     target = os.path.realpath(data_dir)
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            cwd = os.readlink(f"/proc/{entry}/cwd")
+            cwd = os.readlink(f"/proc/{entry}/cwd").removesuffix(" (deleted)")
         except OSError:
             continue
-        if cwd.removesuffix(" (deleted)") == target:
+        if cwd == target or (below and cwd.startswith(target + os.sep)):
             out.append(int(entry))
     return out
 
