@@ -10,6 +10,7 @@ comparison with go-tpc is a benchmark (benchmarks/tpcc_vs_gotpc.py).
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -111,6 +112,41 @@ def test_the_rows_are_those_postgresql_gets_from_the_same_seed(loaded, scratch_d
                 mine = [Decimal(v) for v in my.execute(f"SELECT count(*), {sums} FROM {table}").fetchone()]
                 theirs = [Decimal(v) for v in pg.execute(f"SELECT count(*), {sums} FROM {table}").fetchone()]
                 assert mine == theirs, table
+
+
+def test_multi_row_inserts_load_the_rows_load_data_loads(loaded, tmp_path) -> None:
+    """load_method = "insert" (for a server that refuses LOAD DATA LOCAL):
+    every row of every table, all columns but the load's timestamps, equal to
+    LOAD DATA's from the same seed, compared by count and a checksum of rows."""
+    db, load = loaded
+    with db.connect() as conn:
+        conn.execute("DROP DATABASE IF EXISTS perflab_insert_test")
+        conn.execute("CREATE DATABASE perflab_insert_test")
+    other = dataclasses.replace(db, database="perflab_insert_test", load_method="insert")
+
+    def statements() -> dict[str, int]:  # this module's own server: nothing else runs statements on it
+        with db.connect() as conn:
+            return {k: int(v) for k, v in conn.execute(
+                "SHOW GLOBAL STATUS WHERE variable_name IN ('Com_load', 'Com_insert')").fetchall()}
+
+    try:
+        before = statements()
+        again = workload(load_seed=7, load_jobs=2).prepare(other, context(tmp_path))
+        after = statements()
+        assert again.rows == load.rows
+        # no LOAD DATA ran, and at least one INSERT per 1,000 rows did
+        assert after["Com_load"] == before["Com_load"]
+        assert after["Com_insert"] - before["Com_insert"] >= sum(load.rows.values()) // 1000
+        with db.connect() as a, other.connect() as b:
+            for table in schema.TABLES:
+                columns = [c.split()[0] for c in schema.COLUMNS[table].strip().split(",\n")
+                           if " timestamp" not in c]
+                row = ", ".join(f"ifnull({c}, '<null>')" for c in columns)
+                digest = f"SELECT count(*), sum(crc32(concat_ws('|', {row}))) FROM {table}"
+                assert a.execute(digest).fetchone() == b.execute(digest).fetchone(), table
+    finally:
+        with db.connect() as conn:
+            conn.execute("DROP DATABASE IF EXISTS perflab_insert_test")
 
 
 def test_every_condition_holds_after_the_load(loaded, tmp_path) -> None:

@@ -169,11 +169,15 @@ def tpch_write_text(
     part: int,
     parts: int,
     *,
+    insert_rows: int | None = None,
     cancel: _Cancel | None = None,
 ) -> int:
     """Part `part` of `parts` of one table as text rows ('|' between fields,
     as COPY text; what LOAD DATA ... FIELDS TERMINATED BY '|' reads) written
-    to `path`: a pipe, a FIFO or a file that exists, never created. The rows
+    to `path`: a pipe, a FIFO or a file that exists, never created. With
+    `insert_rows`, the same rows as multi-row INSERT INTO t VALUES ...
+    statements of at most that many rows (and about 1 MiB), one a line,
+    every field a quoted literal and a NULL field NULL. The rows
     written. A signal or a set `cancel` stops it between chunks
     (Interrupted); EngineConnectionError: `path` cannot be opened or its
     reader went away."""
@@ -221,10 +225,11 @@ def ssb_write_text(
     part: int,
     parts: int,
     *,
+    insert_rows: int | None = None,
     cancel: _Cancel | None = None,
 ) -> int:
     """Part `part` of `parts` of an SSB table as text rows written to `path`,
-    as tpch_write_text; the rows written."""
+    as tpch_write_text (`insert_rows` too); the rows written."""
 
 # ---- TPC-B driver and HDR histograms (crates/engine-py/src/tpcb.rs).
 # Runs and loads release the GIL (crates/engine-py/src/glue.rs); every ~200 ms
@@ -400,12 +405,14 @@ def tpcc_write_text(
     seed: int,
     c_last: int,
     now_s: int,
+    insert_rows: int | None = None,
     cancel: _Cancel | None = None,
 ) -> int:
     """Part `part` of `parts` of TPC-C table `table_name` at `warehouses` as
     text rows ('|' between fields, \\N for NULL: what MySQL's LOAD DATA reads
     with FIELDS TERMINATED BY '|') written to `path` (a pipe, a FIFO, or a
-    file that exists; never created); the rows written. The rows are
+    file that exists; never created), or with `insert_rows` as multi-row
+    INSERTs, as tpch_write_text; the rows written. The rows are
     tpcc_load's for the same `seed`, `c_last` (0..255) and load time `now_s`
     (seconds since 1970, UTC). A set `cancel` stops it between chunks
     (Interrupted). ConfigError: bad arguments; EngineError: the pipe's

@@ -183,12 +183,13 @@ class CopyPostgres(Protocol):
 
 
 class WriteText(Protocol):
-    """(path, table, scale_factor, part, parts, cancel=): one part of a table
-    as text rows ('|' between fields, as COPY text) written to a pipe or
-    FIFO at `path`; the rows written."""
+    """(path, table, scale_factor, part, parts, insert_rows=, cancel=): one
+    part of a table as text rows ('|' between fields, as COPY text) written
+    to a pipe or FIFO at `path`, or with `insert_rows` as multi-row INSERT
+    statements of at most that many rows, one a line; the rows written."""
 
     def __call__(self, path: str, table_name: str, scale_factor: float, part: int, parts: int, /, *,
-                 cancel: Cancel | None = None) -> int: ...
+                 insert_rows: int | None = None, cancel: Cancel | None = None) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,8 @@ class MysqlWireEndpoint(SqlEndpoint):
     database: str
     unix_socket: str | None = None
     password: str | None = None
+    # how bulk_load loads a generated data set: "load-data" (LOAD DATA LOCAL INFILE) or "insert"
+    load_method: str = "load-data"
 
     def tcp_port(self) -> int | None:
         return None if self.unix_socket else self.port

@@ -68,9 +68,10 @@ pub fn ssb_parts(scale_factor: f64, tables: Vec<String>) -> PyResult<Vec<(String
 }
 
 /// Part `part` of `parts` of an SSB table as text rows written to `path`,
-/// as tpch_write_text; the rows written.
+/// as tpch_write_text (`insert_rows` too); the rows written.
 #[pyfunction]
-#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, cancel = None))]
+#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, insert_rows = None, cancel = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn ssb_write_text(
     py: Python<'_>,
     path: &str,
@@ -78,6 +79,7 @@ pub fn ssb_write_text(
     scale_factor: f64,
     part: i32,
     parts: i32,
+    insert_rows: Option<usize>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
     write_text(
@@ -88,6 +90,7 @@ pub fn ssb_write_text(
         scale_factor,
         part,
         parts,
+        insert_rows,
         cancel,
     )
 }

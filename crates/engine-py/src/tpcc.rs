@@ -2,12 +2,11 @@
 //! its driver (the harness with `TpccProtocol`). Glue only; see
 //! `perflab_engine::tpcc`.
 
-use std::path::Path;
-
 use crate::errors::{config_error, engine_error};
 use crate::glue::{harness_binding, run_blocking};
 use crate::results::{DriverResult, LoadReport};
-use perflab_engine::bulk::{parts_biggest_first, textfile, CopyTable};
+use crate::tpch::write_part;
+use perflab_engine::bulk::{parts_biggest_first, CopyTable};
 use perflab_engine::tpcc::load::{self, LoadConfig, Table, TABLES};
 use perflab_engine::tpcc::protocol::{Constants, Mode, TpccConfig};
 use perflab_engine::tpcc::{TpccMysqlProtocol, TpccProtocol};
@@ -82,11 +81,12 @@ fn tpcc_parts(warehouses: u32, tables: Vec<String>) -> PyResult<Vec<(String, i32
 
 /// Part `part` of `parts` of TPC-C table `table_name` at `warehouses` as
 /// text rows ('|' between fields, `\N` for NULL) written to `path` (a pipe,
-/// a FIFO or a file that exists; never created), the GIL released; the rows
-/// written. The load's `seed`, `c_last` and time `now_s` (seconds since
-/// 1970) make the rows, as in `tpcc_load`.
+/// a FIFO or a file that exists; never created), or with `insert_rows` as
+/// multi-row INSERTs of at most that many rows, one a line; the GIL
+/// released; the rows written. The load's `seed`, `c_last` and time `now_s`
+/// (seconds since 1970) make the rows, as in `tpcc_load`.
 #[pyfunction]
-#[pyo3(signature = (path, table_name, warehouses, part, parts, *, seed, c_last, now_s, cancel=None))]
+#[pyo3(signature = (path, table_name, warehouses, part, parts, *, seed, c_last, now_s, insert_rows=None, cancel=None))]
 #[allow(clippy::too_many_arguments)]
 fn tpcc_write_text(
     py: Python<'_>,
@@ -98,22 +98,23 @@ fn tpcc_write_text(
     seed: u64,
     c_last: i64,
     now_s: i64,
+    insert_rows: Option<usize>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
     if warehouses == 0 {
         return Err(config_error("warehouses must be at least 1"));
     }
     let t = table(table_name, seed, c_last, now_s)?;
-    run_blocking(
+    write_part(
         py,
-        "perflab-tpcc-text",
-        cancel.as_ref(),
-        None,
-        |abort, _| {
-            textfile::write_text_part(Path::new(path), t, warehouses as f64, part, parts, abort)
-        },
-    )?
-    .map_err(engine_error)
+        path,
+        t,
+        warehouses as f64,
+        part,
+        parts,
+        insert_rows,
+        cancel,
+    )
 }
 
 /// The run's configuration, its weights checked (five values or none).

@@ -12,7 +12,9 @@ use crate::errors::{config_error, engine_error};
 use crate::glue::run_blocking;
 use crate::results::TableLoad;
 
-use perflab_engine::bulk::{parts_biggest_first, pgcopy, textfile, CopyFormat, GeneratedTable};
+use perflab_engine::bulk::{
+    parts_biggest_first, pgcopy, textfile, CopyFormat, CopyTable, GeneratedTable,
+};
 use perflab_engine::tpch::{self, refresh, Table};
 
 fn table(name: &str) -> PyResult<Table> {
@@ -105,8 +107,9 @@ pub(crate) fn table_parts<T: GeneratedTable>(
         .collect())
 }
 
-/// Part `part` of `parts` of one table as text rows written to `path`,
-/// the GIL released; stopped between chunks by a signal or `cancel`.
+/// Part `part` of `parts` of one table as text rows written to `path`
+/// (or, with `insert_rows`, as multi-row INSERTs of that many rows, one a
+/// line), the GIL released; stopped between chunks by a signal or `cancel`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn write_text<T: GeneratedTable>(
     py: Python<'_>,
@@ -116,13 +119,38 @@ pub(crate) fn write_text<T: GeneratedTable>(
     scale_factor: f64,
     part: i32,
     parts: i32,
+    insert_rows: Option<usize>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
     let sf = self::scale_factor(scale_factor)?;
     let table = parse(name)?;
-    run_blocking(py, "perflab-text", cancel.as_ref(), None, |abort, _| {
-        textfile::write_text_part(Path::new(path), table, sf, part, parts, abort)
-    })?
+    write_part(py, path, table, sf, part, parts, insert_rows, cancel)
+}
+
+/// `textfile::write_text_part`, or `write_insert_part` with `insert_rows`,
+/// the GIL released: what every `*_write_text` binding runs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_part<T: CopyTable>(
+    py: Python<'_>,
+    path: &str,
+    table: T,
+    scale: f64,
+    part: i32,
+    parts: i32,
+    insert_rows: Option<usize>,
+    cancel: Option<Bound<'_, PyAny>>,
+) -> PyResult<u64> {
+    let path = Path::new(path);
+    run_blocking(
+        py,
+        "perflab-text",
+        cancel.as_ref(),
+        None,
+        |abort, _| match insert_rows {
+            None => textfile::write_text_part(path, table, scale, part, parts, abort),
+            Some(rows) => textfile::write_insert_part(path, table, scale, part, parts, rows, abort),
+        },
+    )?
     .map_err(engine_error)
 }
 
@@ -135,9 +163,12 @@ pub fn tpch_parts(scale_factor: f64, tables: Vec<String>) -> PyResult<Vec<(Strin
 
 /// Part `part` of `parts` of `table_name` at `scale_factor` as text rows
 /// ('|' between fields, as COPY text) written to `path` (a pipe, a FIFO, or
-/// a file that exists; never created); the rows written.
+/// a file that exists; never created); the rows written. With
+/// `insert_rows`, multi-row INSERT statements of at most that many rows
+/// instead, one a line (for a server that refuses LOAD DATA LOCAL).
 #[pyfunction]
-#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, cancel = None))]
+#[pyo3(signature = (path, table_name, scale_factor, part, parts, *, insert_rows = None, cancel = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn tpch_write_text(
     py: Python<'_>,
     path: &str,
@@ -145,6 +176,7 @@ pub fn tpch_write_text(
     scale_factor: f64,
     part: i32,
     parts: i32,
+    insert_rows: Option<usize>,
     cancel: Option<Bound<'_, PyAny>>,
 ) -> PyResult<u64> {
     write_text(
@@ -155,6 +187,7 @@ pub fn tpch_write_text(
         scale_factor,
         part,
         parts,
+        insert_rows,
         cancel,
     )
 }

@@ -84,7 +84,7 @@ class MysqlTarget(Target[MysqlSettings, MysqlEndpoint]):
         dsn = parse_dsn(settings.dsn)
         return MysqlEndpoint(read_only=not settings.allow_destructive, fresh=False, host=dsn.host, port=dsn.port,
                              user=dsn.user, password=dsn.password, database=dsn.database,
-                             unix_socket=dsn.unix_socket)
+                             unix_socket=dsn.unix_socket, load_method=settings.load_method)
 
     @classmethod
     def reach(cls, settings: MysqlSettings, timeout_s: float = REACH_TIMEOUT_S) -> list[tuple[str, str]]:

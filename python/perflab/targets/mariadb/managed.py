@@ -418,7 +418,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         return MysqlEndpoint(read_only=False, fresh=fresh, host="127.0.0.1" if tcp else "localhost",
                              port=self.port or 0, user=USER, database=self.settings.database,
                              unix_socket=None if tcp else str(self.socket_dir / "mysqld.sock"),
-                             info={"server": self._server_label()})
+                             load_method=self.settings.load_method, info={"server": self._server_label()})
 
     def _server_label(self) -> str | None:
         version = server_version(self.server) if self.server is not None else None

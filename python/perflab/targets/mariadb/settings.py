@@ -27,6 +27,9 @@ SIZE_SUFFIX = re.compile(r"^\s*\d+(\.\d+)?\s*[kmgtpe]?\s*$", re.IGNORECASE)
 BOOLEAN_WORDS = ("on", "off", "true", "false", "1", "0", "yes", "no")
 
 SettingValue = str | int | float | bool
+# How a generated data set is loaded: LOAD DATA LOCAL INFILE from a pipe, or
+# multi-row INSERTs of the same rows (benchmarks/README.md measures both).
+LoadMethod = Literal["load-data", "insert"]
 
 
 def option_key(name: str) -> str:
@@ -61,6 +64,8 @@ class MariadbSettings(TargetSettings):
     run_as: OsText | None = None
     start_timeout: Duration = Field(default=120.0, gt=0)
     resources: ResourceSettings | None = None
+    # How generated data sets (tpch, ssb, tpcc) go in: LOAD DATA LOCAL INFILE or multi-row INSERTs.
+    load_method: LoadMethod = "load-data"
 
     def server_cpus(self) -> str | None:
         return self.resources.cpus if self.resources is not None else None
@@ -84,6 +89,8 @@ class MysqlSettings(TargetSettings):
     # mysql://user:password@host:port/database, or ?unix_socket=/path for a socket
     dsn: str
     allow_destructive: bool = False
+    # "insert" for a server that refuses LOAD DATA LOCAL (MySQL 8's local_infile is OFF by default).
+    load_method: LoadMethod = "load-data"
 
     @field_validator("dsn")
     @classmethod

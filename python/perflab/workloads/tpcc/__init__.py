@@ -319,9 +319,9 @@ def _tpcc_data(seed: int, c_last_load: int) -> GeneratedData:
         return _engine.tpcc_parts(int(warehouses), tables)
 
     def write_text(path: str, table: str, warehouses: float, part: int, parts: int, /, *,
-                   cancel: Cancel | None = None) -> int:
+                   insert_rows: int | None = None, cancel: Cancel | None = None) -> int:
         return _engine.tpcc_write_text(path, table, int(warehouses), part, parts, seed=seed, c_last=c_last_load,
-                                       now_s=now_s, cancel=cancel)
+                                       now_s=now_s, insert_rows=insert_rows, cancel=cancel)
 
     def elsewhere(*_args: object, **_kwargs: object) -> Any:
         raise RunFailure("tpcc: TPC-C loads into PostgreSQL through the engine's tpcc_load, and has no Arrow stream")
@@ -379,7 +379,8 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
         try:
             if isinstance(endpoint, MysqlWireEndpoint):
                 timed("create", [*schema.mysql_drop_sql(), *schema.mysql_create_sql()])
-                ctx.status(f"{say}: generate and LOAD DATA ({jobs} sessions)")
+                how = "LOAD DATA" if endpoint.load_method == "load-data" else "multi-row INSERT"
+                ctx.status(f"{say}: generate and {how} ({jobs} sessions)")
                 started = time.perf_counter()
                 with harness.engine_errors("tpcc", failed="tpcc load failed"):
                     rows = endpoint.bulk_load(_tpcc_data(seed, c_last_load), float(s.warehouses),
