@@ -3,6 +3,14 @@ resumed, against an uninterrupted copy (issue 34): the same refresh pairs run
 by run, and the degradation table of each.
 
     .venv/bin/python benchmarks/resume_equivalence.py [--repetitions 6] [--sf 0.01] [--streams 2] [--dir DIR]
+        [--retry-failed]
+
+With --retry-failed, a third copy: its server (not perflab) is SIGKILLed at
+the same moment, so run 3 fails and the experiment goes on to its end; then
+`perflab resume --retry-failed` runs run 3 again, on a fresh load (the data
+was removed at the end). Its report's degradation table is printed before
+the retry (run 3 missing, at its place) and after it (run 3 at repetition 3,
+marked retried and fresh load).
 
 Both copies run the same experiment file (tests = ["throughput"], maintenance
 VACUUM ANALYZE between runs, seed fixed so both use the same refresh blocks).
@@ -15,13 +23,19 @@ and its marks (resumed, retried, fresh load), then each copy's degradation
 verdict, whether the refresh sequences, pairs and repetitions are equal, and
 what the resumed copy's report says. The throughput figures are measurements
 and differ between copies by the machine's noise; the pairs, rows and
-repetition numbers must not.
+repetition numbers must not. Each copy's degradation table is also printed
+as its own report.html shows it (the report's per-run table, and the runs
+cell of its summary row).
 """
 
 from __future__ import annotations
 
 import argparse
+import html as html_mod
 import json
+import os
+import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -65,10 +79,26 @@ def perflab(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "perflab.cli", *args], capture_output=True, text=True)
 
 
-def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int) -> None:
+def postmasters_under(directory: Path) -> list[int]:
+    """Live postmasters whose data directory lies under `directory` (their postmaster.pid files)."""
+    pids = []
+    for pidfile in directory.rglob("postmaster.pid"):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+            if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    return pids
+
+
+def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int, victim: str = "perflab") -> None:
+    """As soon as run 3's first RF1 has committed: SIGKILL perflab
+    (victim "perflab"), or its server (victim "server": run 3 fails, and
+    perflab goes on to the end of the experiment, which it makes no report of)."""
     orders, _, _, _ = _engine.tpch_rf1_rows(sf, 2 * streams + 1, 7)
     keys = [int(line.split(b"|")[0]) for line in orders.splitlines()]
-    with (out.parent / "killed.log").open("wb") as log:
+    with (out.parent / f"{out.name}.log").open("wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "perflab.cli", "run", f, "--out", out, "--quiet",
                                  "--no-report"], stdout=log, stderr=subprocess.STDOUT)
     pg = None
@@ -77,8 +107,9 @@ def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int) -> None:
             if proc.poll() is not None:
                 raise SystemExit(f"perflab exited {proc.returncode} before run 3's refresh")
             try:
-                if pg is None:
-                    row = sqlite3.connect(out / "perflab.sqlite").execute(
+                if pg is None and (out / "perflab.sqlite").is_file():
+                    # read only: a connection that made the file first would leave perflab a store it cannot read
+                    row = sqlite3.connect(f"file:{out / 'perflab.sqlite'}?mode=ro", uri=True).execute(
                         "SELECT target_json FROM run WHERE id = 1").fetchone()
                     if row and row[0]:
                         pg = psycopg.connect(json.loads(row[0])["endpoint"], autocommit=True)
@@ -88,9 +119,15 @@ def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int) -> None:
             except (sqlite3.Error, psycopg.Error):
                 pass
             time.sleep(0.02)
+        if victim == "server":
+            for pid in postmasters_under(out):
+                os.kill(pid, signal.SIGKILL)
+            if proc.wait() != 1:
+                raise SystemExit(f"perflab exited {proc.returncode}, not 1 (a failed run), after its server was killed")
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
         if pg is not None:
             pg.close()
 
@@ -130,10 +167,10 @@ def read_copy(out: Path) -> Copy:
     return copy
 
 
-def side_by_side(plain: Copy, killed: Copy) -> str:
-    lines = ["| run | rep | refresh pairs: uninterrupted | refresh pairs: resumed | Throughput@Size: uninterrupted "
-             "| change from first | Throughput@Size: resumed | change from first | note: uninterrupted "
-             "| note: resumed |",
+def side_by_side(plain: Copy, killed: Copy, other: str = "resumed") -> str:
+    lines = [f"| run | rep | refresh pairs: uninterrupted | refresh pairs: {other} | Throughput@Size: uninterrupted "
+             f"| change from first | Throughput@Size: {other} | change from first | note: uninterrupted "
+             f"| note: {other} |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 
     def cells(c: Copy, run: dict[str, Any]) -> tuple[str, str, str]:
@@ -152,7 +189,7 @@ def side_by_side(plain: Copy, killed: Copy) -> str:
                      f"{pn} | {kn} |")
     lines.append("")
     lines.append(f"verdict, uninterrupted: {plain.verdict}")
-    lines.append(f"verdict, resumed:       {killed.verdict}")
+    lines.append(f"verdict, {other}:{' ' * (14 - len(other))}{killed.verdict}")
     return "\n".join(lines)
 
 
@@ -162,6 +199,8 @@ def main() -> None:
     p.add_argument("--sf", type=float, default=0.01)
     p.add_argument("--streams", type=int, default=2)
     p.add_argument("--dir", type=Path)
+    p.add_argument("--retry-failed", action="store_true",
+                   help="a third copy: run 3's server killed, then `resume --retry-failed`")
     a = p.parse_args()
     root = a.dir or Path(tempfile.mkdtemp(prefix="perflab-resume-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -188,7 +227,89 @@ def main() -> None:
     html = (killed / "report.html").read_text()
     history = html[html.find("Experiment history"):]
     print(f"the resumed copy's report: an Experiment history section: {'Experiment history' in html}; "
-          f"the killed session in it: {'killed' in history}; run 3 marked resumed: {'resumed' in html}")
+          f"the killed session in it: {'killed' in history}; run 3 marked resumed: {'resumed' in html}\n")
+    plain_table, killed_table = report_table(plain / "report.html"), report_table(killed / "report.html")
+    print("### the uninterrupted copy's report: degradation\n\n" + plain_table.markdown() + "\n")
+    print("### the resumed copy's report: degradation\n\n" + killed_table.markdown() + "\n")
+    print(agreement(plain_table, killed_table) + "\n")
+    if a.retry_failed:
+        retry(f, root / "retried", a, c_plain, plain_table)
+
+
+def retry(f: Path, out: Path, a: argparse.Namespace, c_plain: Copy, plain_table: ReportTable) -> None:
+    """The third copy: its server killed in run 3's refresh functions, the
+    experiment finished, then `resume --retry-failed`."""
+    kill_in_run_3_refresh(f, out, a.sf, a.streams, victim="server")
+    made = perflab("report", str(out))
+    if made.returncode != 0:
+        raise SystemExit(made.stdout + made.stderr)
+    shutil.copy(out / "report.html", out / "report-before-retry.html")
+    before = report_table(out / "report-before-retry.html")
+    retried = perflab("resume", str(out), "--retry-failed", "--quiet")
+    if retried.returncode != 0:
+        raise SystemExit(retried.stdout + retried.stderr)
+    c_retried = read_copy(out)
+    after = report_table(out / "report.html")
+    print(f"## uninterrupted and with run 3's server killed, then `resume --retry-failed` ({out})\n")
+    print(side_by_side(c_plain, c_retried, "retried") + "\n")
+    same_reps = [(r["id"], r["repetition"]) for r in c_plain.runs] == [(r["id"], r["repetition"]) for r in c_retried.runs]
+    print(f"refresh pairs per run equal: {c_plain.pairs == c_retried.pairs}; refresh sequences (pair, rows) equal: "
+          f"{c_plain.sequence == c_retried.sequence}; runs and repetition numbers equal: {same_reps}; every run done: "
+          f"{all(r['status'] == 'done' for r in c_retried.runs)}\n")
+    print("### its report before the retry: degradation\n\n" + before.markdown() + "\n")
+    print("### its report after the retry: degradation\n\n" + after.markdown() + "\n")
+    print(agreement(plain_table, after))
+
+
+def agreement(plain: ReportTable, other: ReportTable) -> str:
+    return ("the reports' degradation tables, the measured figures aside: the same runs, repetitions and runs "
+            f"with a value: {plain.shape(marks=False) == other.shape(marks=False)}; the same notes too: "
+            f"{plain.shape() == other.shape()} (notes of the uninterrupted copy: "
+            f"{[r[4] for r in plain.rows if r[4]] or 'none'}; of the other: {[r[4] for r in other.rows if r[4]] or 'none'})")
+
+
+@dataclass
+class ReportTable:
+    """A report's degradation section as it shows it: the runs cell of the
+    summary's row and the per-run table (run, repetition, value, change, note)."""
+
+    title: str
+    runs_cell: str
+    header: list[str]
+    rows: list[list[str]]
+
+    def markdown(self) -> str:
+        lines = [f"{self.title}; summary's runs cell: {self.runs_cell}", "",
+                 "| " + " | ".join(self.header) + " |", "|" + " --- |" * len(self.header)]
+        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+        return "\n".join(lines)
+
+    def shape(self, marks: bool = True) -> list[tuple[str, ...]]:
+        """What must not differ between copies: run, repetition, whether it
+        has a value, and (with `marks`) its note."""
+        return [(r[0], r[1], "–" if r[2] == "–" else "value", *([r[4]] if marks else [])) for r in self.rows]
+
+
+def _cells(row: str) -> list[str]:
+    return [" ".join(html_mod.unescape(re.sub(r"<[^>]+>", " ", c)).split())
+            for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)]
+
+
+def report_table(path: Path) -> ReportTable:
+    """The degradation section of a report.html: its summary's first row's
+    runs cell, and the first per-run table (the OSDL-style one)."""
+    text = path.read_text()
+    section = text[text.find('id="degradation"'):]
+    summary = section[:section.find("</table>")]
+    first = re.findall(r"<tr[^>]*>(.*?)</tr>", summary[summary.find("<tbody>"):], re.S)
+    runs_cell = _cells(first[0])[3] if first else "(no summary)"
+    h3 = section.find("<h3>")
+    if h3 < 0:
+        return ReportTable("(no per-run degradation table)", runs_cell, [], [])
+    title = " ".join(html_mod.unescape(re.sub(r"<[^>]+>", " ", section[h3:section.find("</h3>", h3)])).split())
+    body = section[h3:section.find("</table>", h3)]
+    rows = [_cells(r) for r in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
+    return ReportTable(title, runs_cell, rows[0], rows[1:])
 
 
 if __name__ == "__main__":

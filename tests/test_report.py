@@ -459,6 +459,27 @@ def test_tpch_query_columns_and_bars_are_labelled_by_factor_values() -> None:
             {"id": 2, "repetition": 1, "factors": {"target.kind": "duckdb"}}]
     assert run_labels(once) == {1: "postgres", 2: "duckdb"}
     assert run_labels([{"id": 7, "repetition": 1, "factors": {}}]) == {7: "run 7"}
+    # a run's marks (resumed, retried, fresh load) follow its label, as every table that lists runs shows them
+    marked = [{"id": 3, "repetition": 1, "factors": {}, "status": "done", "flags": ["noisy-host", "resumed"]},
+              {"id": 4, "repetition": 1, "factors": {}, "status": "failed", "flags": ["retried", "fresh load"]}]
+    assert run_labels(marked) == {3: "run 3 (resumed)", 4: "run 4 (failed, retried, fresh load)"}
+
+
+def test_tpcc_tables_without_a_flags_column_mark_a_resumed_run_in_its_status(tmp_path: Path) -> None:
+    from perflab.report.data import load
+    from perflab.workloads.tpcc import report as tpcc_report
+
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=2)
+    store = Store.open(out)
+    store.conn.execute("INSERT INTO attempt (run_id, attempt, status, started_at, error) "
+                       "VALUES (2, 1, 'killed', '2026-01-01T00:00:00', 'killed: pid 1 died')")
+    sections = tpcc_report.sections(store, load(store).runs)
+    store.close()
+    tables = [b for s in sections for b in s.blocks if isinstance(b, Table) and b.headers[:3] == ["run", "factors",
+                                                                                                  "status"]]
+    assert len(tables) == 4 and tables[0].headers[-1] == "flags" and "resumed" in tables[0].rows[1][-1]
+    for table in tables[1:]:
+        assert [row[2] for row in table.rows] == ["done", "done (resumed)"], table.caption
 
 
 def test_resumed_retried_and_fresh_load_runs_are_marked_in_every_table(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """A stall in closed loop is named (issue 34): the server SIGSTOPped for 3 s
-in a closed-loop tpcb run flags the run `stalled`, with an event naming the
+in a closed-loop tpcb or oltp run flags the run `stalled`, with an event naming the
 seconds, and no second without completions stores a latency of 0."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from conftest import server_stalled
 from perflab.context import RunContext, SeriesSink
 from perflab.model import Flag, RunResult
 from perflab.report import figures, write_report
+from perflab.workloads.oltp import OltpSettings, OltpWorkload
 from perflab.workloads.stalls import StallWatch, interval_value
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 from synthetic_store import build_store
@@ -55,10 +56,65 @@ def test_a_second_without_completions_has_no_latency_and_flags_closed_loop() -> 
         assert result.flags == []
 
 
-def test_a_3s_sigstop_in_closed_loop_is_flagged_stalled(pg_target, scratch_db, tmp_path: Path) -> None:
+def test_closed_loop_throughput_under_a_tenth_of_its_median_for_over_a_second_is_a_stall() -> None:
+    """Seconds that completed something, but under STALL_FRACTION of the
+    median: two in a row are a stall, one alone is not."""
+    for counts, flagged, where in (([100, 104, 6, 5, 99, 101, 97], True, "at 2-4 s"),
+                                   ([100, 98, 102, 97, 4, 3], True, "at 4-6 s"),
+                                   ([100, 5, 100, 102, 98], False, ""),
+                                   ([100, 12, 11, 99, 101], False, "")):  # 11% and 12% of the median: above
+        watch = StallWatch(closed_loop=True)
+        for t, n in enumerate(counts, start=1):
+            watch.add(second(t, n))
+        result = RunResult()
+        watch.annotate(result)
+        assert (result.flags == [Flag.STALLED]) is flagged, counts
+        if flagged:
+            assert result.metrics["stall.longest_s"].value == 2
+            [event] = result.events
+            assert event.kind == "stalled" and where in event.message and "the longest gap 2 s" in event.message
+
+
+def test_the_server_log_s_cause_leads_the_message(tmp_path: Path) -> None:
+    """A PANIC leads (before a FATAL that came first), a shutdown's FATAL
+    is no cause, and a full disk is named by its device and path, with the fix."""
+    from perflab.hostctl.scratchfs import device_of
+    from perflab.runner import server_cause
+
+    symptom = "tpcb load failed: connection lost: Broken pipe (os error 32)"
+    log = ("LOG:  checkpoint starting\n"
+           "FATAL:  role \"nobody\" does not exist\n"
+           "PANIC:  could not write to file \"pg_wal/xlogtemp.42\": No space left on device\n"
+           "FATAL:  the database system is shutting down\n")
+    (tmp_path / "pg_wal").mkdir()
+    said = server_cause(symptom, log, [tmp_path])
+    device, mount = device_of(tmp_path / "pg_wal" / "xlogtemp.42")
+    first, fix, then = said.splitlines()
+    assert first == (f"no space left on {device} ({tmp_path / 'pg_wal' / 'xlogtemp.42'}; the filesystem at {mount}): "
+                     "PANIC: could not write to file \"pg_wal/xlogtemp.42\": No space left on device")
+    assert fix.startswith(f"  fix: free space on {device}, or put the server's data (target.storage) on a larger")
+    assert then == f"  then: {symptom}"
+    crash = server_cause(symptom, "FATAL:  role \"x\" does not exist\nPANIC:  could not locate a valid checkpoint "
+                         "record\n", [tmp_path])
+    assert crash == f"server PANIC: could not locate a valid checkpoint record\n  then: {symptom}"
+    shutdown = "FATAL:  terminating connection due to administrator command\n"
+    assert server_cause(symptom, shutdown, [tmp_path]) == symptom
+    assert server_cause(symptom, None, [tmp_path]) == symptom
+
+
+CLOSED_LOOP = {
+    "tpcb": lambda: TpcbWorkload(TpcbSettings.model_validate({
+        "kind": "tpcb", "scale": 1, "script": "select-only", "clients": 2, "threads": 1, "duration": "8s"})),
+    "oltp": lambda: OltpWorkload(OltpSettings.model_validate({
+        "kind": "oltp", "tables": 1, "table_size": 1000, "script": "point_select", "clients": 2, "threads": 1,
+        "duration": "8s"})),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CLOSED_LOOP))
+def test_a_3s_sigstop_in_closed_loop_is_flagged_stalled(pg_target, scratch_db, tmp_path: Path, kind: str) -> None:
     target, _ = pg_target
-    w = TpcbWorkload(TpcbSettings.model_validate({"kind": "tpcb", "scale": 1, "script": "select-only",
-                                                  "clients": 2, "threads": 1, "duration": "8s"}))
+    w = CLOSED_LOOP[kind]()
     sink = Recorder()
     ctx = RunContext(run_number=1, run_dir=tmp_path, t0_ns=time.monotonic_ns(), series=sink)
     w.prepare(scratch_db, ctx)

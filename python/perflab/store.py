@@ -42,6 +42,8 @@ SQLITE_FULL = 13
 # place when opened.
 SCHEMA_VERSION = 6
 RUN_STATUSES = ("planned", "running", "done", "failed")
+# What a run's attempts and effects mark it with (Store.run_marks), beside its flags.
+RUN_MARKS = ("resumed", "retried", "fresh load")
 # The tables of a store where nothing was measured yet: a row anywhere else
 # (a figure, an event, a data set, ...) means it may not be planned again.
 PLAN_TABLES = ("meta", "experiment", "run", "session", "sqlite_sequence")

@@ -30,6 +30,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
+from perflab.workloads.stalls import StallWatch
 
 if TYPE_CHECKING:
     from perflab.store import Store
@@ -161,9 +162,12 @@ class OltpWorkload(Workload[Endpoint]):
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         duration = s.duration if s.duration is not None or s.transactions is not None else DEFAULT_DURATION_S
 
+        stalls = StallWatch(closed_loop=s.rate is None)
+
         def progress(interval: _engine.Interval) -> None:
             ctx.status(f"{'warm-up' if interval.warmup else 'progress'}: {interval.t_s:.1f} s, {interval.tps:.1f} tps, "
                        f"p99 {interval.latency_p99_ms:.3f} ms, {interval.failed} failed")
+            stalls.add(interval)
             harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
         conninfo, server = _wire(endpoint)
@@ -180,6 +184,7 @@ class OltpWorkload(Workload[Endpoint]):
                          lost=f"oltp: all {s.clients} client connections were lost (server down?)")
         self._committed = out.transactions
         self._metrics(out, result, "error" if server == "mysql" else "SQLSTATE")
+        stalls.annotate(result)
         return result
 
     def _metrics(self, out: _engine.DriverResult, result: RunResult, code: str) -> None:

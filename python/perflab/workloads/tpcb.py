@@ -95,6 +95,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         super().__init__(settings)
         self._before: dict[str, int] | None = None
         self._scale_in_db: int | None = None
+        self._loaded = False  # prepare() loaded the data for this run
 
     def writes(self) -> bool:
         # prepare() creates and loads the tables, so even select-only writes.
@@ -117,6 +118,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 on_step=lambda step: ctx.status(f"load scale {s.scale}: {step.replace('_', ' ')}"),
                 cancel=ctx.cancel,
             )
+        self._loaded = True
         return LoadResult(steps=dict(report.steps), rows=dict(report.rows))
 
     # ------------------------------------------------------------ run
@@ -143,24 +145,52 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                         Event(ctx.now_s(), "scale",
                               f"workload.scale = {s.scale} but the tables hold scale {scale}; using {scale}")
                     )
-                if s.vacuum and not endpoint.read_only:
+                found = int(conn.execute("SELECT count(*) FROM pgbench_history").fetchone()[0])
+                emptied = bool(s.vacuum and not endpoint.read_only)
+                if emptied:
                     ctx.status("vacuum pgbench_branches, pgbench_tellers; truncate pgbench_history")
                     conn.execute("VACUUM pgbench_branches")
                     conn.execute("VACUUM pgbench_tellers")
                     conn.execute("TRUNCATE pgbench_history")
                 self._before = self._balances(conn)
                 if s.script != "select-only":
-                    # History only grows (unless vacuum empties it first): what
-                    # this run found there is recorded, so a run run again after
-                    # a kill says how much an earlier attempt left behind.
-                    ctx.record_effect("tpcb.history", {"rows_before": self._before["history_rows"],
-                                                       "emptied": bool(s.vacuum and not endpoint.read_only)})
+                    self._record_history(ctx, result, found, emptied)
         except RunFailure:
             raise
         except Exception as exc:
             raise RunFailure(f"tpcb: cannot prepare the run on {endpoint.display()}: {str(exc).strip()}") from None
         self._scale_in_db = scale
         return scale
+
+    def _record_history(self, ctx: RunContext, result: RunResult, found: int, emptied: bool) -> None:
+        """History only grows (each transaction appends a row; vacuum, as
+        pgbench does without -n, empties it before a run): what this run found
+        there is recorded before it writes (effect "tpcb.history"). A run run
+        again after an attempt that did not finish records and says how many
+        rows that attempt committed: they stay, or this run's vacuum emptied
+        them, and their balance changes stay either way (each transaction is
+        atomic, so the balances still equal the history's deltas)."""
+        rows_before = self._before["history_rows"] if self._before is not None else found
+        record: dict[str, Any] = {"rows_found": found, "rows_before": rows_before, "emptied": emptied}
+        earlier = [e for e in ctx.earlier_effects if e["kind"] == "tpcb.history"]
+        if earlier:
+            before, attempt = earlier[-1]["data"], earlier[-1]["attempt"]
+            left = found - int(before["rows_before"])
+            if self._loaded:
+                said = f"attempt {attempt}'s history rows are gone: the data was loaded again for this run"
+            elif left < 0:
+                said = (f"attempt {attempt}'s history rows are gone: pgbench_history holds {found} rows, fewer than "
+                        f"the {before['rows_before']} that attempt started from (the data was changed since)")
+            else:
+                record["earlier_attempt"] = {"attempt": attempt, "history_rows": left}
+                fate = ("this run's vacuum emptied pgbench_history, as pgbench does before a run" if emptied
+                        else "they stay in pgbench_history (it only grows)")
+                said = (f"attempt {attempt} committed {left} transactions (history rows) before it ended: {fate}; "
+                        "their balance changes stay (each transaction is atomic, so balances still equal the "
+                        "history's deltas)")
+            result.events.append(Event(ctx.now_s(), "earlier-attempt", said))
+            ctx.warn(f"run {ctx.run_number}: {said}")
+        ctx.record_effect("tpcb.history", record)
 
     @staticmethod
     def _balances(conn: Sessionlike) -> dict[str, int]:

@@ -48,6 +48,7 @@ def headline(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
 
 def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     from perflab.section import Section, Table, Text
+    from perflab.store import RUN_MARKS
 
     if not runs:
         return []
@@ -55,8 +56,11 @@ def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     for run in runs:
         m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
         factors = fmt_factors(run["factors"], ", ")
-        head = [run["id"], factors, run["status"]]
-        metric_rows.append([*head, *[m.get(k) for k, _ in METRICS], ", ".join(run["flags"])])
+        metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
+                            ", ".join(run["flags"])])
+        # the tables without a flags column carry the run's marks (resumed, retried, fresh load) in its status
+        marked = [f for f in run["flags"] if f in RUN_MARKS]
+        head = [run["id"], factors, run["status"] + (f" ({', '.join(marked)})" if marked else "")]
         shares = {t: m.get(f"mix.{t}_pct") for t in mix.TYPES}
         below = [] if None in shares.values() else mix.below_spec({t: v or 0.0 for t, v in shares.items()})
         mix_rows.append([*head, *[shares[t] for t in mix.TYPES], "; ".join(below) or ("ok" if shares["payment"]

@@ -101,7 +101,10 @@ def headline(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
 def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
     """Each run by what varied: its factor levels ("postgres", "duckdb"), with
     the repetition when the experiment repeats; "run N" without factors;
-    "(failed)" after a failed run's."""
+    "(failed)" after a failed run's, and its marks (resumed, retried, fresh
+    load: Store.run_marks, which the report's data carries in its flags)."""
+    from perflab.store import RUN_MARKS
+
     repeated = len({r["repetition"] for r in runs}) > 1
     out = {}
     for r in runs:
@@ -110,8 +113,11 @@ def run_labels(runs: list[dict[str, Any]]) -> dict[int, str]:
             out[r["id"]] = f"run {r['id']}"
         else:
             out[r["id"]] = f"{label} #{r['repetition']}" if repeated else label
-        if r.get("status") == "failed":  # its queries are those it completed before it failed
-            out[r["id"]] += " (failed)"
+        # a failed run's queries are those it completed before it failed
+        notes = ["failed"] if r.get("status") == "failed" else []
+        notes += [f for f in r.get("flags", []) if f in RUN_MARKS]
+        if notes:
+            out[r["id"]] += f" ({', '.join(notes)})"
     return out
 
 
