@@ -22,6 +22,7 @@ pub mod oltp;
 pub mod pg;
 pub mod random;
 pub mod relay;
+pub mod rowtable;
 pub mod ssb;
 pub mod stream;
 pub mod sys;

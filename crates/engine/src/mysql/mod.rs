@@ -30,6 +30,7 @@ pub use codec::{ErrPacket as ServerError, Outcome};
 pub use conn::{MyConn, Stmt, LOCAL_CHUNK_BYTES};
 
 use crate::harness::ErrorClass;
+use crate::rowtable::{RowTable, Span};
 use std::fmt;
 use std::time::Duration;
 
@@ -214,38 +215,26 @@ struct Cell {
     unsigned: bool,
 }
 
+impl Span for Cell {
+    fn span(&self) -> (u32, i32) {
+        (self.start, self.len)
+    }
+}
+
 /// The rows of one or more results, without an allocation per value: values
 /// in one buffer, and per result (statement) its rows. Text-protocol values
 /// are text; binary-protocol integers and floats are decoded by `i64`/`f64`;
 /// decimals and strings are text in both.
 #[derive(Debug, Default)]
-pub struct Rows {
-    data: Vec<u8>,
-    cells: Vec<Cell>,
-    /// First cell of each row.
-    rows: Vec<u32>,
-    /// End (in rows) of each result.
-    results: Vec<u32>,
-}
+pub struct Rows(RowTable<Cell>);
 
 impl Rows {
     pub fn clear(&mut self) {
-        self.data.clear();
-        self.cells.clear();
-        self.rows.clear();
-        self.results.clear();
+        self.0.clear();
     }
 
     fn push_cell(&mut self, value: Option<&[u8]>, col: &codec::Column, binary: bool) {
-        let (start, len) = match value {
-            Some(v) => {
-                let start = self.data.len() as u32;
-                self.data.extend_from_slice(v);
-                (start, v.len() as i32)
-            }
-            None => (0, -1),
-        };
-        self.cells.push(Cell {
+        self.0.push(value, |start, len| Cell {
             start,
             len,
             kind: col.kind,
@@ -256,7 +245,7 @@ impl Rows {
 
     /// A text-protocol row; false when it is cut short.
     fn push_text_row(&mut self, payload: &[u8], cols: &[codec::Column]) -> bool {
-        self.rows.push(self.cells.len() as u32);
+        self.0.begin_row();
         let mut r = codec::Reader::new(payload);
         for col in cols {
             let value = r.lenenc_bytes();
@@ -267,7 +256,7 @@ impl Rows {
 
     /// A binary-protocol row (0x00, NULL bitmap, values); false when cut short.
     fn push_binary_row(&mut self, payload: &[u8], cols: &[codec::Column]) -> bool {
-        self.rows.push(self.cells.len() as u32);
+        self.0.begin_row();
         let mut r = codec::Reader::new(payload);
         r.u8();
         let bitmap = r.bytes((cols.len() + 9) / 8);
@@ -294,45 +283,27 @@ impl Rows {
     }
 
     fn end_result(&mut self) {
-        self.results.push(self.rows.len() as u32);
+        self.0.end_result();
     }
 
     /// Results that completed.
     pub fn results(&self) -> usize {
-        self.results.len()
+        self.0.results()
     }
 
     /// Row numbers of result `result`'s rows (empty if it did not complete).
     pub fn result_rows(&self, result: usize) -> std::ops::Range<usize> {
-        let Some(&end) = self.results.get(result) else {
-            return 0..0;
-        };
-        let start = if result == 0 {
-            0
-        } else {
-            self.results[result - 1]
-        };
-        start as usize..end as usize
+        self.0.result_rows(result)
     }
 
     fn cell(&self, row: usize, col: usize) -> Option<&Cell> {
-        let first = *self.rows.get(row)? as usize;
-        let end = self
-            .rows
-            .get(row + 1)
-            .map_or(self.cells.len(), |&r| r as usize);
-        if first + col >= end {
-            return None;
-        }
-        let cell = &self.cells[first + col];
-        (cell.len >= 0).then_some(cell)
+        self.0.value(row, col).map(|(cell, _)| cell)
     }
 
     /// Value `col` of row `row` as the server sent it (text, or a binary
     /// number's little-endian bytes); None for NULL or no such value.
     pub fn get(&self, row: usize, col: usize) -> Option<&[u8]> {
-        let c = self.cell(row, col)?;
-        Some(&self.data[c.start as usize..c.start as usize + c.len as usize])
+        self.0.value(row, col).map(|(_, bytes)| bytes)
     }
 
     pub fn str(&self, row: usize, col: usize) -> Option<&str> {

@@ -10,6 +10,7 @@ use std::rc::Rc;
 
 use super::codec;
 use super::{ConnInfo, PgError, SqlError};
+use crate::rowtable::RowTable;
 use crate::transport::{Lost, Sock, Transport};
 use crate::uring::Ring;
 
@@ -424,26 +425,15 @@ impl PgConn {
 /// The rows of one exchange, in text, without an allocation per value:
 /// values in one buffer, and per statement (CommandComplete) its rows.
 #[derive(Debug, Default)]
-pub struct Rows {
-    data: Vec<u8>,
-    /// (start in data, length or -1 for NULL) per value.
-    cells: Vec<(u32, i32)>,
-    /// First cell of each row.
-    rows: Vec<u32>,
-    /// End (in rows) of each statement's result.
-    results: Vec<u32>,
-}
+pub struct Rows(RowTable<(u32, i32)>);
 
 impl Rows {
     pub fn clear(&mut self) {
-        self.data.clear();
-        self.cells.clear();
-        self.rows.clear();
-        self.results.clear();
+        self.0.clear();
     }
 
     fn push_row(&mut self, body: &[u8]) {
-        self.rows.push(self.cells.len() as u32);
+        self.0.begin_row();
         if body.len() < 2 {
             return;
         }
@@ -456,50 +446,32 @@ impl Rows {
             let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
             at += 4;
             if len < 0 {
-                self.cells.push((0, -1));
+                self.0.push(None, |s, l| (s, l));
             } else {
                 let len_u = (len as usize).min(body.len() - at);
-                self.cells.push((self.data.len() as u32, len_u as i32));
-                self.data.extend_from_slice(&body[at..at + len_u]);
+                self.0.push(Some(&body[at..at + len_u]), |s, l| (s, l));
                 at += len_u;
             }
         }
     }
 
     fn end_result(&mut self) {
-        self.results.push(self.rows.len() as u32);
+        self.0.end_result();
     }
 
     /// Statements that completed.
     pub fn results(&self) -> usize {
-        self.results.len()
+        self.0.results()
     }
 
     /// Row numbers of statement `result`'s rows (empty if it did not complete).
     pub fn result_rows(&self, result: usize) -> std::ops::Range<usize> {
-        let Some(&end) = self.results.get(result) else {
-            return 0..0;
-        };
-        let start = if result == 0 {
-            0
-        } else {
-            self.results[result - 1]
-        };
-        start as usize..end as usize
+        self.0.result_rows(result)
     }
 
     /// Value `col` of row `row`; None for NULL or no such value.
     pub fn get(&self, row: usize, col: usize) -> Option<&[u8]> {
-        let first = *self.rows.get(row)? as usize;
-        let end = self
-            .rows
-            .get(row + 1)
-            .map_or(self.cells.len(), |&r| r as usize);
-        if first + col >= end {
-            return None;
-        }
-        let (start, len) = self.cells[first + col];
-        (len >= 0).then(|| &self.data[start as usize..start as usize + len as usize])
+        self.0.value(row, col).map(|(_, bytes)| bytes)
     }
 
     pub fn i64(&self, row: usize, col: usize) -> Option<i64> {
