@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -87,7 +88,7 @@ def test_a_weighted_mix_on_a_users_own_server_counts_each_path_and_the_churn(sit
 request_mix = [{ path = "/a.txt", weight = 1 }, { path = "b.txt", weight = 3 },
                { path = "/missing", weight = 1, headers = { "X-Test" = "1" } }]
 """)
-    run_cli("run", f, "--out", workdir / "out", "--quiet", "--no-report")
+    run_cli("run", f, "--out", workdir / "out", "--quiet")
     m = _metrics(workdir / "out")
     sent = [m["requests.r1"], m["requests.r2"], m["requests.r3"]]
     assert sum(sent) == 3000, m
@@ -101,6 +102,35 @@ request_mix = [{ path = "/a.txt", weight = 1 }, { path = "b.txt", weight = 3 },
     assert m["server_closed_share"] == 1.0 and m["http10_share"] == 1.0
     show = run_cli("show", workdir / "out").stdout
     assert "server-closes" in show and "http/1.0" in show, show
+    # ... and in the report: the flag, what it means for latency, and a mix's throughput by req/s (no Mb/s)
+    report = (workdir / "out" / "report.html").read_text()
+    assert "server-closes: the HTTP server ended its connection" in report
+    assert re.search(r"in 1 run\(s\), 1\.0\d connections opened per request", report), report
+    headline = report[report.rindex("Web server: throughput"):report.rindex("Web server runs")]
+    assert "req/s per request mix and configuration" in headline, headline
+    assert "<th>req/s</th>" in headline and "<th>Mb/s</th>" not in headline, headline
+
+
+def test_late_and_skipped_requests_under_a_latency_limit_are_in_show_and_the_report(site, workdir,
+                                                                                    run_cli) -> None:
+    url, _ = site
+    # far above what Python's server answers, with a limit below its connect-and-answer time:
+    # requests complete late, and slots already past the limit are skipped
+    f = _experiment(workdir / "limit.toml", url, """duration = "2s"
+rate = 20000
+latency_limit = "1ms"
+request_mix = [{ path = "/a.txt" }]
+""")
+    run_cli("run", f, "--out", workdir / "out", "--quiet")
+    m = _metrics(workdir / "out")
+    assert m["late"] > 0 and m["skipped"] > 0, m
+    show = run_cli("show", workdir / "out").stdout
+    assert f"late {m['late']:.0f}" in show and f"skipped {m['skipped']:.0f}" in show, show
+    report = (workdir / "out" / "report.html").read_text()
+    runs = report[report.rindex("Web server runs"):]
+    assert "<th>late</th>" in runs and "<th>skipped</th>" in runs, runs[:3000]
+    plan = report[report.index('<section id="plan">'):]
+    assert f"late {m['late']:.0f}, skipped {m['skipped']:.0f}" in plan, plan[:3000]
 
 
 def test_a_mix_file_is_read_a_request_a_line(site, workdir, run_cli) -> None:

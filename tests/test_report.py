@@ -482,6 +482,26 @@ def test_tpcc_tables_without_a_flags_column_mark_a_resumed_run_in_its_status(tmp
         assert [row[2] for row in table.rows] == ["done", "done (resumed)"], table.caption
 
 
+def test_tpcc_metrics_table_has_late_and_skipped_columns_only_where_a_run_has_them(tmp_path: Path) -> None:
+    from perflab.report.data import load
+    from perflab.workloads.tpcc import report as tpcc_report
+
+    def metrics_table(store: Store) -> Table:
+        sections = tpcc_report.sections(store, load(store).runs)
+        return next(b for s in sections for b in s.blocks if isinstance(b, Table) and b.caption == "TPC-C metrics per run")
+
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=2)
+    store = Store.open(out)
+    assert "late" not in metrics_table(store).headers
+    store.conn.execute("INSERT INTO metric (run_id, name, value, unit) VALUES (2, 'late', 7, 'transactions')")
+    late = metrics_table(store)
+    store.conn.execute("INSERT INTO metric (run_id, name, value, unit) VALUES (2, 'skipped', 0, 'transactions')")
+    both = metrics_table(store)
+    store.close()
+    assert late.headers[-2:] == ["late", "flags"] and [row[-2] for row in late.rows] == [None, 7.0]
+    assert both.headers[-3:] == ["late", "skipped", "flags"] and [row[-2] for row in both.rows] == [None, 0.0]
+
+
 def test_resumed_retried_and_fresh_load_runs_are_marked_in_every_table(tmp_path: Path) -> None:
     """A durability study whose run 3 was killed and run again, whose run 4
     failed (retried, failed again), and whose run 5 ran on a fresh load: the

@@ -67,6 +67,17 @@ def test_a_repetition_that_misses_moves_the_boundary_down() -> None:
     assert (st.lo, st.hi) == (4000, 4500) and st.next_rate is not None and 4000 < st.next_rate < 4500
 
 
+def test_a_rate_met_once_then_missed_is_not_met_and_the_answer_names_the_miss() -> None:
+    done = [search.Probe(500, 1, True, {"latency_p99_ms": 4.0}, ""),
+            search.Probe(1000, 2, False, {"latency_p99_ms": 9.0}, "latency_p99_ms 9"),
+            search.Probe(500, 3, False, {"latency_p99_ms": 7.2}, "latency_p99_ms 7.2")]
+    st = search.state(SETTINGS, done)
+    assert st.lo is None and st.next_rate is None
+    found = search.Answer(SETTINGS, st.lo, st.hi, st.probes, " tx/s", True, st.capped)
+    assert found.text() == ("search: latency_p99_ms <= 5: not met at any rate tried (lowest: 500 tx/s, "
+                            "latency_p99_ms 7.2); 3 probes")
+
+
 def test_a_bad_search_section_is_named() -> None:
     base = """
 [search]
@@ -173,6 +184,9 @@ def test_a_search_on_postgres_finds_the_highest_rate_that_meets_p99_and_resume_c
     assert answer[0]["method"] == f"goal: latency_p99_ms <= {GOAL_MS}"
     report = (out / "report.html").read_text()
     assert "Capacity search" in report and (out / "figures" / "search-latency-rate.svg").is_file()
+    # the rates are probes, not treatments: Effects compares none of them
+    effects = report[report.index('<section id="effects">'):report.index('<section id="results">')]
+    assert "levels are probes, not treatments" in effects and "against the baseline" not in effects, effects
 
 
 def test_an_impossible_goal_is_said_plainly_and_progress_lines_come_piped(workdir, run_cli) -> None:

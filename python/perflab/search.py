@@ -208,9 +208,10 @@ class Answer:
         if self.lo is None:
             if not self.probes:
                 return f"search: no probe has run yet ({s.over} from {s.from_:g})"
-            low = min(self.probes, key=lambda p: p.rate)
+            # the lowest rate's run that missed (a rate met once and missed on its repetition is not met)
+            low = min((p for p in self.probes if not p.met), key=lambda p: p.rate)
             return (f"search: {s.goal}: not met at any rate tried (lowest: {low.rate:g}{unit}, "
-                    f"{low.why or 'met'}); {tried}")
+                    f"{low.why}); {tried}")
         if self.hi is not None:
             interval = f"between {self.lo:g} and {self.hi:g}{unit}"
         else:
@@ -265,7 +266,7 @@ def report_sections(store: Store) -> list[Section]:
     if a is None:
         return []
     s = a.settings
-    metric = s.conditions()[0][0]
+    metric, op, goal_value = s.conditions()[0]
     blocks: list[Any] = [Text(a.text().removeprefix("search: ") + ". Each probe is a run at one rate; a rate "
                               "meets the goal when every run of it does, with no errors and no skipped "
                               "transactions. The search doubles the rate from `from` while the goal is met, "
@@ -282,15 +283,21 @@ def report_sections(store: Store) -> list[Section]:
         ax = fig.add_subplot()
         points = sorted((p.rate, p.values[metric], p.met) for p in a.probes if metric in p.values)
         if points:
-            ax.plot([x for x, _, _ in points], [y for _, y, _ in points], color="0.6", linewidth=1)
+            # the curve through each rate's deciding run (a rate meets the goal when every run of it does):
+            # its worst value by the goal's direction
+            worst: dict[float, float] = {}
+            for x, y, _ in points:
+                worst[x] = y if x not in worst else (max if op in ("<=", "<") else min)(worst[x], y)
+            ax.plot(list(worst), list(worst.values()), color="0.6", linewidth=1,
+                    label="worst run per rate" if len(worst) < len(points) else None)
             for met in (True, False):
                 xs = [x for x, _, m in points if m == met]
                 ys = [y for _, y, m in points if m == met]
                 if xs:
                     ax.scatter(xs, ys, marker="o" if met else "x", label="met" if met else "missed", zorder=3)
-        goal_value = next((n for m, op, n in s.conditions() if m == metric and op in ("<=", "<")), None)
-        if goal_value is not None:
-            ax.axhline(goal_value, linestyle="--", color="tab:red", linewidth=1, label=f"goal {metric} {goal_value:g}")
+        if op != "==":
+            ax.axhline(goal_value, linestyle="--", color="tab:red", linewidth=1,
+                       label=f"goal: {metric} {op} {goal_value:g}")
         if a.lo is not None:
             ax.axvline(a.lo, linestyle=":", color="tab:green", linewidth=1.5, label=f"knee: {a.lo:g}{a.over_unit}")
         ax.set_xlabel(f"{s.over} ({a.over_unit.strip()})" if a.over_unit else s.over)

@@ -79,6 +79,11 @@ RUN_MARKS = {
 }
 
 
+def limit_notes(values: dict[str, Any]) -> list[str]:
+    """A run's late and skipped transactions (latency_limit), where any: "late 12"."""
+    return [f"{name} {values[name]:.0f}" for name in ("late", "skipped") if values.get(name)]
+
+
 def _short(factor: str) -> str:
     return factor.rsplit(".", 1)[-1]
 
@@ -463,6 +468,14 @@ class ReportBuilder:
         varied = [f for f, levels in d.factor_values.items() if len(levels) >= 2]
         if not varied:
             return []
+        from perflab import search
+
+        searched = search.settings_of(self.store.experiment()["spec_text"])
+        if searched is not None:  # a search's rates are probes, not treatments: no effect between them is asked
+            return [("effects", "Effects", h.note(
+                f"A capacity search varies {searched.over} to find the highest value that meets {searched.goal}: its "
+                "levels are probes, not treatments, so no level is compared with another here. The answer and "
+                "every probe are under Capacity search."))]
         rows_found = self.effect_rows()
         if not rows_found:
             return [("effects", "Effects", h.note("No factor level has finished runs beside its baseline's."))]
@@ -719,6 +732,19 @@ class ReportBuilder:
                 + ("; ".join(sorted(mechanisms)) or "unknown") + ". netem is used where the kernel has it; else "
                 "perflab's delay relay, a TCP relay inside the namespace that holds each chunk for the delay "
                 "(its CPU is counted in the driver's). Each run's events say how its link was shaped.", "warn"))
+        if Flag.SERVER_CLOSES in flags or Flag.HTTP10 in flags:
+            closing = [r for r in self.data.runs if Flag.SERVER_CLOSES in r["flags"]]
+            per_req = [self.data.values.get(r["id"], {}).get("connections_per_req") for r in closing]
+            seen = sorted({f"{v:.2f}" for v in per_req if v is not None}, key=float)
+            span = "" if not seen else f", {seen[0]}{f' to {seen[-1]}' if len(seen) > 1 else ''} connections " \
+                "opened per request"
+            notes.append(h.note(
+                "server-closes: the HTTP server ended its connection after more than half of the responses "
+                "(Connection: close, or an HTTP/1.0 answer; http/1.0: more than half were HTTP/1.0), in "
+                f"{len(closing)} run(s){span}. Each such request paid a connect: "
+                "perflab's latency counts the reconnection inside the request (connect_mean_ms is stored apart), "
+                "while wrk starts its clock after the connect, so the two tools' percentiles differ on such a "
+                "server (README: how perflab counts latency).", "warn"))
         return notes
 
     def failures(self) -> list[SectionHtml]:
@@ -1240,7 +1266,8 @@ class ReportBuilder:
                 r["id"], r["combination"], r["repetition"], *[fmt_level(r["factors"].get(f)) for f in factor_names],
                 r["status"], r["started_at"] or "", r["seconds"] if r["seconds"] is not None else "–",
                 *[d.values.get(r["id"], {}).get(n, "–") for n in d.headline[:1]],
-                h.td(", ".join(r["flags"]), "flag") if r["flags"] else "", error,
+                h.td(", ".join([*r["flags"], *limit_notes(d.values.get(r["id"], {}))]), "flag")
+                if r["flags"] or limit_notes(d.values.get(r["id"], {})) else "", error,
             ])
             classes.append("failed" if r["status"] == "failed" else "")
         headers = ["run", "#", "rep", *[_short(f) for f in factor_names], "status", "started (UTC)", "seconds",

@@ -500,24 +500,31 @@ class HttpWorkload(Workload[HttpEndpoint]):
         factors = pivot.varied(done)
         data_set = [f for f in factors if "fileset" in f]
         config = [f for f in factors if f not in data_set]
+        # A request mix's body sizes are not known (no Mb/s is stored): its runs are compared by req/s.
+        by_bytes = any("throughput_mbps" in values.get(r["id"], {}) for r in done)
+        unit, by = ("Mb/s", "throughput_mbps") if by_bytes else ("req/s", "req_per_s")
         sections = []
         if done:
-            headers, rows = pivot.pivot(done, metric("throughput_mbps"), data_set, config)
+            headers, rows = pivot.pivot(done, metric(by), data_set, config)
             if not data_set:
-                headers[0] = "data set"
-                rows = [["as set", *row[1:]] for row in rows]
+                headers[0] = "data set" if by_bytes else "request mix"
+                rows = [["as set" if by_bytes else "as given", *row[1:]] for row in rows]
             if not config:
-                headers[1:] = ["Mb/s"]
+                headers[1:] = [unit]
             lat_cols = [(label, metric(name)) for name, label in (
                 ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"),
                 ("latency_p95_ms", "95% ms"), ("latency_mean_ms", "mean ms"))]
             lat_headers, lat_rows = pivot.per_level(done, lat_cols, data_set + config)
+            counted = ("Throughput counts the body bytes of good responses (status 200 and the file's exact size) "
+                       "over the measured window, in megabits per second; rows are data sets, columns the servers "
+                       "or configurations, as the Flash/DeBox study's Table 10. " if by_bytes else
+                       "Throughput counts the good responses of the request mix (any status below 400; their "
+                       "sizes are not known, so no Mb/s is claimed) per second over the measured window; "
+                       "columns are the servers or configurations. ")
             sections.append(Section("Web server: throughput and response time", [
-                Text("Throughput counts the body bytes of good responses (status 200 and the file's exact size) "
-                     "over the measured window, in megabits per second; rows are data sets, columns the servers "
-                     "or configurations, as the Flash/DeBox study's Table 10. " + pivot.INTERVAL_NOTE.format(
-                         center="mean")),
-                Table(headers, rows, "Mb/s per data set and configuration (mean over repetitions)"),
+                Text(counted + pivot.INTERVAL_NOTE.format(center="mean")),
+                Table(headers, rows, f"{unit} per {'data set' if by_bytes else 'request mix'} and configuration "
+                      "(mean over repetitions)"),
                 Text("Response times run from send (closed loop) or from each request's intended send time "
                      "(with a rate): each run's 5%, median, 95% and mean, averaged over the repetitions."),
                 Table(lat_headers, lat_rows, "Response time (ms) per data set and configuration"),
@@ -526,7 +533,9 @@ class HttpWorkload(Workload[HttpEndpoint]):
                    ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"), ("latency_p95_ms", "95% ms"),
                    ("latency_mean_ms", "mean ms"), ("errors", "errors"), ("connections_per_req", "conns/req"),
                    ("driver_cpu_per_req_us", "driver us/req"))
-        headers, rows = pivot.run_rows(runs, values, columns)
+        # columns no run has a value of (a mix's Mb/s and data set) are left out
+        shown = [c for c in columns if any(c[0] in v for v in values.values())]
+        headers, rows = pivot.run_rows(runs, values, shown)
         sections.append(Section("Web server runs", [
             Table(headers, rows, "Each HTTP run (on the SPECweb99-like file set, or a request mix)"),
         ]))

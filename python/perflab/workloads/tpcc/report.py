@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 METRICS = (("tpmC", "tpmC"), ("nopm", "NOPM (database)"), ("new_orders_per_min", "New-Orders/min (driver)"),
            ("tpm_server", "TPM (server)"), ("efficiency", "efficiency"), ("rollback_pct", "rollbacks %"),
            ("failed", "failed"), ("driver_cpu_per_new_order_us", "driver CPU us/New-Order"))
+# Transactions later than latency_limit, and (under a rate) not sent for it: columns only where runs count them.
+LIMIT_METRICS = ("late", "skipped")
 
 
 def headline(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
@@ -53,10 +55,13 @@ def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
     if not runs:
         return []
     metric_rows, mix_rows, latency_rows, rule_rows = [], [], [], []
+    values = {run["id"]: {r["name"]: r["value"] for r in store.metrics(run["id"])} for run in runs}
+    # late and skipped (latency_limit; skipped under a rate) get a column where any run counted them
+    shown = [*METRICS, *((k, k) for k in LIMIT_METRICS if any(k in values[r["id"]] for r in runs))]
     for run in runs:
-        m = {r["name"]: r["value"] for r in store.metrics(run["id"])}
+        m = values[run["id"]]
         factors = fmt_factors(run["factors"], ", ")
-        metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in METRICS],
+        metric_rows.append([run["id"], factors, run["status"], *[m.get(k) for k, _ in shown],
                             ", ".join(run["flags"])])
         # the tables without a flags column carry the run's marks (resumed, retried, fresh load) in its status
         marked = [f for f in run["flags"] if f in RUN_MARKS]
@@ -96,7 +101,7 @@ def sections(store: Store, runs: list[dict[str, Any]]) -> list[Any]:
              "Efficiency, with keying on only, is tpmC over the 12.86 per warehouse that keying and think "
              "times allow. Without keying the clients run back to back, as sysbench's and HammerDB's TPC-C do: "
              "the figures are then not comparable with published TPC-C results."),
-        Table(["run", "factors", "status", *[label for _, label in METRICS], "flags"], metric_rows,
+        Table(["run", "factors", "status", *[label for _, label in shown], "flags"], metric_rows,
               "TPC-C metrics per run"),
         Table(["run", "factors", "status", *[f"{mix.LABELS[t]} %" for t in mix.TYPES], "below clause 5.2.3"],
               mix_rows, "the mix achieved; minimums: Payment 43%, Order-Status, Delivery and Stock-Level 4% each "
