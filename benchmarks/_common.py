@@ -13,7 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def cores() -> int:
@@ -92,6 +92,35 @@ def spread(values: list[float], digits: int = 2) -> str:
 def mean_spread(values: list[float], digits: int = 2) -> str:
     """A table cell: the mean, and the range in brackets."""
     return f"{statistics.mean(values):.{digits}f} ({spread(values, digits)})"
+
+
+def pair_table(rows: list[dict[str, Any]], scripts: list[str], key: str, counts: list[int],
+               sides: tuple[str, str], over: tuple[str, str],
+               labels: tuple[str, str]) -> list[tuple[str, int, list[float], list[float]]]:
+    """Print the markdown table of alternating pairs of two drivers: per
+    script and count (`key`: "threads", "clients"), each side's mean TPS, the
+    TPS ratio over[0]/over[1] (the mean of the per-pair ratios and their
+    range), each side's mean CPU per transaction (cpu_per_tx_us) and its
+    ratio. `rows` hold "script", `key` and one dict per side; `sides` is the
+    columns' order, `labels` the two ratio columns' names. Returns each
+    table row's (script, count, TPS ratios, CPU ratios)."""
+    a, b = sides
+    print(f"| script | {key} | {a} tps | {b} tps | {labels[0]} (pairs) | {a} us/tx | {b} us/tx | {labels[1]} (pairs) |")
+    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+    out = []
+    for script, n in ((s, c) for s in scripts for c in counts):
+        group = [r for r in rows if r["script"] == script and r[key] == n]
+        tps = [r[over[0]]["tps"] / r[over[1]]["tps"] for r in group]
+        cpu = [r[over[0]]["cpu_per_tx_us"] / r[over[1]]["cpu_per_tx_us"] for r in group]
+
+        def mean(side: str, field: str, group: list[dict[str, Any]] = group) -> float:
+            return statistics.mean(r[side][field] for r in group)
+
+        print(f"| {script} | {n} | {mean(a, 'tps'):.0f} | {mean(b, 'tps'):.0f} "
+              f"| {statistics.mean(tps):.3f} ({spread(tps, 3)}) | {mean(a, 'cpu_per_tx_us'):.1f} "
+              f"| {mean(b, 'cpu_per_tx_us'):.1f} | {statistics.mean(cpu):.3f} ({spread(cpu, 3)}) |")
+        out.append((script, n, tps, cpu))
+    return out
 
 
 def run_main(main: Callable[[], int]) -> NoReturn:

@@ -28,14 +28,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_main, spread
+from _common import cores, pair_table, run_main
 from perflab.cache import cache_root
 from perflab.context import RunContext
 from perflab.endpoints import MysqlWireEndpoint
@@ -158,20 +157,8 @@ def main() -> int:
 
     print(f"\nperflab's client ({own}) against mysql_async, {args.pairs} alternating pairs of {args.seconds} s, "
           f"{args.tables} x {args.table_size} rows")
-    print("| script | clients | own tps | mysql_async tps | own/mysql_async tps (pairs) | own us/tx "
-          "| mysql_async us/tx | own/mysql_async cpu (pairs) |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
-    for script, clients in ((s, c) for s in args.scripts for c in args.clients):
-        group = [r for r in rows if r["script"] == script and r["clients"] == clients]
-        tps = [r["own"]["tps"] / r["mysql_async"]["tps"] for r in group]
-        cpu = [r["own"]["cpu_per_tx_us"] / r["mysql_async"]["cpu_per_tx_us"] for r in group]
-
-        def mean(side: str, key: str, group: list[dict[str, Any]] = group) -> float:
-            return statistics.mean(r[side][key] for r in group)
-
-        print(f"| {script} | {clients} | {mean('own', 'tps'):.0f} | {mean('mysql_async', 'tps'):.0f} "
-              f"| {statistics.mean(tps):.3f} ({spread(tps, 3)}) | {mean('own', 'cpu_per_tx_us'):.1f} "
-              f"| {mean('mysql_async', 'cpu_per_tx_us'):.1f} | {statistics.mean(cpu):.3f} ({spread(cpu, 3)}) |")
+    pair_table(rows, args.scripts, "clients", args.clients, ("own", "mysql_async"), ("own", "mysql_async"),
+               ("own/mysql_async tps", "own/mysql_async cpu"))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
     if args.json:
         args.json.write_text(json.dumps({"deps": deps, "example_build_s": example_s, "clean_build_s": builds,

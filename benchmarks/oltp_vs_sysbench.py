@@ -30,9 +30,21 @@ window) beside it. sysbench runs one OS thread per connection; perflab runs
 the connections on min(threads, cores) runtime threads. Ratios are perflab /
 sysbench, the mean of the per-pair ratios with their spread.
 
+With --floor (--server mariadb only), each pair also runs the cheapest
+drivers we know how to write, on epoll and on io_uring, after sysbench and
+perflab: crates/engine/examples/driver_floor.rs in `mysqlwire` mode (built
+here with cargo, CARGO_TARGET_DIR honoured), the same script, tables, key
+distribution and connections (--threads), on perflab's thread count, every
+statement prepared once and run as one COM_STMT_EXECUTE round trip as
+perflab's are, replies framed but not decoded, no clock, no histogram: what
+the kernel's side of those round trips costs on this machine, the CPU per
+transaction no driver of this design goes below (its own getrusage over its
+measured window, connecting excluded). driver_floor's `pgwire` mode runs
+pgbench's SELECT, not sysbench's, so PostgreSQL has no floor here.
+
     .venv/bin/python benchmarks/oltp_vs_sysbench.py [--server postgres|mariadb] [--tables 10]
         [--table-size 100000] [--seconds 10] [--pairs 3] [--threads 8 32]
-        [--scripts point_select read_only read_write] [--load-pairs 1] [--json out.json]
+        [--scripts point_select read_only read_write] [--load-pairs 1] [--floor] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,7 +63,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_child, run_main, spread
+from _common import (
+    cores,
+    driver_floor,
+    mean_spread,
+    pair_table,
+    run_child,
+    run_floor,
+    run_main,
+    spread,
+)
 from perflab import _engine, proc
 from perflab.context import RunContext
 from perflab.endpoints import MysqlWireEndpoint
@@ -65,6 +86,8 @@ Endpoint = PostgresEndpoint | MysqlWireEndpoint
 TARGET_TPS_RATIO = 1.05
 TARGET_CPU_RATIO = 0.8
 TARGET_LOAD_RATIO = 0.5
+# driver_floor.rs's loops, in this order in each pair
+FLOORS = ("epoll", "uring")
 
 
 def sysbench_args(ep: Endpoint, script: str, tables: int, table_size: int, threads: int) -> list[str]:
@@ -146,6 +169,37 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?")}
 
 
+def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: list[int]) -> list[str]:
+    """Print the floors against sysbench and perflab in the same pairs;
+    return a verdict per floor: where sysbench's 0.8x sits against it."""
+    print("\n| script | threads | floor | floor tps | floor us/tx (user, system) | floor cs/tx "
+          "| sysbench/floor CPU (pairs) | perflab/floor CPU (pairs) | floor/sysbench CPU (pairs) |")
+    print("| --- | ---: | --- | ---: | --- | ---: | --- | --- | --- |")
+    verdicts = []
+    for script, threads, io in ((s, t, i) for s in scripts for t in threads_list for i in FLOORS):
+        group = [r for r in floors if r["script"] == script and r["threads"] == threads and r["io"] == io]
+        if not group:
+            continue
+        floor_cpu = [r["floor"]["cpu_per_req_us"] for r in group]
+        sysbench_cpu = [r["sysbench"]["cpu_per_tx_us"] for r in group]
+        perflab_cpu = [r["perflab"]["cpu_per_tx_us"] for r in group]
+
+        def mean(key: str, group: list[dict[str, Any]] = group) -> float:
+            return statistics.mean(r["floor"][key] for r in group)
+
+        under = [f / s for f, s in zip(floor_cpu, sysbench_cpu, strict=True)]
+        print(f"| {script} | {threads} | {'io_uring' if io == 'uring' else io} | {mean('req_per_s'):.0f} "
+              f"| {mean('cpu_per_req_us'):.1f} ({mean('user_per_req_us'):.1f}, {mean('system_per_req_us'):.1f}) "
+              f"| {mean('cs_per_req'):.2f} "
+              f"| {mean_spread([s / f for s, f in zip(sysbench_cpu, floor_cpu, strict=True)], 3)} "
+              f"| {mean_spread([p / f for p, f in zip(perflab_cpu, floor_cpu, strict=True)], 3)} "
+              f"| {mean_spread(under, 3)} |")
+        level = statistics.mean(under)
+        verdicts.append(f"{script} t={threads} floor {io}: floor/sysbench CPU {level:.3f}: the {TARGET_CPU_RATIO}x "
+                        f"target is {'BELOW' if level > TARGET_CPU_RATIO else 'above'} this floor")
+    return verdicts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--server", choices=["postgres", "mariadb"], default="postgres")
@@ -157,10 +211,17 @@ def main() -> int:
     ap.add_argument("--scripts", nargs="+", default=["point_select", "read_only", "read_write"])
     ap.add_argument("--load-pairs", type=int, default=1,
                     help="times to alternate sysbench prepare and perflab's loader (default 1)")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run driver_floor.rs's mysqlwire mode on epoll and io_uring in each pair "
+                         "(--server mariadb)")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
+    if args.floor and args.server != "mariadb":
+        ap.error("--floor needs --server mariadb: driver_floor's pgwire mode runs pgbench's SELECT, "
+                 "not sysbench's statements, so PostgreSQL has no floor here")
     if shutil.which("sysbench") is None:
         raise SystemExit("sysbench is not installed (apt-get install sysbench)")
+    floor = driver_floor() if args.floor else None
 
     base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
@@ -179,6 +240,7 @@ def main() -> int:
         }), base / "target")
         durability = "synchronous_commit=off"
     rows: list[dict[str, Any]] = []
+    floors: list[dict[str, Any]] = []
     loads: dict[str, list[float]] = {}
     try:
         ep = target.provision()
@@ -221,35 +283,43 @@ def main() -> int:
                           f"{b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
                           f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} failed; "
                           f"{b['io']})", flush=True)
+                    if floor is not None:
+                        assert isinstance(ep, MysqlWireEndpoint)
+                        for io in FLOORS:
+                            f = run_floor([floor, "mysqlwire", *(["--uring"] if io == "uring" else []),
+                                           ep.wire_conninfo(), str(args.seconds), str(threads),
+                                           str(min(threads, cores())), script, str(args.tables),
+                                           str(args.table_size), "special"])
+                            floors.append({"script": script, "threads": threads, "pair": pair + 1, "io": io,
+                                           "sysbench": a, "perflab": b, "floor": f,
+                                           "load_average": os.getloadavg()[0]})
+                            print(f"  {'':12s} {'':5s} floor {io:5s}: {f['req_per_s']:8.1f} tps "
+                                  f"{f['cpu_per_req_us']:7.1f} us/tx (user {f['user_per_req_us']:.1f}, system "
+                                  f"{f['system_per_req_us']:.1f}; {f['cs_per_req']:.2f} cs/tx, "
+                                  f"{f['round_trips'] / max(1.0, f['requests']):.1f} round trips/tx; errors "
+                                  f"{f['errors']:.0f})", flush=True)
     finally:
         target.teardown()
         shutil.rmtree(base, ignore_errors=True)
 
-    print("\n| script | threads | sysbench tps | perflab tps | tps ratio (pairs) | sysbench us/tx | perflab us/tx "
-          "| cpu ratio (pairs) |")
-    print("| --- | ---: | ---: | ---: | --- | ---: | ---: | --- |")
+    print()
     verdicts = [f"load: ratio {load_ratio:.3f} {'meets' if load_ratio <= TARGET_LOAD_RATIO else 'MISSES'} "
                 f"<= {TARGET_LOAD_RATIO}"]
-    for script, threads in ((s, t) for s in args.scripts for t in args.threads):
-        group = [r for r in rows if r["script"] == script and r["threads"] == threads]
-        tps = [r["perflab"]["tps"] / r["sysbench"]["tps"] for r in group]
-        cpu = [r["perflab"]["cpu_per_tx_us"] / r["sysbench"]["cpu_per_tx_us"] for r in group]
-
-        def mean(side: str, key: str, group: list[dict[str, Any]] = group) -> float:
-            return statistics.mean(r[side][key] for r in group)
-
-        print(f"| {script} | {threads} | {mean('sysbench', 'tps'):.0f} | {mean('perflab', 'tps'):.0f} "
-              f"| {statistics.mean(tps):.3f} ({spread(tps, 3)}) | {mean('sysbench', 'cpu_per_tx_us'):.1f} "
-              f"| {mean('perflab', 'cpu_per_tx_us'):.1f} | {statistics.mean(cpu):.3f} ({spread(cpu, 3)}) |")
+    for script, threads, tps, cpu in pair_table(rows, args.scripts, "threads", args.threads,
+                                                ("sysbench", "perflab"), ("perflab", "sysbench"),
+                                                ("tps ratio", "cpu ratio")):
         verdicts.append(f"{script} t={threads}: tps ratio {statistics.mean(tps):.3f} "
                         f"{'meets' if statistics.mean(tps) >= TARGET_TPS_RATIO else 'MISSES'} >= {TARGET_TPS_RATIO}; "
                         f"cpu ratio {statistics.mean(cpu):.3f} "
                         f"{'meets' if statistics.mean(cpu) <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    if floors:
+        verdicts += floor_table(floors, args.scripts, args.threads)
     print()
     print("\n".join(verdicts))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
     if args.json:
-        args.json.write_text(json.dumps({"server": args.server, "load_s": loads, "runs": rows}, indent=1))
+        args.json.write_text(json.dumps({"server": args.server, "load_s": loads, "runs": rows,
+                                         **({"floors": floors} if floors else {})}, indent=1))
     return 0
 
 
