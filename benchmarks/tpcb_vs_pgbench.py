@@ -195,11 +195,12 @@ def main() -> int:
     variants = [(io if args.perflab_threads is None else f"{io}/t{n}", io, n)
                 for io in args.io for n in (args.perflab_threads or [None])]
     labels = [label for label, _, _ in variants]
-    if args.version is not None:
-        try:  # before anything is made: a version not installed is said with the versions found
-            find_bin_dir(None, resolve_run_as(None), args.version)
-        except UserError as exc:
-            ap.error(f"--version {args.version}: {exc}")
+    try:  # before anything is made: a version not installed is said with the versions found
+        found = find_bin_dir(None, resolve_run_as(None), args.version)
+    except UserError as exc:
+        ap.error(f"--version {args.version}: {exc}" if args.version else str(exc))
+    if not (found / "pgbench").exists():  # the anchor must be the server's own version's
+        ap.error(f"{found} has no pgbench: install that version's client programs")
 
     base = Path(tempfile.mkdtemp(prefix="perflab-tpcb-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
@@ -212,9 +213,7 @@ def main() -> int:
     try:
         ep = target.provision()
         assert isinstance(ep, PostgresEndpoint) and target.bin_dir is not None
-        pgbench = target.bin_dir / "pgbench"  # the anchor of the server's own version
-        if not pgbench.exists():
-            raise SystemExit(f"{target.bin_dir} has no pgbench: install that version's client programs")
+        pgbench = target.bin_dir / "pgbench"  # the anchor of the server's own version (checked above)
         pgbench_version = subprocess.run([str(pgbench), "--version"], capture_output=True, text=True).stdout.strip()
         print(f"server: {target.describe().get('version', '?')}; {pgbench_version}; "
               f"synchronous_commit={args.synchronous_commit}, "

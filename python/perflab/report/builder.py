@@ -480,17 +480,22 @@ class ReportBuilder:
         if not rows_found:
             return [("effects", "Effects", h.note("No factor level has finished runs beside its baseline's."))]
         answers, rows, classes = [], [], []
-        untested: dict[str, int] = {}
-        first_metric = d.headline[0] if d.headline else None
+        untested: dict[tuple[str, str], int] = {}
+        # The metric each answer is about: each run's first headline metric it
+        # has, so an experiment of several workloads (TPC-B's tps beside TPC-H's
+        # power_at_size) answers for each, not only for the first run's.
+        leads = [name for name in d.headline
+                 if any(next((m for m in r["headline"] if m in d.values.get(r["id"], {})), None) == name
+                        for r in d.runs)] or d.headline[:1]
         for factor, level, base, context, name, found, mean_a, mean_b, n_a, n_b in rows_found:
             where = fmt_factors(context, ", ") or "all runs"
             ratio = found.ratio
             ci = (f"[{ratio.low:.3f}, {ratio.high:.3f}]" if ratio.shown else
                   f"too wide (over x{WIDE_FACTOR:g}): too few runs" if ratio.too_wide else "–")
             estimate = "undefined" if found.verdict == effects.UNDEFINED else f"{ratio.estimate:.3f}"
-            if name == first_metric:
+            if name in leads:
                 if not found.tested:
-                    untested[found.verdict] = untested.get(found.verdict, 0) + 1
+                    untested[name, found.verdict] = untested.get((name, found.verdict), 0) + 1
                 else:
                     verdict = {"better": "better", "worse": "worse", "differs": "different",
                                effects.NO_DIFFERENCE: "no significant change",
@@ -519,12 +524,14 @@ class ReportBuilder:
             effects.TOO_FEW: f"with fewer than {MIN_VERDICT_N} runs a side",
             effects.SAME_SETUP: "between levels that ran one set-up (their spread is in the noise floor)",
         }
-        if untested and first_metric:
-            answers.append(
-                f"{first_metric}: not tested: "
-                + "; ".join(f"{n} comparison(s) {untested_why[v]}" for v, n in sorted(untested.items()))
-                + (f" ({REPETITIONS_NOTE})" if effects.TOO_FEW in untested else "")
-            )
+        for lead in leads:
+            said = {v: n for (m, v), n in untested.items() if m == lead}
+            if said:
+                answers.append(
+                    f"{lead}: not tested: "
+                    + "; ".join(f"{n} comparison(s) {untested_why[v]}" for v, n in sorted(said.items()))
+                    + (f" ({REPETITIONS_NOTE})" if effects.TOO_FEW in said else "")
+                )
         listing = "".join(f"<li>{h.esc(a)}</li>" for a in answers)
         named = self.data.spec.get("experiment", {}).get("baseline")
         how = ("the baseline is the level named in [experiment.baseline]" if named else

@@ -128,7 +128,13 @@ def setting_problems(settings: PostgresSettings) -> list[tuple[str, str]]:
                                    and difflib.get_close_matches(name, [n], n=1)
                                    and probe_setting(bin_dir, run_as, n, None)[0] == "ok"]
             close = difflib.get_close_matches(name, names, n=1)
-            hint = f"did you mean {close[0]}?" if close else "see `postgres --describe-config` for the names"
+            since = NEWER_SETTINGS.get(name)
+            if since is not None and (version_of(bin_dir, run_as) or (0,))[0] < since:
+                # a real setting of a newer server: say which, not the nearest name this one has
+                hint = (f"{name} came in PostgreSQL {since}; set it on a version that has it (target.version = "
+                        f"\"{since}\" or newer), or vary the whole target, one table per version with its settings")
+            else:
+                hint = f"did you mean {close[0]}?" if close else "see `postgres --describe-config` for the names"
             problems.append((path, f"got {name!r}: PostgreSQL {version} has no such setting; {hint}"))
             continue
         problem = _value_problem(info, value)
@@ -141,6 +147,14 @@ def setting_problems(settings: PostgresSettings) -> list[tuple[str, str]]:
         if problem:
             problems.append((path, f"got {json.dumps(value)}; allowed: {problem} (PostgreSQL {version})"))
     return problems
+
+
+# Settings a performance study may set that only newer servers have, with the
+# major version that brought each: on an older server the refusal says so,
+# rather than offering the nearest name that server has.
+NEWER_SETTINGS = {"debug_io_direct": 16, "vacuum_buffer_usage_limit": 16, "io_combine_limit": 17,
+                  "summarize_wal": 17, "transaction_timeout": 17, "io_method": 18, "io_workers": 18,
+                  "io_max_concurrency": 18, "io_max_combine_limit": 18}
 
 
 # Developer options a performance study may set (PostgreSQL's "Developer
