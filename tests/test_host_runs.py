@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_command, postmasters_under, start_run_until
+from perflab import proc
 from perflab.hostctl.cgroups import cgroup_of
 from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
 from perflab.store import STORE_NAME, Store
@@ -206,6 +207,8 @@ def test_huge_pages_auto_are_sized_from_the_server_and_really_used(workdir: Path
     assert metrics["host.hugepages_total"] > 32
     assert metrics["host.hugepages_rsvd"] > 0  # reserved by the server's mapping, as the kernel says
     assert metrics["host.hugepages_in_use"] > 32
+    # the server's own pages, from its processes' smaps: what the host's count holds of its
+    assert 32 < metrics["server.hugepages_mapped"] <= metrics["host.hugepages_in_use"]
     messages = [e["message"] for e in store.events(1) if e["kind"] == "host"]
     assert any("shared_memory_size_in_huge_pages" in m for m in messages), messages
     assert _snapshot() == host_as_found
@@ -236,6 +239,7 @@ def test_huge_pages_auto_leave_another_process_its_pages(workdir: Path, run_cli,
         holder = subprocess.Popen([sys.executable, "-c", _HOLD_HUGE_PAGES, str(held)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        assert proc.hugetlb_pages(holder.pid) == held
         experiment = _write(workdir, """
             [experiment]
             name = "hugepages-beside"
@@ -260,6 +264,9 @@ def test_huge_pages_auto_leave_another_process_its_pages(workdir: Path, run_cli,
         messages = [e["message"] for e in store.events(1) if e["kind"] == "host"]
         assert any("held by other processes" in m for m in messages), messages
         assert holder.poll() is None  # the holder kept its pages throughout
+        # the host's count takes in the holder's pages; the server's own does not
+        metrics = {m["name"]: m["value"] for m in store.metrics(1)}
+        assert 0 < metrics["server.hugepages_mapped"] <= metrics["host.hugepages_in_use"] - held
     finally:
         if holder is not None:
             holder.kill()

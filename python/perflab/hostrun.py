@@ -14,10 +14,11 @@ Every change is an event of the run (old -> new) and is journaled by
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from perflab import proc
 from perflab.errors import RunFailure, UserError
 from perflab.hostctl import knobs
 from perflab.hostctl.cgroups import parse_cpu_list
@@ -75,8 +76,10 @@ class HostChanges:
             seconds = knobs.drop_page_cache()
             result.events.append(Event(0.0, "host", f"page cache dropped (sync and drop took {seconds:.2f}s)"))
 
-    def metrics(self, host: HostSettings, result: RunResult) -> None:
-        """Huge page figures that prove the pages were used (when any exist)."""
+    def metrics(self, host: HostSettings, result: RunResult, server_pids: Iterable[int] = ()) -> None:
+        """Huge page figures that prove the pages were used (when any exist):
+        the host's, and the server's own (`server_pids`: its processes), which
+        another process taking huge pages on the same host cannot move."""
         info = knobs.hugepage_meminfo()
         if host.hugepages is None and not info.get("hugepages_total"):
             return
@@ -85,7 +88,13 @@ class HostChanges:
         result.add_metric("host.hugepages_rsvd", rsvd, "pages",
                           "HugePages_Rsvd in /proc/meminfo: reserved by a mapping, not yet touched")
         result.add_metric("host.hugepages_in_use", total - free + rsvd, "pages",
-                          "huge pages held by mappings (Total - Free + Rsvd): above 0, the server uses them")
+                          "huge pages held by mappings on the whole host (Total - Free + Rsvd): any process's")
+        mapped = [n for n in (proc.hugetlb_pages(pid) for pid in server_pids) if n is not None]
+        if mapped:
+            # a shared segment is mapped by every process of the server: the largest set is the server's
+            result.add_metric("server.hugepages_mapped", max(mapped), "pages",
+                              "huge pages the server's processes map (/proc/PID/smaps, the largest set among "
+                              "them; reserved or touched): above 0, the server uses them")
 
     def drain_events(self, result: RunResult) -> None:
         result.events += self.events

@@ -16,6 +16,7 @@ from pathlib import Path
 # Indices into stat_fields(): proc(5)'s field number minus 3.
 STATE, PPID, UTIME, STIME, STARTTIME = 0, 1, 11, 12, 19
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+BASE_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def read_bytes(path: Path | str) -> bytes:
@@ -130,3 +131,23 @@ def tracer_pid(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def hugetlb_pages(pid: int) -> int | None:
+    """Huge pages the process maps (/proc/PID/smaps: each mapping whose
+    KernelPageSize is above the base page, its Size over that page size),
+    whether touched yet or only reserved; None when it cannot be read."""
+    try:
+        text = read_bytes(f"/proc/{pid}/smaps")
+    except OSError:
+        return None
+    pages = 0
+    size_kb = 0
+    for line in text.splitlines():
+        if line.startswith(b"Size:"):
+            size_kb = int(line.split()[1])
+        elif line.startswith(b"KernelPageSize:"):
+            page_kb = int(line.split()[1])
+            if page_kb > BASE_PAGE_KB:
+                pages += size_kb // page_kb
+    return pages

@@ -392,7 +392,8 @@ def _condition_flags(described: dict[str, Any]) -> list[Flag]:
 
 
 # Factors that make huge pages part of the question: the Results table then
-# shows host.hugepages_in_use beside the workload's figures.
+# shows the server's huge pages (server.hugepages_mapped, else the host's
+# host.hugepages_in_use) beside the workload's figures.
 HUGEPAGE_FACTORS = ("host.hugepages", "host.sysctl.vm.nr_hugepages", "target.settings.huge_pages")
 
 
@@ -529,13 +530,17 @@ class Runner:
                              record_effect=lambda kind, data: self.store.add_effect(n, kind, data))
             self._prepare(workload, endpoint, identity, ctx, result)
             self.host.before_measure(spec.host, result)
-            self.host.metrics(spec.host, result)
+            self.host.metrics(spec.host, result, target.processes())
             try:
                 result.merge(self._measure(workload, endpoint, target, spec, ctx))
             finally:
                 result.merge(self.drivers.driver.figures())
-            if "host.hugepages_in_use" in result.metrics and any(f.startswith(HUGEPAGE_FACTORS) for f in self.exp.factors):
-                result.headline.append("host.hugepages_in_use")
+            if any(f.startswith(HUGEPAGE_FACTORS) for f in self.exp.factors):
+                # the server's own count where it can be read; the host's counts any process's pages
+                shown = next((m for m in ("server.hugepages_mapped", "host.hugepages_in_use") if m in result.metrics),
+                             None)
+                if shown is not None:
+                    result.headline.append(shown)
             if self._stop.is_set():
                 # A workload that saw its cancel ended early: the run is not done.
                 raise Interrupted("stop requested")
