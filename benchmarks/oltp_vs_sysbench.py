@@ -118,20 +118,32 @@ def server_cpu_s(target: PostgresTarget | MariadbTarget) -> float | None:
     return sum(proc.cpu_seconds(pid) or 0.0 for pid in target.processes())
 
 
+def client_cpu_s() -> float:
+    """This process's CPU seconds (perflab's loader runs in its threads) plus
+    its waited-for children's (sysbench prepare)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def timed_load(target: PostgresTarget | MariadbTarget, ep: Endpoint, args: argparse.Namespace, name: str,
-               loads: dict[str, list[float]], server_cpu: dict[str, list[float]], load: Callable[[], object]) -> float:
+               loads: dict[str, list[float]], server_cpu: dict[str, list[float]], client_cpu: dict[str, list[float]],
+               load: Callable[[], object]) -> float:
     """One load from no sbtest tables (sysbench's cleanup first, untimed), its
-    wall time and the server's CPU time kept under `name`."""
+    wall time, the server's CPU time and the client's kept under `name`."""
     code, text, error, _ = run_child([*sysbench_args(ep, "common", args.tables, args.table_size, 2), "cleanup"])
     if code != 0:
         raise RuntimeError(f"sysbench cleanup failed: {error.strip() or text[-500:]}")
     cpu_before = server_cpu_s(target)
+    client_before = client_cpu_s()
     started = time.monotonic()
     load()
     took = time.monotonic() - started
     cpu_after = server_cpu_s(target)
+    client = client_cpu_s() - client_before
     loads.setdefault(name, []).append(took)
+    client_cpu.setdefault(name, []).append(client)
     cpu = f"; server CPU {cpu_after - cpu_before:.2f} s" if cpu_before is not None and cpu_after is not None else ""
+    cpu += f"; client CPU {client:.2f} s"
     if cpu_before is not None and cpu_after is not None:
         server_cpu.setdefault(name, []).append(cpu_after - cpu_before)
     print(f"  load {len(loads[name])}: {name} {took:.2f} s{cpu}; load average {os.getloadavg()[0]:.1f}", flush=True)
@@ -249,19 +261,20 @@ def main() -> int:
         print(f"server: {target.describe().get('version', '?')}; {version}; {durability}; "
               f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
         server_cpu: dict[str, list[float]] = {}
+        client_cpu: dict[str, list[float]] = {}
         ratios: list[float] = []
         w = OltpWorkload(OltpSettings.model_validate({"kind": "oltp", "tables": args.tables,
                                                       "table_size": args.table_size, "load_jobs": 2}))
         workload_load = "perflab" + (", LOAD DATA LOCAL" if isinstance(ep, MysqlWireEndpoint) else ", binary COPY")
         for _ in range(args.load_pairs):
-            sysbench_load_s = timed_load(target, ep, args, "sysbench prepare", loads, server_cpu, lambda: sysbench_prepare(
+            sysbench_load_s = timed_load(target, ep, args, "sysbench prepare", loads, server_cpu, client_cpu, lambda: sysbench_prepare(
                 ep, args.tables, args.table_size))
             if isinstance(ep, MysqlWireEndpoint):
                 # the other way to send the rows, timed; the workload's own (LOAD DATA LOCAL) loads last
-                timed_load(target, ep, args, "perflab, multi-row INSERT", loads, server_cpu, lambda: _engine.oltp_load(
+                timed_load(target, ep, args, "perflab, multi-row INSERT", loads, server_cpu, client_cpu, lambda: _engine.oltp_load(
                     ep.wire_conninfo(), tables=args.tables, table_size=args.table_size, rand_type="special",
                     workers=2, server="mysql", mysql_method="insert"))
-            load_s = timed_load(target, ep, args, workload_load, loads, server_cpu, lambda: w.prepare(
+            load_s = timed_load(target, ep, args, workload_load, loads, server_cpu, client_cpu, lambda: w.prepare(
                 ep, RunContext(run_number=0, run_dir=base, t0_ns=time.monotonic_ns())))
             ratios.append(load_s / sysbench_load_s)
         load_ratio = statistics.mean(ratios)
@@ -271,6 +284,15 @@ def main() -> int:
                           + (f" ({statistics.mean(server_cpu[k]):.2f})" if k in server_cpu else "")
                           for k, v in loads.items())
               + f"; ratio {load_ratio:.3f} ({spread(ratios, 3)})", flush=True)
+        if workload_load in server_cpu:
+            # The CPU floor of perflab's load: its server's and its own CPU spread over every core
+            # with nothing idle; no client reaches below it without the server doing less work.
+            cpu_floor_s = (statistics.mean(server_cpu[workload_load])
+                           + statistics.mean(client_cpu[workload_load])) / cores()
+            print(f"load CPU floor: ({statistics.mean(server_cpu[workload_load]):.2f} s server + "
+                  f"{statistics.mean(client_cpu[workload_load]):.2f} s perflab) / {cores()} cores = "
+                  f"{cpu_floor_s:.2f} s, {cpu_floor_s / statistics.mean(loads['sysbench prepare']):.3f}x "
+                  "sysbench prepare's mean", flush=True)
         for script in args.scripts:
             for threads in args.threads:
                 for pair in range(args.pairs):
