@@ -65,7 +65,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use perflab_engine::mysql::MyConnInfo;
+use perflab_engine::mysql::{native_password, MyConnInfo};
 use perflab_engine::oltp::protocol::{Kind, C_LEN, PAD_LEN, RANGE_SIZE};
 use perflab_engine::oltp::{KeyRand, RandType, Script};
 use perflab_engine::random::Prng;
@@ -583,21 +583,6 @@ fn my_check(payload: &[u8], what: &str) {
         let text = String::from_utf8_lossy(payload.get(9..).unwrap_or_default());
         my_fail(&format!("{what}: server error {code}: {text}"));
     }
-}
-
-/// mysql_native_password's answer (nothing for an empty password).
-fn native_password(password: &[u8], scramble: &[u8]) -> Vec<u8> {
-    use sha1::{Digest, Sha1};
-    if password.is_empty() {
-        return Vec::new();
-    }
-    let stage1 = Sha1::digest(password);
-    let stage2 = Sha1::digest(stage1);
-    let mut h = Sha1::new();
-    h.update(&scramble[..scramble.len().min(20)]);
-    h.update(stage2);
-    let mix = h.finalize();
-    stage1.iter().zip(mix.iter()).map(|(a, b)| a ^ b).collect()
 }
 
 /// Connect, authenticate (mysql_native_password or an empty password) and
