@@ -254,6 +254,11 @@ def _show(directory: Path) -> None:
     headline: list[str] = []
     for r in runs:
         headline += [h for h in r["headline"] if h not in headline]
+    from perflab import search
+
+    searched = search.settings_of(info["spec_text"])
+    if searched is not None:  # a search's goal is what its answer is about: its metrics are columns too
+        headline += [name for name, _, _ in searched.conditions() if name not in headline]
     rows = []
     for r in runs:
         ms = metrics.get(r["id"], {})
