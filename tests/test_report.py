@@ -482,6 +482,13 @@ def test_tpcc_tables_without_a_flags_column_mark_a_resumed_run_in_its_status(tmp
         assert [row[2] for row in table.rows] == ["done", "done (resumed)"], table.caption
 
 
+def test_every_run_mark_the_store_gives_has_its_meaning_in_the_report() -> None:
+    from perflab.report.builder import MARK_MEANING
+    from perflab.store import RUN_MARKS
+
+    assert list(MARK_MEANING) == list(RUN_MARKS)
+
+
 def test_tpcc_metrics_table_has_late_and_skipped_columns_only_where_a_run_has_them(tmp_path: Path) -> None:
     from perflab.report.data import load
     from perflab.workloads.tpcc import report as tpcc_report

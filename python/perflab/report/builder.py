@@ -68,8 +68,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-# The marks a run carries beside its flags (Store.run_marks), as the report explains them.
-RUN_MARKS = {
+# What each of a run's marks (store.RUN_MARKS: Store.run_marks) means, as the report explains it.
+MARK_MEANING = {
     "resumed": "an earlier attempt of the run was interrupted or killed, and the run was run again (undoing "
                "what that attempt changed in the data, or recording what it left)",
     "retried": "an earlier attempt of the run failed, and `resume --retry-failed` ran it again",
@@ -713,10 +713,10 @@ class ReportBuilder:
                 f"and the server share were under {SATURATED_IDLE_PCT:g}% idle (host.shared_idle_pct): the driver "
                 "and the server competed for them. Either makes a run's figures depend on the machine's state as "
                 "much as on its factors.", "warn"))
-        marked = [m for m in RUN_MARKS if m in flags]
+        marked = [m for m in MARK_MEANING if m in flags]
         if marked:
             notes.append(h.note(
-                "; ".join(f"{m}: {RUN_MARKS[m]}" for m in marked) + ". The Experiment history section lists "
+                "; ".join(f"{m}: {MARK_MEANING[m]}" for m in marked) + ". The Experiment history section lists "
                 "every attempt and what it changed in the data.", "warn"))
         if Flag.LOOP_BACKED in flags:
             notes.append(h.note(
@@ -1060,7 +1060,7 @@ class ReportBuilder:
         missing = [f"#{x['id']} ({x['status']})" for x in same if x["id"] not in ids]
         notes = [f"no value: {', '.join(missing)}"] if missing else []
         marks = self.run_marks()
-        for mark in RUN_MARKS:
+        for mark in MARK_MEANING:
             marked = [f"#{x['id']}" for x in same if mark in marks.get(x["id"], [])]
             if marked:
                 notes.append(f"{mark}: {', '.join(marked)}")
