@@ -76,10 +76,12 @@ class HostChanges:
             seconds = knobs.drop_page_cache()
             result.events.append(Event(0.0, "host", f"page cache dropped (sync and drop took {seconds:.2f}s)"))
 
-    def metrics(self, host: HostSettings, result: RunResult, server_pids: Iterable[int] = ()) -> None:
+    def metrics(self, host: HostSettings, result: RunResult,
+                server_pids: Callable[[], Iterable[int]] = tuple) -> None:
         """Huge page figures that prove the pages were used (when any exist):
-        the host's, and the server's own (`server_pids`: its processes), which
-        another process taking huge pages on the same host cannot move."""
+        the host's, and the server's own (`server_pids`: its processes, asked
+        for only then), which another process taking huge pages on the same
+        host cannot move."""
         info = knobs.hugepage_meminfo()
         if host.hugepages is None and not info.get("hugepages_total"):
             return
@@ -89,7 +91,7 @@ class HostChanges:
                           "HugePages_Rsvd in /proc/meminfo: reserved by a mapping, not yet touched")
         result.add_metric("host.hugepages_in_use", total - free + rsvd, "pages",
                           "huge pages held by mappings on the whole host (Total - Free + Rsvd): any process's")
-        mapped = [n for n in (proc.hugetlb_pages(pid) for pid in server_pids) if n is not None]
+        mapped = [n for n in (proc.hugetlb_pages(pid) for pid in server_pids()) if n is not None]
         if mapped:
             # a shared segment is mapped by every process of the server: the largest set is the server's
             result.add_metric("server.hugepages_mapped", max(mapped), "pages",

@@ -530,7 +530,7 @@ class Runner:
                              record_effect=lambda kind, data: self.store.add_effect(n, kind, data))
             self._prepare(workload, endpoint, identity, ctx, result)
             self.host.before_measure(spec.host, result)
-            self.host.metrics(spec.host, result, target.processes())
+            self.host.metrics(spec.host, result, target.processes)
             try:
                 result.merge(self._measure(workload, endpoint, target, spec, ctx))
             finally:
