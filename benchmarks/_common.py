@@ -33,6 +33,25 @@ def processes_cpu_s(pids: Iterable[int]) -> dict[int, float]:
     return out
 
 
+def cross_cpu_interrupts() -> int | None:
+    """Rescheduling and function-call interrupts (RES + CAL) over all CPUs
+    so far, from /proc/interrupts: the inter-processor interrupts a wake-up
+    on another CPU costs (a VM exit each on a virtual machine). None where
+    the file has neither line."""
+    try:
+        lines = Path("/proc/interrupts").read_text().splitlines()
+    except OSError:
+        return None
+    ncpu = len(lines[0].split()) if lines else 0
+    total, seen = 0, False
+    for line in lines[1:]:
+        name, _, rest = line.partition(":")
+        if name.strip() in ("RES", "CAL"):
+            total += sum(int(v) for v in rest.split()[:ncpu] if v.isdigit())
+            seen = True
+    return total if seen else None
+
+
 def driver_floor() -> str:
     """Build crates/engine/examples/driver_floor.rs (the cheapest epoll and
     io_uring drivers: what the kernel's side of a round trip costs) and

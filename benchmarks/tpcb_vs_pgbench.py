@@ -35,6 +35,14 @@ perflab's runs in each io_uring mode: the slow mode (the ring woken for about
 one reply per io_uring_enter, benchmarks/README.md) shows as enters per
 transaction several times the fast mode's.
 
+With --pin auto off (or on), each pair runs perflab once per pin setting
+(driver threads on CPUs of their own, or left to the scheduler), the order
+of the variants reversed every other pair. Every run prints its
+inter-processor interrupts per transaction (ipi/tx: RES + CAL from
+/proc/interrupts over the run, the whole machine's), the wake-ups of a
+task on another CPU, which tell the machine's two speeds apart
+(benchmarks/README.md, "Two speeds").
+
 With --floor, each select-only pair also runs the cheapest drivers we know
 how to write, on epoll and on io_uring, with the same clients and threads
 (crates/engine/examples/driver_floor.rs, built here with cargo: the same
@@ -75,6 +83,7 @@ from typing import Any
 from _common import (
     SLOW_MODE_RATIO,
     cores,
+    cross_cpu_interrupts,
     driver_floor,
     mean_spread,
     modes,
@@ -106,36 +115,52 @@ def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, 
     """pgbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
     args = [str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-n", "-M", "prepared",
             "-b", script, "-c", str(clients), "-j", str(threads), "-T", str(seconds), ep.dbname]
+    ipi_before = cross_cpu_interrupts()
     code, text, error, usage = run_child(args)
+    ipi = ipi_delta(ipi_before)
     if code != 0:
         raise RuntimeError(f"pgbench failed: {error.strip()}")
     tps = float(re.search(r"tps = ([0-9.]+)", text).group(1))  # type: ignore[union-attr]
     done = int(re.search(r"actually processed: (\d+)", text).group(1))  # type: ignore[union-attr]
     cpu_s = usage.ru_utime + usage.ru_stime
     switches = usage.ru_nvcsw + usage.ru_nivcsw
-    return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6, "cs_per_tx": switches / done}
+    return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6, "cs_per_tx": switches / done,
+            "ipi_per_tx": None if ipi is None else ipi / done}
+
+
+def ipi_delta(before: int | None) -> int | None:
+    after = cross_cpu_interrupts()
+    return None if before is None or after is None else after - before
 
 
 def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, seconds: int,
-                workdir: Path, io: str) -> dict[str, Any]:
+                workdir: Path, io: str, pin: str = "auto") -> dict[str, Any]:
     w = TpcbWorkload(TpcbSettings.model_validate({
         "kind": "tpcb", "script": script, "clients": clients, "threads": threads, "duration": float(seconds),
-        "protocol": "prepared", "vacuum": False, "io": io,
+        "protocol": "prepared", "vacuum": False, "io": io, "pin": pin,
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())
     before = resource.getrusage(resource.RUSAGE_SELF)
+    ipi_before = cross_cpu_interrupts()
     result = w.run(ep, ctx)
+    ipi = ipi_delta(ipi_before)
     after = resource.getrusage(resource.RUSAGE_SELF)
     m = result.metrics
     done = m["transactions"].value
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     switches = (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)
     used = next((e.message for e in result.events if e.kind == "io"), "io: ?")
+    pinned = next((e.message for e in result.events if e.kind == "pin"), "")
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
-            "cs_per_tx": switches / done, "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
+            "cs_per_tx": switches / done, "ipi_per_tx": None if ipi is None else ipi / done,
+            "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
             "slow_mode_event": any(e.kind == "io-slow-mode" for e in result.events),
-            "flags": ",".join(result.flags), "io": used}
+            "flags": ",".join(result.flags), "io": used, "pinned": pinned.startswith("driver threads pinned")}
+
+
+def ipi_text(run: dict[str, Any]) -> str:
+    return "" if run.get("ipi_per_tx") is None else f" {run['ipi_per_tx']:.3f} ipi/tx"
 
 
 def cv(values: list[float]) -> float:
@@ -185,6 +210,9 @@ def main() -> int:
     ap.add_argument("--perflab-threads", type=int, nargs="+", default=None, metavar="N",
                     help="perflab's driver threads (default: pgbench's -j, min(clients, cores)); several: one "
                          "perflab run of each per pair and io, labelled io/tN (pgbench keeps its -j)")
+    ap.add_argument("--pin", nargs="+", default=["auto"], choices=["auto", "on", "off"],
+                    help="perflab's pin parameter (driver threads on CPUs of their own); several: one perflab run "
+                         "of each per pair, labelled io/PIN")
     ap.add_argument("--floor", action="store_true",
                     help="also run the epoll and io_uring floors (driver_floor.rs) in each select-only pair")
     ap.add_argument("--json", type=Path,
@@ -192,9 +220,10 @@ def main() -> int:
     args = ap.parse_args()
     floor = driver_floor() if args.floor else None
     # perflab's variants per pair: (label, io, threads or None for pgbench's -j)
-    variants = [(io if args.perflab_threads is None else f"{io}/t{n}", io, n)
-                for io in args.io for n in (args.perflab_threads or [None])]
-    labels = [label for label, _, _ in variants]
+    variants = [(io + ("" if args.perflab_threads is None else f"/t{n}") + ("" if len(args.pin) == 1 else f"/{pin}"),
+                 io, n, pin)
+                for io in args.io for n in (args.perflab_threads or [None]) for pin in args.pin]
+    labels = [label for label, _, _, _ in variants]
     try:  # before anything is made: a version not installed is said with the versions found
         found = find_bin_dir(None, resolve_run_as(None), args.version)
     except UserError as exc:
@@ -236,16 +265,16 @@ def main() -> int:
                     a = run_pgbench(pgbench, ep, script, clients, threads, args.seconds)
                     print(f"  {script:12s} c={clients:<3d} j={threads} pair {pair + 1}: "
                           f"pgbench {a['tps']:9.1f} tps {a['cpu_per_tx_us']:7.2f} us/tx "
-                          f"{a['cs_per_tx']:.2f} cs/tx", flush=True)
-                    for label, io, n in variants:
-                        b = run_perflab(ep, script, clients, n or threads, args.seconds, base, io)
+                          f"{a['cs_per_tx']:.2f} cs/tx{ipi_text(a)}", flush=True)
+                    for label, io, n, pin in (variants if pair % 2 == 0 else variants[::-1]):
+                        b = run_perflab(ep, script, clients, n or threads, args.seconds, base, io, pin)
                         rows.append({"script": script, "clients": clients, "threads": threads, "pair": pair + 1,
                                      "io": label, "pgbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
                         print(f"  {'':12s} {'':5s} {'':3s} {label:>6s}: perflab {b['tps']:9.1f} tps "
-                              f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx "
+                              f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx{ipi_text(b)} "
                               f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}"
                               + (f", {b['enters_per_tx']:.2f} enters/tx" if b["enters_per_tx"] is not None else "")
-                              + f") {b['flags']}", flush=True)
+                              + (", pinned" if b["pinned"] else "") + f") {b['flags']}", flush=True)
                     if floor is not None and script == "select-only":
                         for io in FLOORS:
                             f = run_floor([floor, "pgwire", *(["--uring"] if io == "uring" else []), ep.host,
@@ -253,7 +282,8 @@ def main() -> int:
                                            str(threads), str(100_000 * args.scale)])
                             floors.append({"script": script, "clients": clients, "threads": threads,
                                            "pair": pair + 1, "io": io, "pgbench": a, "floor": f,
-                                           "perflab": rows[-len(variants)]["perflab"]})
+                                           "perflab": next(r for r in rows[-len(variants):]
+                                                       if r["io"] == labels[0])["perflab"]})
                             print(f"  {'':12s} {'':5s} {'':3s} floor {io}: {f['req_per_s']:9.1f} tps "
                                   f"{f['cpu_per_req_us']:7.2f} us/tx {f['cs_per_req']:.2f} cs/tx (user "
                                   f"{f['user_per_req_us']:.2f}, system {f['system_per_req_us']:.2f}; errors "

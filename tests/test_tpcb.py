@@ -119,6 +119,67 @@ def test_io_uring_runs_balance_the_books_and_say_so(scratch_db, tmp_path, script
     assert [e.message for e in result.events if e.kind == "io"] == ["io: io_uring (batched submission)"]
 
 
+def driver_cpus() -> list[str]:
+    """The CPUs each of this process's driver threads may run on
+    (Cpus_allowed_list, from /proc/self/task/*/status), sorted. Their names,
+    perflab-driver-N, are cut to the kernel's 15 characters: the coordinator
+    is perflab-driver."""
+    out = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        if name == "perflab-driver-":
+            out.append(next(line.split()[1] for line in status.splitlines()
+                            if line.startswith("Cpus_allowed_list:")))
+    return sorted(out)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two CPUs; this process may use one")
+def test_auto_pins_a_read_only_run_to_one_cpu_per_thread_and_leaves_writers_alone(scratch_db, tmp_path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    threads = len(cpus)
+    ctx = context(tmp_path)
+    workload(script="tpcb-like").prepare(scratch_db, ctx)
+    seen: list[list[str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # the threads' masks while they run
+        while not stop.is_set():
+            masks = driver_cpus()
+            if len(masks) == threads:
+                seen.append(masks)
+            time.sleep(0.05)
+
+    for script, pinned in (("select-only", True), ("tpcb-like", False)):
+        seen.clear()
+        stop.clear()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            result = workload(script=script, clients=threads * 2, duration="1s").run(scratch_db, ctx)
+        finally:
+            stop.set()
+            watcher.join()
+        [note] = [e.message for e in result.events if e.kind == "pin"]
+        assert seen, "the driver threads were never seen running"
+        if pinned:
+            places = ", ".join(f"thread {i} on CPU {c}" for i, c in enumerate(cpus))
+            assert note == (f"driver threads pinned, one per CPU: {places} "
+                            '(pin = "auto": read-only transactions, one thread per CPU)')
+            assert seen[-1] == sorted(str(c) for c in cpus)
+        else:
+            assert note.startswith('driver threads not pinned (pin = "auto": transactions that write'), note
+            assert all("," in mask or "-" in mask for mask in seen[-1]), seen[-1]
+    # off is off whatever the script; a wrong word is refused by the settings.
+    result = workload(script="select-only", clients=threads, duration="0.5s", pin="off").run(scratch_db, ctx)
+    assert [e.message for e in result.events if e.kind == "pin"] == ['driver threads not pinned (pin = "off")']
+    with pytest.raises(ValidationError, match="'auto', 'on' or 'off'"):
+        TpcbSettings.model_validate({"kind": "tpcb", "pin": "always"})
+
+
 def test_perflab_load_is_pgbench_load_and_pgbench_runs_on_it(pg_target, scratch_db, tmp_path) -> None:
     target, _ = pg_target
     w = workload(fillfactor=90)

@@ -75,10 +75,11 @@ pub(crate) struct HarnessArgs<'a> {
     pub max_tries: u32,
     pub seed: u64,
     pub io: &'a str,
+    pub pin: &'a str,
 }
 
 impl HarnessArgs<'_> {
-    /// The harness's config; ConfigError names a bad schedule or io.
+    /// The harness's config; ConfigError names a bad schedule, io or pin.
     pub(crate) fn config(&self) -> PyResult<HarnessConfig> {
         Ok(HarnessConfig {
             clients: self.clients,
@@ -93,6 +94,7 @@ impl HarnessArgs<'_> {
             seed: self.seed,
             t0_ns: self.t0_ns,
             io: self.io.parse().map_err(config_error)?,
+            pin: self.pin.parse().map_err(config_error)?,
         })
     }
 }
@@ -123,9 +125,9 @@ impl<'py> HarnessCall<'py> {
 /// A driver binding: a `#[pyfunction]` with the binding's own parameters and
 /// then the harness keywords (`clients`, `threads`, `t0_ns`, `duration_s`,
 /// `transactions`, `warmup_s`, `rate_tps`, `schedule`, `latency_limit_ms`,
-/// `max_tries`, `seed`, `io`, and the callbacks `progress`, `cancel`,
+/// `max_tries`, `seed`, `io`, `pin`, and the callbacks `progress`, `cancel`,
 /// `on_connected`), which reach its body as one `HarnessCall` named after
-/// `with`. A bad `schedule` or `io` is a ConfigError before the body runs.
+/// `with`. A bad `schedule`, `io` or `pin` is a ConfigError before the body runs.
 /// See the module's doc for how a binding adopts it.
 macro_rules! harness_binding {
     (
@@ -160,7 +162,7 @@ macro_rules! harness_binding {
         #[pyo3(signature = (
             $($sig)*, clients, threads, t0_ns, duration_s = None, transactions = None,
             warmup_s = 0.0, rate_tps = None, schedule = "poisson", latency_limit_ms = None,
-            $($tries_sig)* seed = 0, io = "epoll", progress = None, cancel = None,
+            $($tries_sig)* seed = 0, io = "epoll", pin = "off", progress = None, cancel = None,
             on_connected = None
         ))]
         #[allow(clippy::too_many_arguments)]
@@ -178,6 +180,7 @@ macro_rules! harness_binding {
             $($tries_param)*
             seed: u64,
             io: &str,
+            pin: &str,
             progress: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
             cancel: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
             on_connected: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
@@ -195,6 +198,7 @@ macro_rules! harness_binding {
                 max_tries: $tries,
                 seed,
                 io,
+                pin,
             }
             .config()?;
             let $call = $crate::glue::HarnessCall {

@@ -62,6 +62,40 @@ pub fn process_cpu_s() -> Option<f64> {
 
 /// CLOCK_MONOTONIC in ns: the clock of a run's `t0_ns` and of Python's
 /// time.monotonic_ns().
+/// The CPUs this thread may run on (its affinity mask: a cpuset or taskset
+/// narrows it), in ascending order.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is a plain bit array, valid all zeroes; the kernel
+    // writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the pointer and size describe `set`.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads bit `cpu` of `set`, cpu < the set's bits.
+    Ok((0..max)
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Run this thread on `cpu` only.
+pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
+    // SAFETY: as in allowed_cpus.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes bit `cpu` of `set`; the caller's cpu came from
+    // allowed_cpus, so it is below the set's bits.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is this thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 pub fn monotonic_ns() -> u64 {
     let ts = clock_gettime(libc::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC always exists");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64

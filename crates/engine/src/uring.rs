@@ -40,7 +40,14 @@
 //! per enter and the thread sleeps again: about one enter per reply, twice
 //! the CPU per transaction. Waiting for more than one reply removes it but
 //! delays lock-holding transactions (measured above); the harness names the
-//! seconds a run spent so (`harness::stats::io_mode_event`).
+//! seconds a run spent so (`harness::stats::io_mode_event`). The deep slow
+//! mode came with cross-CPU wake-ups (0.18-0.31 inter-processor interrupts
+//! per transaction against 0.02-0.03): a thread whose clients' backends run
+//! on another CPU is woken there per reply. Pinning each driver thread to a
+//! CPU of its own (`harness::config::plan_pinning`, on by default for
+//! read-only transactions) keeps the backends it wakes on its CPU, and
+//! removed the deep slow mode in 20 runs of 20 (benchmarks/README.md, "Two
+//! speeds").
 //!
 //! Buffer safety: a round trip's send and receive buffers move into the ring's
 //! operation table for as long as the kernel may touch them, and come back with

@@ -59,6 +59,13 @@ class HarnessSettings(WorkloadSettings):
     # fails if io_uring is unavailable), "auto" (io_uring where this kernel and
     # process allow it, else epoll, with the reason). Recorded as the run's "io" event.
     io: Literal["auto", "uring", "epoll"] = "auto"
+    # Whether each driver thread runs on a CPU of its own: "auto" pins when
+    # every transaction only reads and the run has one thread per CPU perflab
+    # may use (then no round trip wakes a thread on another CPU, the fast of
+    # the two speeds a shared machine gives, benchmarks/README.md), "on"
+    # whenever there is a CPU per thread, "off" never. Recorded as the run's
+    # "pin" event, with the reason.
+    pin: Literal["auto", "on", "off"] = "auto"
 
     @model_validator(mode="after")
     def _threads_have_clients(self) -> HarnessSettings:

@@ -36,6 +36,88 @@ impl Schedule {
     }
 }
 
+/// Whether each driver thread is pinned to a CPU of its own (the workload's
+/// `pin` parameter; `plan_pinning` decides and says why).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinChoice {
+    /// Pinned when the transactions are read-only and the run has one
+    /// thread per CPU this process may use, two or more.
+    Auto,
+    /// Pinned whenever there are at least as many CPUs as threads.
+    On,
+    Off,
+}
+
+impl FromStr for PinChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(PinChoice::Auto),
+            "on" => Ok(PinChoice::On),
+            "off" => Ok(PinChoice::Off),
+            other => Err(format!(
+                "pin {other:?} is not allowed; allowed: auto, on, off"
+            )),
+        }
+    }
+}
+
+/// Which CPU each driver thread runs on (none: the scheduler's choice), and
+/// the sentence that says so and why, for the run's `pin` event.
+///
+/// Why pin: a closed loop of read-only round trips on a server with a process
+/// per connection settles, when each driver thread and the backends it wakes
+/// share one CPU, into a mode without cross-CPU wake-ups; without pinning a
+/// run finds that mode or not by chance, and the other mode costs twice the
+/// driver's CPU per transaction on a virtual machine, where every such
+/// wake-up is an inter-processor interrupt and a VM exit (issue 33,
+/// benchmarks/README.md "Two speeds: cross-CPU wake-ups"). Where
+/// transactions write, backends wait on each other's locks and the WAL, and
+/// a pinned driver cannot follow them to an idle CPU: measured 3-4% fewer
+/// tpcb-like transactions, so `auto` leaves them to the scheduler. With fewer
+/// threads than CPUs, pinning would crowd the server onto the driver's CPUs.
+pub fn plan_pinning(
+    choice: PinChoice,
+    threads: usize,
+    allowed: &[usize],
+    read_only: bool,
+) -> (Vec<usize>, String) {
+    let cpus = allowed.len();
+    let pinned = |why: &str| {
+        let place: Vec<String> = allowed[..threads]
+            .iter()
+            .enumerate()
+            .map(|(t, cpu)| format!("thread {t} on CPU {cpu}"))
+            .collect();
+        (
+            allowed[..threads].to_vec(),
+            format!(
+                "driver threads pinned, one per CPU: {} ({why})",
+                place.join(", ")
+            ),
+        )
+    };
+    let not = |why: String| (Vec::new(), format!("driver threads not pinned ({why})"));
+    match choice {
+        PinChoice::Off => not("pin = \"off\"".into()),
+        PinChoice::On if threads <= cpus => pinned("pin = \"on\""),
+        PinChoice::On => not(format!(
+            "pin = \"on\", but {threads} threads for the {cpus} CPUs this process may use"
+        )),
+        PinChoice::Auto if !read_only => not(
+            "pin = \"auto\": transactions that write make backends wait on each other, \
+             and a pinned driver could not follow them"
+                .into(),
+        ),
+        PinChoice::Auto if threads < 2 => not("pin = \"auto\": one thread".into()),
+        PinChoice::Auto if threads != cpus => not(format!(
+            "pin = \"auto\": {threads} threads for the {cpus} CPUs this process may use; \
+             pinned, they would crowd the server onto their CPUs"
+        )),
+        PinChoice::Auto => pinned("pin = \"auto\": read-only transactions, one thread per CPU"),
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct HarnessConfig {
     pub clients: u32,
@@ -57,6 +139,8 @@ pub struct HarnessConfig {
     pub t0_ns: u64,
     /// Socket I/O of the measured round trips: epoll, or batched io_uring.
     pub io: IoChoice,
+    /// Whether each worker thread is pinned to a CPU (`plan_pinning`).
+    pub pin: PinChoice,
 }
 
 impl HarnessConfig {
@@ -76,6 +160,7 @@ impl HarnessConfig {
             seed: 0,
             t0_ns: crate::sys::monotonic_ns(),
             io: IoChoice::Epoll,
+            pin: PinChoice::Off,
         }
     }
 

@@ -25,7 +25,7 @@ mod schedule;
 mod stats;
 mod worker;
 
-pub use config::{HarnessConfig, Schedule};
+pub use config::{plan_pinning, HarnessConfig, PinChoice, Schedule};
 pub use run::{Progress, Run};
 pub use stats::{
     EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE, IO_SLOW_MODE,
@@ -76,6 +76,15 @@ pub trait Protocol: Send + Sync + 'static {
 
     /// Names of the transaction types; histograms and counts are kept per type.
     fn transaction_types(&self) -> &[&'static str];
+
+    /// Whether every transaction only reads, so that no client waits on
+    /// another's locks or writes (pgbench's select-only, sysbench's
+    /// point_select and read_only): `pin = "auto"` pins the driver's
+    /// threads then (`plan_pinning`). False (the default) leaves them to
+    /// the scheduler.
+    fn read_only(&self) -> bool {
+        false
+    }
 
     /// Open (connect, authenticate, prepare) client number `client`.
     fn connect(&self, client: u32) -> impl Future<Output = Result<Self::Client, Self::Error>>;

@@ -2,7 +2,7 @@
 //! the per-second series, enforces the end, and on abort shuts every client
 //! socket down so that clients blocked on a stalled server return at once.
 
-use super::config::HarnessConfig;
+use super::config::{plan_pinning, HarnessConfig};
 use super::schedule::Timing;
 use super::stats::{cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary};
 use super::worker::worker;
@@ -45,6 +45,12 @@ pub(crate) struct Shared<P: Protocol> {
     pub ring_enters: Mutex<Vec<Option<Arc<AtomicU64>>>>,
     /// A gated run (`Run::start_gated`): connected, it waits for `go_at`.
     pub gate: Option<Gate>,
+    /// The CPU of each worker thread, by index (empty: not pinned), and
+    /// the `pin` event's sentence (`plan_pinning`).
+    pub pin_cpus: Vec<usize>,
+    pub pin_note: String,
+    /// A worker that could not pin itself says so here.
+    pub pin_failed: Mutex<Option<String>>,
 }
 
 /// Where a gated run waits, all clients connected, for the instant to start
@@ -188,7 +194,17 @@ impl<P: Protocol> Run<P> {
         } else {
             0
         };
+        let (pin_cpus, pin_note) = match sys::allowed_cpus() {
+            Ok(allowed) => plan_pinning(cfg.pin, threads, &allowed, protocol.read_only()),
+            Err(e) => (
+                Vec::new(),
+                format!("driver threads not pinned (this process's CPUs could not be read: {e})"),
+            ),
+        };
         let shared = Arc::new(Shared {
+            pin_cpus,
+            pin_note,
+            pin_failed: Mutex::new(None),
             protocol,
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
@@ -359,6 +375,11 @@ fn coordinate<P: Protocol>(
     let mut sockets_closed = false;
     let mut series = Vec::new();
     let mut events: Vec<(Instant, String, String)> = gate_events;
+    let pin_note = match shared.pin_failed.lock().unwrap().take() {
+        Some(failed) => format!("{}; but pinning failed: {failed}", shared.pin_note),
+        None => shared.pin_note.clone(),
+    };
+    events.push((start, "pin".into(), pin_note));
     let types = shared.type_count();
     // io_uring_enter calls so far, per worker, at the last cut.
     let mut enters_seen = vec![0u64; threads];

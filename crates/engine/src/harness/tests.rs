@@ -744,3 +744,60 @@ fn a_protocol_that_times_no_operations_has_none() {
     assert_eq!(s.transactions, 5);
     assert!(s.operations.is_empty());
 }
+
+#[test]
+fn auto_pins_read_only_runs_with_one_thread_per_cpu_and_says_why_not_otherwise() {
+    use super::config::{plan_pinning, PinChoice};
+    let two = [0, 1];
+    let (cpus, note) = plan_pinning(PinChoice::Auto, 2, &two, true);
+    assert_eq!(cpus, vec![0, 1]);
+    assert!(
+        note.contains("thread 0 on CPU 0, thread 1 on CPU 1"),
+        "{note}"
+    );
+    // A cpuset's CPUs, not 0..n: the threads get those.
+    let (cpus, _) = plan_pinning(PinChoice::Auto, 2, &[2, 5], true);
+    assert_eq!(cpus, vec![2, 5]);
+    for (threads, allowed, read_only, why) in [
+        (2, &two[..], false, "write"),
+        (1, &[0][..], true, "one thread"),
+        (2, &[0, 1, 2, 3][..], true, "2 threads for the 4 CPUs"),
+    ] {
+        let (cpus, note) = plan_pinning(PinChoice::Auto, threads, allowed, read_only);
+        assert!(cpus.is_empty(), "{note}");
+        assert!(
+            note.starts_with("driver threads not pinned") && note.contains(why),
+            "{note}"
+        );
+    }
+    // on: whatever the transactions, while there is a CPU per thread.
+    assert_eq!(
+        plan_pinning(PinChoice::On, 2, &[0, 1, 2, 3], false).0,
+        vec![0, 1]
+    );
+    let (cpus, note) = plan_pinning(PinChoice::On, 3, &two, false);
+    assert!(
+        cpus.is_empty() && note.contains("3 threads for the 2 CPUs"),
+        "{note}"
+    );
+    assert!(plan_pinning(PinChoice::Off, 2, &two, true).0.is_empty());
+    assert!("sometimes"
+        .parse::<PinChoice>()
+        .unwrap_err()
+        .contains("allowed: auto, on, off"));
+}
+
+#[test]
+fn a_pinned_run_says_where_its_threads_ran() {
+    let server = EchoServer::start(2, Duration::ZERO, 0);
+    let mut cfg = config(2, 1);
+    cfg.pin = PinChoice::On;
+    let first = crate::sys::allowed_cpus().unwrap()[0];
+    let s = Run::run(cfg, echo(server.addr)).unwrap();
+    let pin: Vec<_> = s.events.iter().filter(|e| e.kind == "pin").collect();
+    assert_eq!(pin.len(), 1);
+    assert_eq!(
+        pin[0].message,
+        format!("driver threads pinned, one per CPU: thread 0 on CPU {first} (pin = \"on\")")
+    );
+}

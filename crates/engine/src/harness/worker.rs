@@ -31,6 +31,11 @@ struct ThreadCtx<P: Protocol> {
 
 pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: Vec<u32>) {
     shared.cpu_clocks.lock().unwrap()[index] = sys::thread_cpu_clock();
+    if let Some(&cpu) = shared.pin_cpus.get(index) {
+        if let Err(e) = sys::pin_this_thread(cpu) {
+            *shared.pin_failed.lock().unwrap() = Some(format!("thread {index} on CPU {cpu}: {e}"));
+        }
+    }
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_all();
     if shared.io.is_uring() {

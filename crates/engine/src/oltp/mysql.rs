@@ -85,6 +85,10 @@ impl Protocol for MysqlOltpProtocol {
         &self.types
     }
 
+    fn read_only(&self) -> bool {
+        self.events.script.read_only()
+    }
+
     fn operation_types(&self) -> &[&'static str] {
         &STATEMENT_NAMES
     }

@@ -63,6 +63,11 @@ impl Script {
         Script::NAMES[self as usize]
     }
 
+    /// Whether the script's events only read (no insert, update or delete).
+    pub fn read_only(self) -> bool {
+        matches!(self, Script::PointSelect | Script::ReadOnly)
+    }
+
     /// The statements one event runs, in order (BEGIN and COMMIT included).
     pub fn statements(self) -> Vec<Kind> {
         use Kind::*;
@@ -525,6 +530,10 @@ impl Protocol for OltpProtocol {
 
     fn transaction_types(&self) -> &[&'static str] {
         &self.types
+    }
+
+    fn read_only(&self) -> bool {
+        self.events.script.read_only()
     }
 
     fn operation_types(&self) -> &[&'static str] {

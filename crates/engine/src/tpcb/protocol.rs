@@ -88,6 +88,10 @@ impl Protocol for TpcbProtocol {
         &self.types
     }
 
+    fn read_only(&self) -> bool {
+        self.script == Script::SelectOnly
+    }
+
     async fn connect(&self, _client: u32) -> Result<TpcbClient, TpcbError> {
         let mut conn = PgConn::connect(&self.info).await?;
         if self.mode == QueryMode::Prepared {
