@@ -166,10 +166,10 @@ def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, thread
 
 
 def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
-                workdir: Path) -> dict[str, Any]:
+                workdir: Path, pin: str = "auto") -> dict[str, Any]:
     w = OltpWorkload(OltpSettings.model_validate({
         "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
-        "threads": min(threads, cores()), "duration": float(seconds)}))
+        "threads": min(threads, cores()), "duration": float(seconds), "pin": pin}))
     before = resource.getrusage(resource.RUSAGE_SELF)
     result = w.run(ep, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -178,7 +178,13 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
-            "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?")}
+            "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
+            "pinned": any(e.kind == "pin" and e.message.startswith("driver threads pinned") for e in result.events)}
+
+
+def labelled(script: str, pin: str, pins: list[str]) -> str:
+    """A script's row label: with several --pin values, the value too."""
+    return script if len(pins) == 1 else f"{script}/pin={pin}"
 
 
 def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: list[int]) -> list[str]:
@@ -223,6 +229,9 @@ def main() -> int:
     ap.add_argument("--scripts", nargs="+", default=["point_select", "read_only", "read_write"])
     ap.add_argument("--load-pairs", type=int, default=1,
                     help="times to alternate sysbench prepare and perflab's loader (default 1)")
+    ap.add_argument("--pin", nargs="+", default=["auto"], choices=["auto", "on", "off"],
+                    help="perflab's pin parameter (driver threads on CPUs of their own); several: one perflab run "
+                         "of each per pair, their order reversed every other pair, rows labelled SCRIPT/pin=VALUE")
     ap.add_argument("--floor", action="store_true",
                     help="also run driver_floor.rs's mysqlwire mode on epoll and io_uring in each pair "
                          "(--server mariadb)")
@@ -297,15 +306,17 @@ def main() -> int:
             for threads in args.threads:
                 for pair in range(args.pairs):
                     a = run_sysbench(ep, script, args.tables, args.table_size, threads, args.seconds)
-                    b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base)
-                    rows.append({"script": script, "threads": threads, "pair": pair + 1, "sysbench": a,
-                                 "perflab": b, "load_average": os.getloadavg()[0]})
-                    print(f"  {script:12s} t={threads:<3d} pair {pair + 1}: sysbench {a['tps']:8.1f} tps "
-                          f"{a['cpu_per_tx_us']:7.1f} us/tx ({a['ignored_errors']} ignored errors) | perflab "
-                          f"{b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
-                          f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} failed; "
-                          f"{b['io']})", flush=True)
+                    for pin in (args.pin if pair % 2 == 0 else args.pin[::-1]):
+                        b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base, pin)
+                        rows.append({"script": labelled(script, pin, args.pin), "threads": threads, "pair": pair + 1,
+                                     "sysbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
+                        print(f"  {labelled(script, pin, args.pin):12s} t={threads:<3d} pair {pair + 1}: sysbench "
+                              f"{a['tps']:8.1f} tps {a['cpu_per_tx_us']:7.1f} us/tx ({a['ignored_errors']} ignored "
+                              f"errors) | perflab {b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
+                              f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} "
+                              f"failed; {b['io']}{', pinned' if b['pinned'] else ''})", flush=True)
                     if floor is not None:
+                        b = rows[-1]["perflab"]
                         assert isinstance(ep, MysqlWireEndpoint)
                         for io in FLOORS:
                             f = run_floor([floor, "mysqlwire", *(["--uring"] if io == "uring" else []),
@@ -327,7 +338,8 @@ def main() -> int:
     print()
     verdicts = [f"load: ratio {load_ratio:.3f} {'meets' if load_ratio <= TARGET_LOAD_RATIO else 'MISSES'} "
                 f"<= {TARGET_LOAD_RATIO}"]
-    for script, threads, tps, cpu in pair_table(rows, args.scripts, "threads", args.threads,
+    for script, threads, tps, cpu in pair_table(rows, [labelled(s, p, args.pin) for s in args.scripts for p in args.pin],
+                                                "threads", args.threads,
                                                 ("sysbench", "perflab"), ("perflab", "sysbench"),
                                                 ("tps ratio", "cpu ratio")):
         verdicts.append(f"{script} t={threads}: tps ratio {statistics.mean(tps):.3f} "

@@ -150,7 +150,7 @@ def child(spec: dict[str, Any]) -> int:
         out = _engine.tpcb_run(
             spec["conninfo"], script="tpcb-like", scale=1, clients=spec["clients"], threads=spec["threads"],
             protocol=spec["protocol"], t0_ns=time.monotonic_ns(), duration_s=spec["duration"],
-            seed=spec["seed"], io=spec["io"],
+            seed=spec["seed"], io=spec["io"], pin=spec["pin"],
         )
     except _engine.EngineConnectionError as exc:
         print(json.dumps({"outcome": "connect-error", "message": str(exc)}), flush=True)
@@ -334,7 +334,7 @@ def run_once(server: Server, round_: int, io: str, plan: Plan, args: argparse.Na
     with server.connect() as conn:
         conn.execute("TRUNCATE pgbench_history")
     log_from = server.target.log_path.stat().st_size
-    spec = {"conninfo": server.conninfo(), "clients": args.clients, "threads": args.threads,
+    spec = {"conninfo": server.conninfo(), "clients": args.clients, "threads": args.threads, "pin": args.pin,
             "protocol": plan.protocol, "duration": args.duration, "seed": plan.seed, "io": io}
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", json.dumps(spec)],
@@ -419,7 +419,7 @@ def soak(args: argparse.Namespace, say: Any = print) -> list[Outcome]:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"soak: seed {args.seed}, {args.runs} runs per io method ({', '.join(args.io)}), "
-        f"{args.duration} s each, {args.clients} clients on {args.threads} threads; "
+        f"{args.duration} s each, {args.clients} clients on {args.threads} threads (pin {args.pin}); "
         f"hang bound {args.duration + END_GRACE_S + HANG_MARGIN_S} s; failures in {out_dir}")
     # Become the subreaper of the server pg_ctl daemonizes, so that a killed
     # postmaster is reaped here at once (PID 1 in a container may never reap).
@@ -518,6 +518,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=1.0)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--pin", default="off", choices=["auto", "on", "off"],
+                   help="the driver threads' pin (off: as before it existed; on: each thread on a CPU of its own, "
+                        "the path read-only runs take by default)")
     p.add_argument("--long-stall-share", type=float, default=0.1,
                    help="share of stalls that last past the end of the run and its grace")
     p.add_argument("--out", default=None, help="where failing runs' records go (default: a new /tmp dir)")

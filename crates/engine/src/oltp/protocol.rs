@@ -647,6 +647,28 @@ mod tests {
     }
 
     #[test]
+    fn read_only_scripts_are_those_without_a_write() {
+        let writes = [
+            Kind::IndexUpdate,
+            Kind::NonIndexUpdate,
+            Kind::Delete,
+            Kind::Insert,
+            Kind::InsertAuto,
+        ];
+        for script in Script::ALL {
+            let writing = script.statements().iter().any(|k| writes.contains(k));
+            assert_eq!(script.read_only(), !writing, "{}", script.name());
+            assert_eq!(
+                protocol(script, RandType::Uniform).read_only(),
+                !writing,
+                "{}",
+                script.name()
+            );
+        }
+        assert!(Script::PointSelect.read_only() && Script::ReadOnly.read_only());
+    }
+
+    #[test]
     fn every_statement_has_its_histograms_name() {
         assert_eq!(STATEMENT_NAMES[Kind::Begin.statement()], "begin");
         assert_eq!(
