@@ -44,7 +44,8 @@ task on another CPU, which tell the machine's two speeds apart
 (benchmarks/README.md, "Two speeds").
 
 With --floor, each select-only pair also runs the cheapest drivers we know
-how to write, on epoll and on io_uring, with the same clients and threads
+how to write (with --floor-pin, their threads pinned as perflab's are), on
+epoll and on io_uring, with the same clients and threads
 (crates/engine/examples/driver_floor.rs, built here with cargo: the same
 prepared SELECT as Bind, Execute and Sync, one send and one receive per
 transaction, no clock, no histogram): what the kernel's side of the round
@@ -215,10 +216,15 @@ def main() -> int:
                          "of each per pair, labelled io/PIN")
     ap.add_argument("--floor", action="store_true",
                     help="also run the epoll and io_uring floors (driver_floor.rs) in each select-only pair")
+    ap.add_argument("--floor-pin", action="store_true",
+                    help="run the floors with each thread on a CPU of its own (DRIVER_FLOOR_PIN=1), as perflab's "
+                         "pin = auto does for select-only")
     ap.add_argument("--json", type=Path,
                     help="write every run's figures here (a list; with --floor, {runs: the list, floors: ...})")
     args = ap.parse_args()
     floor = driver_floor() if args.floor else None
+    if args.floor_pin:
+        os.environ["DRIVER_FLOOR_PIN"] = "1"  # inherited by each driver_floor child
     # perflab's variants per pair: (label, io, threads or None for pgbench's -j)
     variants = [(io + ("" if args.perflab_threads is None else f"/t{n}") + ("" if len(args.pin) == 1 else f"/{pin}"),
                  io, n, pin)

@@ -49,7 +49,8 @@
 //! must add.
 //!
 //! `DRIVER_FLOOR_READ` sets the bytes per `recv` on epoll (256 KiB by default;
-//! wrk reads 8 KiB).
+//! wrk reads 8 KiB). `DRIVER_FLOOR_PIN=1` pins each thread to a CPU of its
+//! own (the first THREADS of this process's CPUs), as perflab's `pin` does.
 //!
 //! Prints one JSON line: requests (transactions: with `mysqlwire`, events
 //! answered without an error; round_trips counts every statement), seconds,
@@ -1057,6 +1058,10 @@ fn main() {
             _ => usage_exit(),
         };
     let per = fds.len().div_ceil(threads.max(1));
+    // DRIVER_FLOOR_PIN=1: each thread on a CPU of its own, as perflab's
+    // `pin` does (harness::config::plan_pinning), when there are enough.
+    let allowed = perflab_engine::sys::allowed_cpus().unwrap_or_default();
+    let pin = std::env::var("DRIVER_FLOOR_PIN").is_ok_and(|v| v == "1") && threads <= allowed.len();
     let before = usage();
     let start = Instant::now();
     let stop = start + Duration::from_secs_f64(seconds);
@@ -1064,8 +1069,13 @@ fn main() {
         let handles: Vec<_> = fds
             .chunks(per.max(1))
             .zip(protos.iter_mut())
-            .map(|(share, proto)| {
+            .enumerate()
+            .map(|(t, (share, proto))| {
+                let cpu = allowed.get(t).copied().filter(|_| pin);
                 s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        perflab_engine::sys::pin_this_thread(cpu).expect("pin a thread");
+                    }
                     if uring {
                         run_uring(share, proto.as_mut(), stop)
                     } else {
