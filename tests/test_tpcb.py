@@ -171,7 +171,7 @@ def test_auto_pins_a_read_only_run_to_one_cpu_per_thread_and_leaves_writers_alon
                             '(pin = "auto": read-only transactions, one thread per CPU)')
             assert seen[-1] == sorted(str(c) for c in cpus)
         else:
-            assert note.startswith('driver threads not pinned (pin = "auto": transactions that write'), note
+            assert note.startswith('driver threads not pinned (pin = "auto" pins only runs whose SQL'), note
             assert all("," in mask or "-" in mask for mask in seen[-1]), seen[-1]
     # off is off whatever the script; a wrong word is refused by the settings.
     result = workload(script="select-only", clients=threads, duration="0.5s", pin="off").run(scratch_db, ctx)

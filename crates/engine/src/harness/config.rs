@@ -74,7 +74,9 @@ impl FromStr for PinChoice {
 /// benchmarks/README.md "Two speeds: cross-CPU wake-ups"). Where
 /// transactions write, backends wait on each other's locks and the WAL, and
 /// a pinned driver cannot follow them to an idle CPU: measured 3-4% fewer
-/// tpcb-like transactions, so `auto` leaves them to the scheduler. With fewer
+/// tpcb-like transactions, so `auto` leaves them to the scheduler, and so it
+/// does HTTP (a web server's worker serves many connections, so a driver
+/// thread's requests reach several of them: not measured pinned). With fewer
 /// threads than CPUs, pinning would crowd the server onto the driver's CPUs.
 pub fn plan_pinning(
     choice: PinChoice,
@@ -105,8 +107,8 @@ pub fn plan_pinning(
             "pin = \"on\", but {threads} threads for the {cpus} CPUs this process may use"
         )),
         PinChoice::Auto if !read_only => not(
-            "pin = \"auto\": transactions that write make backends wait on each other, \
-             and a pinned driver could not follow them"
+            "pin = \"auto\" pins only runs whose SQL transactions all only read, such as \
+             pgbench's select-only and sysbench's point_select and read_only"
                 .into(),
         ),
         PinChoice::Auto if threads < 2 => not("pin = \"auto\": one thread".into()),

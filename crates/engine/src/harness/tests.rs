@@ -759,7 +759,7 @@ fn auto_pins_read_only_runs_with_one_thread_per_cpu_and_says_why_not_otherwise()
     let (cpus, _) = plan_pinning(PinChoice::Auto, 2, &[2, 5], true);
     assert_eq!(cpus, vec![2, 5]);
     for (threads, allowed, read_only, why) in [
-        (2, &two[..], false, "write"),
+        (2, &two[..], false, "only read"),
         (1, &[0][..], true, "one thread"),
         (2, &[0, 1, 2, 3][..], true, "2 threads for the 4 CPUs"),
     ] {
