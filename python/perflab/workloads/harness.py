@@ -61,10 +61,11 @@ class HarnessSettings(WorkloadSettings):
     io: Literal["auto", "uring", "epoll"] = "auto"
     # Whether each driver thread runs on a CPU of its own: "auto" pins when
     # every transaction only reads and the run has one thread per CPU perflab
-    # may use (then no round trip wakes a thread on another CPU, the fast of
-    # the two speeds a shared machine gives, benchmarks/README.md), "on"
-    # whenever there is a CPU per thread, "off" never. Recorded as the run's
-    # "pin" event, with the reason.
+    # may use (pinned, a thread keeps more of the backends it wakes on its own
+    # CPU, so fewer round trips wake a task on another CPU: the faster of a
+    # shared machine's two speeds comes more often, benchmarks/README.md),
+    # "on" whenever there is a CPU per thread, "off" never. Recorded as the
+    # run's "pin" event, with the reason.
     pin: Literal["auto", "on", "off"] = "auto"
 
     @model_validator(mode="after")

@@ -66,12 +66,15 @@ impl FromStr for PinChoice {
 /// the sentence that says so and why, for the run's `pin` event.
 ///
 /// Why pin: a closed loop of read-only round trips on a server with a process
-/// per connection settles, when each driver thread and the backends it wakes
-/// share one CPU, into a mode without cross-CPU wake-ups; without pinning a
-/// run finds that mode or not by chance, and the other mode costs twice the
-/// driver's CPU per transaction on a virtual machine, where every such
-/// wake-up is an inter-processor interrupt and a VM exit (issue 33,
-/// benchmarks/README.md "Two speeds: cross-CPU wake-ups"). Where
+/// per connection is fastest when each driver thread and the backends it
+/// wakes share one CPU, with no cross-CPU wake-up; the other mode costs up to
+/// twice the driver's CPU per transaction on a virtual machine, where every
+/// such wake-up is an inter-processor interrupt and a VM exit. Left to the
+/// scheduler, a driver thread follows its wake-ups and finds that mode by
+/// chance; pinned, it keeps more of its backends with it (half the
+/// cross-CPU wake-ups, no deep slow mode in 40 runs: issue 33,
+/// benchmarks/README.md "Two speeds: cross-CPU wake-ups"). It does not hold
+/// the mode: the scheduler still moves backends. Where
 /// transactions write, backends wait on each other's locks and the WAL, and
 /// a pinned driver cannot follow them to an idle CPU: measured 3-4% fewer
 /// tpcb-like transactions, so `auto` leaves them to the scheduler, and so it
