@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from perflab.model import Event
+
 
 def cores() -> int:
     return len(os.sched_getaffinity(0))
@@ -50,6 +52,11 @@ def cross_cpu_interrupts() -> int | None:
             total += sum(int(v) for v in rest.split()[:ncpu] if v.isdigit())
             seen = True
     return total if seen else None
+
+
+def pinned(events: Iterable[Event]) -> bool:
+    """Whether a run's driver threads were pinned, from its `pin` event."""
+    return any(e.kind == "pin" and e.message.startswith("driver threads pinned") for e in events)
 
 
 def driver_floor() -> str:

@@ -68,6 +68,7 @@ from _common import (
     driver_floor,
     mean_spread,
     pair_table,
+    pinned,
     run_child,
     run_floor,
     run_main,
@@ -179,7 +180,7 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
-            "pinned": any(e.kind == "pin" and e.message.startswith("driver threads pinned") for e in result.events)}
+            "pinned": pinned(result.events)}
 
 
 def labelled(script: str, pin: str, pins: list[str]) -> str:
@@ -316,7 +317,9 @@ def main() -> int:
                               f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} "
                               f"failed; {b['io']}{', pinned' if b['pinned'] else ''})", flush=True)
                     if floor is not None:
-                        b = rows[-1]["perflab"]
+                        # the floors stand beside the first --pin value's run of this pair
+                        b = next(r for r in rows[-len(args.pin):]
+                                 if r["script"] == labelled(script, args.pin[0], args.pin))["perflab"]
                         assert isinstance(ep, MysqlWireEndpoint)
                         for io in FLOORS:
                             f = run_floor([floor, "mysqlwire", *(["--uring"] if io == "uring" else []),

@@ -88,6 +88,7 @@ from _common import (
     driver_floor,
     mean_spread,
     modes,
+    pinned,
     run_child,
     run_floor,
     run_main,
@@ -112,7 +113,7 @@ FLOORS = ("epoll", "uring")
 
 
 def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, threads: int,
-                            seconds: int) -> dict[str, float]:
+                            seconds: int) -> dict[str, Any]:
     """pgbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
     args = [str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-n", "-M", "prepared",
             "-b", script, "-c", str(clients), "-j", str(threads), "-T", str(seconds), ep.dbname]
@@ -151,13 +152,12 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     switches = (after.ru_nvcsw - before.ru_nvcsw) + (after.ru_nivcsw - before.ru_nivcsw)
     used = next((e.message for e in result.events if e.kind == "io"), "io: ?")
-    pinned = next((e.message for e in result.events if e.kind == "pin"), "")
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "cs_per_tx": switches / done, "ipi_per_tx": None if ipi is None else ipi / done,
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
             "slow_mode_event": any(e.kind == "io-slow-mode" for e in result.events),
-            "flags": ",".join(result.flags), "io": used, "pinned": pinned.startswith("driver threads pinned")}
+            "flags": ",".join(result.flags), "io": used, "pinned": pinned(result.events)}
 
 
 def ipi_text(run: dict[str, Any]) -> str:

@@ -60,8 +60,6 @@ pub fn process_cpu_s() -> Option<f64> {
     clock_s(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of a run's `t0_ns` and of Python's
-/// time.monotonic_ns().
 /// The CPUs this thread may run on (its affinity mask: a cpuset or taskset
 /// narrows it), in ascending order.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {
@@ -96,6 +94,8 @@ pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// CLOCK_MONOTONIC in ns: the clock of a run's `t0_ns` and of Python's
+/// time.monotonic_ns().
 pub fn monotonic_ns() -> u64 {
     let ts = clock_gettime(libc::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC always exists");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
