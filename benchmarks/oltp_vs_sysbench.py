@@ -27,15 +27,18 @@ getrusage around the run (driver threads, coordinator, polling thread and
 connection set-up included, as sysbench's figure includes them) over its
 transactions, with its stored driver_cpu_per_tx_us (driver threads, measured
 window) beside it. sysbench runs one OS thread per connection; perflab runs
-the connections on min(threads, cores) runtime threads. Ratios are perflab /
+the connections on the workload's default runtime threads (min(threads,
+cores) on PostgreSQL; on MariaDB at most 2 connections per thread, the oltp
+workload's default there), or on --perflab-threads N (several: one perflab
+run of each per pair, rows labelled SCRIPT/tN). Ratios are perflab /
 sysbench, the mean of the per-pair ratios with their spread.
 
 With --floor (--server mariadb only), each pair also runs the cheapest
 drivers we know how to write, on epoll and on io_uring, after sysbench and
 perflab: crates/engine/examples/driver_floor.rs in `mysqlwire` mode (built
 here with cargo, CARGO_TARGET_DIR honoured), the same script, tables, key
-distribution and connections (--threads), on perflab's thread count, every
-statement prepared once and run as one COM_STMT_EXECUTE round trip as
+distribution and connections (--threads), on the driver threads of
+perflab's first variant in the pair, every statement prepared once and run as one COM_STMT_EXECUTE round trip as
 perflab's are, replies framed but not decoded, no clock, no histogram: what
 the kernel's side of those round trips costs on this machine, the CPU per
 transaction no driver of this design goes below (its own getrusage over its
@@ -44,7 +47,8 @@ pgbench's SELECT, not sysbench's, so PostgreSQL has no floor here.
 
     .venv/bin/python benchmarks/oltp_vs_sysbench.py [--server postgres|mariadb] [--tables 10]
         [--table-size 100000] [--seconds 10] [--pairs 3] [--threads 8 32]
-        [--scripts point_select read_only read_write] [--load-pairs 1] [--floor] [--json out.json]
+        [--scripts point_select read_only read_write] [--load-pairs 1] [--pin auto off]
+        [--perflab-threads default 2 16] [--floor] [--json out.json]
 """
 
 from __future__ import annotations
@@ -167,10 +171,13 @@ def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, thread
 
 
 def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
-                workdir: Path, pin: str = "auto") -> dict[str, Any]:
+                workdir: Path, pin: str = "auto", driver_threads: str = "default") -> dict[str, Any]:
+    """One perflab run of `threads` clients (sysbench's --threads) on the
+    workload's default driver threads, or `driver_threads` of them."""
     w = OltpWorkload(OltpSettings.model_validate({
         "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
-        "threads": min(threads, cores()), "duration": float(seconds), "pin": pin}))
+        **({} if driver_threads == "default" else {"threads": min(int(driver_threads), threads)}),
+        "duration": float(seconds), "pin": pin}))
     before = resource.getrusage(resource.RUSAGE_SELF)
     result = w.run(ep, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -180,12 +187,15 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
-            "pinned": pinned(result.events)}
+            "pinned": pinned(result.events), "driver_threads": int(m["threads"].value)}
 
 
-def labelled(script: str, pin: str, pins: list[str]) -> str:
-    """A script's row label: with several --pin values, the value too."""
-    return script if len(pins) == 1 else f"{script}/pin={pin}"
+def labelled(script: str, pin: str, pins: list[str], driver_threads: str = "default",
+             all_threads: tuple[str, ...] = ("default",)) -> str:
+    """A script's row label: with several --pin values, the value too; with
+    several --perflab-threads, the thread count (tN, or t=default)."""
+    return (script + ("" if len(pins) == 1 else f"/pin={pin}")
+            + ("" if len(all_threads) == 1 else f"/t{'=default' if driver_threads == 'default' else driver_threads}"))
 
 
 def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: list[int]) -> list[str]:
@@ -233,6 +243,9 @@ def main() -> int:
     ap.add_argument("--pin", nargs="+", default=["auto"], choices=["auto", "on", "off"],
                     help="perflab's pin parameter (driver threads on CPUs of their own); several: one perflab run "
                          "of each per pair, their order reversed every other pair, rows labelled SCRIPT/pin=VALUE")
+    ap.add_argument("--perflab-threads", nargs="+", default=["default"], metavar="N",
+                    help="perflab's driver threads: default (the workload's own choice) or a number; several: one "
+                         "perflab run of each per pair, rows labelled SCRIPT/tN")
     ap.add_argument("--floor", action="store_true",
                     help="also run driver_floor.rs's mysqlwire mode on epoll and io_uring in each pair "
                          "(--server mariadb)")
@@ -241,9 +254,14 @@ def main() -> int:
     if args.floor and args.server != "mariadb":
         ap.error("--floor needs --server mariadb: driver_floor's pgwire mode runs pgbench's SELECT, "
                  "not sysbench's statements, so PostgreSQL has no floor here")
+    for n in args.perflab_threads:
+        if n != "default" and not (n.isdigit() and int(n) >= 1):
+            ap.error(f"--perflab-threads {n}: allowed: default or a whole number of at least 1")
     if shutil.which("sysbench") is None:
         raise SystemExit("sysbench is not installed (apt-get install sysbench)")
     floor = driver_floor() if args.floor else None
+    pts = tuple(args.perflab_threads)
+    variants = [(pin, n) for pin in args.pin for n in pts]  # perflab's runs per pair
 
     base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
@@ -307,24 +325,26 @@ def main() -> int:
             for threads in args.threads:
                 for pair in range(args.pairs):
                     a = run_sysbench(ep, script, args.tables, args.table_size, threads, args.seconds)
-                    for pin in (args.pin if pair % 2 == 0 else args.pin[::-1]):
-                        b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base, pin)
-                        rows.append({"script": labelled(script, pin, args.pin), "threads": threads, "pair": pair + 1,
+                    for pin, n in (variants if pair % 2 == 0 else variants[::-1]):
+                        b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base, pin, n)
+                        label = labelled(script, pin, args.pin, n, pts)
+                        rows.append({"script": label, "threads": threads, "pair": pair + 1,
                                      "sysbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
-                        print(f"  {labelled(script, pin, args.pin):12s} t={threads:<3d} pair {pair + 1}: sysbench "
+                        print(f"  {label:12s} t={threads:<3d} pair {pair + 1}: sysbench "
                               f"{a['tps']:8.1f} tps {a['cpu_per_tx_us']:7.1f} us/tx ({a['ignored_errors']} ignored "
                               f"errors) | perflab {b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
                               f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} "
-                              f"failed; {b['io']}{', pinned' if b['pinned'] else ''})", flush=True)
+                              f"failed; {b['driver_threads']} threads; {b['io']}{', pinned' if b['pinned'] else ''})",
+                              flush=True)
                     if floor is not None:
-                        # the floors stand beside the first --pin value's run of this pair
-                        b = next(r for r in rows[-len(args.pin):]
-                                 if r["script"] == labelled(script, args.pin[0], args.pin))["perflab"]
+                        # the floors stand beside the first variant's run of this pair, on its threads
+                        b = next(r for r in rows[-len(variants):]
+                                 if r["script"] == labelled(script, variants[0][0], args.pin, variants[0][1], pts))["perflab"]
                         assert isinstance(ep, MysqlWireEndpoint)
                         for io in FLOORS:
                             f = run_floor([floor, "mysqlwire", *(["--uring"] if io == "uring" else []),
                                            ep.wire_conninfo(), str(args.seconds), str(threads),
-                                           str(min(threads, cores())), script, str(args.tables),
+                                           str(b["driver_threads"]), script, str(args.tables),
                                            str(args.table_size), "special"])
                             floors.append({"script": script, "threads": threads, "pair": pair + 1, "io": io,
                                            "sysbench": a, "perflab": b, "floor": f,
@@ -341,7 +361,8 @@ def main() -> int:
     print()
     verdicts = [f"load: ratio {load_ratio:.3f} {'meets' if load_ratio <= TARGET_LOAD_RATIO else 'MISSES'} "
                 f"<= {TARGET_LOAD_RATIO}"]
-    for script, threads, tps, cpu in pair_table(rows, [labelled(s, p, args.pin) for s in args.scripts for p in args.pin],
+    for script, threads, tps, cpu in pair_table(rows, [labelled(s, p, args.pin, n, pts) for s in args.scripts
+                                                       for p, n in variants],
                                                 "threads", args.threads,
                                                 ("sysbench", "perflab"), ("perflab", "sysbench"),
                                                 ("tps ratio", "cpu ratio")):

@@ -433,7 +433,7 @@ def _com(endpoint: MysqlEndpoint) -> dict[str, int]:
 
 
 def test_oltp_loads_sysbenchs_tables_and_its_statements_match_the_servers_counters(server, tmp_path) -> None:
-    from perflab.workloads.oltp import STATEMENTS
+    from perflab.workloads.oltp import MYSQL_THREADS_WHY, STATEMENTS
 
     _, endpoint = server
     db = _own_database(endpoint, "t_oltp")
@@ -463,6 +463,17 @@ def test_oltp_loads_sysbenchs_tables_and_its_statements_match_the_servers_counte
     from test_oltp import assert_statement_histograms
 
     assert_statement_histograms(result, "read_write", committed=events)
+    # without `threads`, a driver thread drives at most 2 MySQL connections, and the run says so
+    from perflab.workloads.harness import cores
+
+    plain = min(8, cores())
+    spread_out = _oltp(script="point_select", clients=8, transactions=40).run(db, _ctx(tmp_path))
+    assert spread_out.metrics["threads"].value == max(plain, 4)
+    said = [e.message for e in spread_out.events if e.kind == "threads"]
+    assert said == ([] if plain >= 4 else [f"8 clients on 4 driver threads, at most 2 per thread (threads not set): "
+                                           f"{MYSQL_THREADS_WHY}"]), said
+    given = _oltp(script="point_select", clients=8, threads=2, transactions=40).run(db, _ctx(tmp_path))
+    assert given.metrics["threads"].value == 2 and not [e for e in given.events if e.kind == "threads"]
     # the insert script, on io_uring: AUTO_INCREMENT ids after the loaded ones
     _oltp(script="insert", clients=1, transactions=5, io="uring").run(db, _ctx(tmp_path))
     with db.connect() as conn:

@@ -83,6 +83,34 @@ def test_registered_and_settings_say_what_is_allowed() -> None:
     assert not workload(script="read_only").writes() and workload(script="write_only").writes()
 
 
+def test_default_threads_give_a_mysql_driver_thread_at_most_two_connections(monkeypatch) -> None:
+    from perflab.workloads import harness
+    from perflab.workloads.oltp import MYSQL_CLIENTS_PER_THREAD, MYSQL_THREADS_WHY
+
+    assert MYSQL_CLIENTS_PER_THREAD == 2
+    monkeypatch.setattr(harness, "cores", lambda: 2)
+
+    def threads(clients: int, given: int | None = None, per: int | None = MYSQL_CLIENTS_PER_THREAD) -> int:
+        return OltpSettings.model_validate({"kind": "oltp", "clients": clients, "threads": given}
+                                           ).effective_threads(per)
+
+    # PostgreSQL (no per-thread bound): min(clients, cores), as before
+    assert [threads(n, per=None) for n in (1, 2, 8, 32)] == [1, 2, 2, 2]
+    # MySQL wire: at least ceil(clients / 2) threads, never fewer than the plain default
+    assert [threads(n) for n in (1, 2, 3, 4, 5, 8, 32, 33)] == [1, 2, 2, 2, 3, 4, 16, 17]
+    # a thread count the user set is theirs
+    assert threads(32, given=2) == 2 and threads(8, given=8) == 8
+    s = OltpSettings.model_validate({"kind": "oltp", "clients": 32})
+    why = s.threads_reason(16, MYSQL_THREADS_WHY)
+    assert why is not None and why.startswith("32 clients on 16 driver threads, at most 2 per thread (threads not "
+                                              "set): a driver thread with more MySQL connections"), why
+    assert s.threads_reason(2, MYSQL_THREADS_WHY) is None  # the plain default says nothing
+    assert OltpSettings.model_validate({"kind": "oltp", "clients": 32, "threads": 16}).threads_reason(
+        16, MYSQL_THREADS_WHY) is None  # nor does a count the user set
+    monkeypatch.setattr(harness, "cores", lambda: 64)  # a big machine: the plain default is already more
+    assert threads(32) == 32 and s.threads_reason(32, MYSQL_THREADS_WHY) is None
+
+
 def test_loader_leaves_sysbenchs_tables_and_k_index(loaded) -> None:
     db, load = loaded
     assert load.rows == {"sbtest1": ROWS, "sbtest2": ROWS} and load.steps["tables"] > 0

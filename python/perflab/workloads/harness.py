@@ -41,7 +41,8 @@ MAX_TRIES = 1_000
 
 
 class HarnessSettings(WorkloadSettings):
-    # Clients (connections), and the driver's runtime threads (default: min(clients, cores)).
+    # Clients (connections), and the driver's runtime threads (default: min(clients, cores);
+    # a workload may default to more for a server, and says so as a "threads" event).
     clients: int = Field(default=1, ge=1, le=MAX_CLIENTS)
     threads: int | None = Field(default=None, ge=1)
     # Run length (each workload says its default), and the warm-up before it.
@@ -82,11 +83,28 @@ class HarnessSettings(WorkloadSettings):
         """The clients a run drives (a workload may derive them from its data set)."""
         return self.clients
 
-    def effective_threads(self) -> int:
-        """`threads`, else min(clients, the CPUs perflab may use)."""
+    def effective_threads(self, clients_per_thread: int | None = None) -> int:
+        """`threads`, else min(clients, the CPUs perflab may use); with
+        `clients_per_thread`, at least enough threads that none drives more
+        clients than that (a workload's default for a server that runs
+        fastest so, see `threads_reason`)."""
         if self.threads is not None:
             return self.threads
-        return max(1, min(self.effective_clients(), cores()))
+        clients = self.effective_clients()
+        threads = max(1, min(clients, cores()))
+        if clients_per_thread is not None:
+            threads = max(threads, -(-clients // clients_per_thread))
+        return threads
+
+    def threads_reason(self, threads: int, why: str) -> str | None:
+        """The "threads" event's message for a default thread count above
+        min(clients, CPUs): how many clients each thread drives and why
+        (None when `threads` was given or the plain default held)."""
+        clients = self.effective_clients()
+        if self.threads is not None or threads <= max(1, min(clients, cores())):
+            return None
+        return (f"{clients} clients on {threads} driver threads, at most {-(-clients // threads)} per thread "
+                f"(threads not set): {why}")
 
     def latency_origin(self, closed: str = "from send (closed loop)") -> str:
         """Where latency runs from, for a metric's description: the intended

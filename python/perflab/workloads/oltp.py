@@ -27,7 +27,7 @@ from perflab.context import RunContext
 from perflab.drivers import engine_run
 from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
-from perflab.model import CheckResult, Histogram, LoadResult, RunResult, fmt_factors
+from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.workloads import harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
@@ -50,6 +50,18 @@ STATEMENTS: dict[str, dict[str, int]] = {
 READ_ONLY_SCRIPTS = ("point_select", "read_only")
 DEFAULT_DURATION_S = 60.0
 SERIES_SOURCE = "oltp"
+# MySQL and MariaDB serve each connection on a thread of their own. On 2
+# cores, 32 oltp clients on the plain default's 2 driver threads (16 each)
+# ran at 0.75-0.83x sysbench's TPS with 0.13-0.29 cross-CPU interrupts per
+# point select; on 16 threads (2 each) at 1.02-1.21x, every script faster in
+# every pair, and CPU per transaction 0.59-0.97x sysbench's
+# (benchmarks/README.md, "Driver threads on MariaDB"). So without `threads`,
+# an oltp run on MySQL wire gives each driver thread at most 2 connections.
+# tpcc keeps the plain default: on MariaDB it measured the other way (16
+# threads for 32 clients: 17-23% less NOPM than 2).
+MYSQL_CLIENTS_PER_THREAD = 2
+MYSQL_THREADS_WHY = ("a driver thread with more MySQL connections than that made their round trips cross CPUs "
+                     "and ran slower (benchmarks/README.md, \"Driver threads on MariaDB\")")
 STATEMENT_HISTOGRAM = "latency.statement."
 STATEMENT_PERCENTILES = (0.50, 0.95, 0.99)
 
@@ -158,7 +170,8 @@ class OltpWorkload(Workload[Endpoint]):
                             'use script = "read_only" or "point_select", or set target.allow_destructive = true')
         result = RunResult(headline=list(self.headline))
         self._before = self._rows(endpoint)
-        threads = s.effective_threads()
+        conninfo, server = _wire(endpoint)
+        threads = s.effective_threads(MYSQL_CLIENTS_PER_THREAD if server == "mysql" else None)
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         duration = s.duration if s.duration is not None or s.transactions is not None else DEFAULT_DURATION_S
 
@@ -170,7 +183,6 @@ class OltpWorkload(Workload[Endpoint]):
             stalls.add(interval)
             harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
-        conninfo, server = _wire(endpoint)
         ctx.status(f"oltp {s.script}: connecting {s.clients} clients on {threads} threads")
         with harness.engine_errors("oltp"):
             out = engine_run(
@@ -182,6 +194,8 @@ class OltpWorkload(Workload[Endpoint]):
             )
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
                          lost=f"oltp: all {s.clients} client connections were lost (server down?)")
+        if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
+            result.events.append(Event(out.measure_start_t_s, "threads", why))
         self._committed = out.transactions
         self._metrics(out, result, "error" if server == "mysql" else "SQLSTATE")
         stalls.annotate(result)
