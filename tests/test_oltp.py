@@ -98,6 +98,9 @@ def test_default_threads_give_a_mysql_driver_thread_at_most_two_connections(monk
     assert [threads(n, per=None) for n in (1, 2, 8, 32)] == [1, 2, 2, 2]
     # MySQL wire: at least ceil(clients / 2) threads, never fewer than the plain default
     assert [threads(n) for n in (1, 2, 3, 4, 5, 8, 32, 33)] == [1, 2, 2, 2, 3, 4, 16, 17]
+    # up to MAX_DEFAULT_THREADS: 10,000 clients do not start 5,000 threads and rings
+    assert threads(128) == harness.MAX_DEFAULT_THREADS == 64 and threads(10_000) == 64
+    assert threads(10_000, given=500) == 500
     # a thread count the user set is theirs
     assert threads(32, given=2) == 2 and threads(8, given=8) == 8
     s = OltpSettings.model_validate({"kind": "oltp", "clients": 32})
