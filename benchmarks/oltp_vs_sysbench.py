@@ -38,11 +38,12 @@ drivers we know how to write, on epoll and on io_uring, after sysbench and
 perflab: crates/engine/examples/driver_floor.rs in `mysqlwire` mode (built
 here with cargo, CARGO_TARGET_DIR honoured), the same script, tables, key
 distribution and connections (--threads), on the driver threads of
-perflab's first variant in the pair, every statement prepared once and run as one COM_STMT_EXECUTE round trip as
-perflab's are, replies framed but not decoded, no clock, no histogram: what
-the kernel's side of those round trips costs on this machine, the CPU per
-transaction no driver of this design goes below (its own getrusage over its
-measured window, connecting excluded). driver_floor's `pgwire` mode runs
+perflab's first variant in the pair, every statement prepared once and run
+as one COM_STMT_EXECUTE round trip as perflab's are, replies framed but not
+decoded, no clock, no histogram: what the kernel's side of those round
+trips costs on this machine, the CPU per transaction no driver of this
+design goes below (its own getrusage over its measured window, connecting
+excluded). driver_floor's `pgwire` mode runs
 pgbench's SELECT, not sysbench's, so PostgreSQL has no floor here.
 
     .venv/bin/python benchmarks/oltp_vs_sysbench.py [--server postgres|mariadb] [--tables 10]
