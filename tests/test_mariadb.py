@@ -642,3 +642,40 @@ def test_oltp_on_an_external_mysql_target_writes_only_where_allowed(server, work
                                             "WHERE table_name = 'sbtest1'").fetchall()}
         assert "perflab_oltp" in where and "perflab" not in where, where
     run_cli("clean", workdir / "out", "--yes")
+
+
+OLTP_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "oltp_vs_sysbench.py"
+
+
+def _oltp_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run([sys.executable, str(OLTP_BENCH), *args], capture_output=True, text=True, timeout=300,
+                          cwd=OLTP_BENCH.parent)
+
+
+def test_the_sysbench_benchmark_refuses_a_bad_thread_count() -> None:
+    proc = _oltp_bench("--perflab-threads", "default", "two")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--perflab-threads two: allowed: default or a whole number of at least 1" in proc.stderr, proc.stderr
+
+
+@pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v sysbench"], capture_output=True).returncode != 0,
+                    reason="sysbench is not installed (./dev setup installs it)")
+def test_the_sysbench_benchmark_runs_the_default_threads_beside_a_given_count() -> None:
+    # oltp_vs_sysbench.py in small on MariaDB: 8 connections, perflab on its default
+    # threads (at most 2 connections each) and on 1, each run and row labelled, and
+    # the floors beside them
+    from perflab.workloads.harness import cores
+
+    proc = _oltp_bench("--server", "mariadb", "--tables", "1", "--table-size", "1000", "--threads", "8",
+                       "--scripts", "point_select", "--pairs", "1", "--seconds", "1",
+                       "--perflab-threads", "default", "1", "--floor")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    default = next(line for line in out.splitlines() if line.lstrip().startswith("point_select/t=default t=8"))
+    given = next(line for line in out.splitlines() if line.lstrip().startswith("point_select/t1 t=8"))
+    expected = max(min(8, cores()), 4)
+    assert f"; {expected} threads;" in default and "; 1 threads;" in given, (default, given)
+    assert "| point_select/t=default | 8 |" in out and "| point_select/t1 | 8 |" in out, out
+    assert "floor epoll:" in out and "floor uring:" in out, out
