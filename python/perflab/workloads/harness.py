@@ -95,19 +95,22 @@ class HarnessSettings(WorkloadSettings):
         for a server that runs fastest so, see `threads_reason`)."""
         if self.threads is not None:
             return self.threads
-        clients = self.effective_clients()
-        threads = max(1, min(clients, cores()))
+        threads = self._plain_threads()
         if clients_per_thread is not None:
-            threads = max(threads, min(-(-clients // clients_per_thread), MAX_DEFAULT_THREADS))
+            threads = max(threads, min(-(-self.effective_clients() // clients_per_thread), MAX_DEFAULT_THREADS))
         return threads
+
+    def _plain_threads(self) -> int:
+        """The default without a per-thread bound: min(clients, the CPUs perflab may use)."""
+        return max(1, min(self.effective_clients(), cores()))
 
     def threads_reason(self, threads: int, why: str) -> str | None:
         """The "threads" event's message for a default thread count above
         min(clients, CPUs): how many clients each thread drives and why
         (None when `threads` was given or the plain default held)."""
-        clients = self.effective_clients()
-        if self.threads is not None or threads <= max(1, min(clients, cores())):
+        if self.threads is not None or threads <= self._plain_threads():
             return None
+        clients = self.effective_clients()
         return (f"{clients} clients on {threads} driver threads, at most {-(-clients // threads)} per thread "
                 f"(threads not set): {why}")
 
