@@ -28,8 +28,9 @@ from perflab import _engine
 from perflab.hostctl import netns
 from perflab.store import Store
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems()),
-                                reason="network namespaces need root, ip and tc")
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems()),
+                                 reason="network namespaces need root, ip and tc")]
 
 GONE_WITHIN_S = 5.0
 

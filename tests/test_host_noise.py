@@ -32,6 +32,9 @@ from perflab.hostrun import memory_bound
 from perflab.model import Flag
 from perflab.store import Store
 
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = pytest.mark.serial
+
 BURN = "while True: pass"
 
 

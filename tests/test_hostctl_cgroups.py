@@ -30,6 +30,9 @@ from perflab.hostctl.cgroups import (
     undo_cgroup,
 )
 
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = pytest.mark.serial
+
 GONE_WITHIN_S = 5.0  # the guardian's promise after a SIGKILL of perflab
 PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
     p for p in (str(Path(__file__).resolve().parents[1] / "python"), os.environ.get("PYTHONPATH")) if p)}

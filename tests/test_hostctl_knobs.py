@@ -37,6 +37,9 @@ from perflab.hostctl.knobs import (
     undo_host_file,
 )
 
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = pytest.mark.serial
+
 GONE_WITHIN_S = 5.0  # the guardian's promise
 LOOP = "loop7"  # an unused loop device: never the disk the tests run on
 SCHEDULER = Path(f"/sys/block/{LOOP}/queue/scheduler")

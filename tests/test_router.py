@@ -21,8 +21,9 @@ from conftest import journaled_network_objects, start_run_until
 from perflab.hostctl import netfilter, netns
 from perflab.store import Store
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems(("ip", "ethtool", "nft"))),
-                                reason="the router needs root, ip, ethtool and nft")
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems(("ip", "ethtool", "nft"))),
+                                 reason="the router needs root, ip, ethtool and nft")]
 
 GONE_WITHIN_S = 5.0
 

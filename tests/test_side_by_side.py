@@ -29,7 +29,8 @@ from perflab.hostctl.cgroups import cgroup_of, find_hierarchies, resource_proble
 from perflab.store import Store
 from perflab.targets.postgres import server_cgroup_name, sweep_orphan_homes
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+# serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
+pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")]
 
 GONE_WITHIN_S = 10.0
 
