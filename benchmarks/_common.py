@@ -54,6 +54,95 @@ def cross_cpu_interrupts() -> int | None:
     return total if seen else None
 
 
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, idle) CPU seconds of the whole machine so far, summed over its
+    CPUs, from the `cpu` line of /proc/stat: idle and iowait are idle, every
+    other column (user, nice, system, irq, softirq, steal) busy. guest time
+    is inside user already. None where the file cannot be read."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu" or len(first) < 9:
+        return None
+    ticks = [int(v) for v in first[1:9]]  # user nice system idle iowait irq softirq steal
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / tick, idle / tick
+
+
+def machine_figures(before: tuple[float, float] | None, transactions: float) -> dict[str, float | None]:
+    """The whole machine's busy CPU per transaction (µs: driver, server,
+    kernel and anything else) and its idle share since `before`
+    (machine_cpu()). Both None without /proc/stat."""
+    after = machine_cpu()
+    if before is None or after is None or transactions <= 0:
+        return {"machine_per_tx_us": None, "idle_share": None}
+    busy, idle = after[0] - before[0], after[1] - before[1]
+    return {"machine_per_tx_us": busy / transactions * 1e6,
+            "idle_share": idle / (busy + idle) if busy + idle > 0 else None}
+
+
+def driver_factors(peer: dict[str, Any], ours: dict[str, Any], driver_us: float | None = None) -> dict[str, float] | None:
+    """A TPS ratio ours/peer taken apart (each run's cpu_per_tx_us,
+    machine_per_tx_us, idle_share, tps). On a machine whose CPUs the driver
+    and the server share, tps = busy cores / machine CPU per transaction,
+    and that CPU is the driver's plus everything else's (the server's, the
+    kernel's for it: "server" here). So the ratio is the product of:
+
+    - driver: peer's machine CPU per transaction over what it would be with
+      our driver's CPU and the peer run's server cost, i.e. the ratio the
+      drivers' own CPU allows at an equal server cost per transaction;
+    - server: how much less (above 1) or more the server spent per
+      transaction in our run than in the peer's, with our driver's CPU (the
+      scheduler's placement, mostly: cross-CPU wake-ups cost the server too);
+    - busy: how much more of the machine was busy in our run.
+
+    `driver_us` replaces our driver's CPU per transaction (a floor's): the
+    driver factor is then the most any driver as cheap can gain at the peer
+    run's server cost. None without /proc/stat figures."""
+    if any(r.get(k) is None for r in (peer, ours) for k in ("machine_per_tx_us", "idle_share")):
+        return None
+    mine = ours["cpu_per_tx_us"] if driver_us is None else driver_us
+    peer_server = peer["machine_per_tx_us"] - peer["cpu_per_tx_us"]
+    our_server = ours["machine_per_tx_us"] - ours["cpu_per_tx_us"]
+    return {"driver": peer["machine_per_tx_us"] / (peer_server + mine),
+            "server": (peer_server + mine) / (our_server + mine),
+            "busy": (1 - ours["idle_share"]) / (1 - peer["idle_share"])}
+
+
+def factor_table(groups: list[tuple[str, list[dict[str, Any]]]], peer: str, ours: str = "perflab") -> None:
+    """Print each group's TPS ratio ours/peer taken apart (driver_factors),
+    per pair: `groups` are (a row label of "|"-separated cells, its rows),
+    each row holding one run of each side under `peer` and `ours`. Groups
+    without /proc/stat figures are left out."""
+    print(f"\nthe TPS ratio taken apart, per pair (machine CPU per transaction = driver + server, from /proc/stat; "
+          f"driver: the ratio the drivers' own CPU gives at {peer}'s server cost; server: the server's cost per "
+          f"transaction in {ours}'s run against {peer}'s; busy: the machine's busy share, {ours}'s over {peer}'s; "
+          "their product is the ratio, on a machine that driver and server share)")
+    print("| group | tps ratio (pairs) | driver (pairs) | server (pairs) | busy (pairs) "
+          f"| idle share, {peer} / {ours} (max) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for label, group in groups:
+        factors = [driver_factors(r[peer], r[ours]) for r in group]
+        known = [f for f in factors if f is not None]
+        if not group or len(known) < len(group):
+            continue
+        print(f"| {label} | {mean_spread([r[ours]['tps'] / r[peer]['tps'] for r in group], 3)} "
+              + "".join(f"| {mean_spread([f[k] for f in known], 3)} " for k in ("driver", "server", "busy"))
+              + f"| {max(r[peer]['idle_share'] for r in group):.3f} / {max(r[ours]['idle_share'] for r in group):.3f} |")
+
+
+def floor_factor(group: list[dict[str, Any]], peer: str) -> str:
+    """driver_factors' driver factor with each pair's floor CPU per
+    transaction (r["floor"]["cpu_per_req_us"]) in place of perflab's: the
+    most a driver as cheap as the floor gains over `peer` at the peer run's
+    server cost. Mean (pairs), or "-" without /proc/stat figures."""
+    factors = [driver_factors(r[peer], r["perflab"], r["floor"]["cpu_per_req_us"]) for r in group]
+    known = [f["driver"] for f in factors if f is not None]
+    return mean_spread(known, 3) if known and len(known) == len(group) else "-"
+
+
 def pinned(events: Iterable[Event]) -> bool:
     """Whether a run's driver threads were pinned, from its `pin` event."""
     return any(e.kind == "pin" and e.message.startswith("driver threads pinned") for e in events)

@@ -71,6 +71,10 @@ from typing import Any
 from _common import (
     cores,
     driver_floor,
+    factor_table,
+    floor_factor,
+    machine_cpu,
+    machine_figures,
     mean_spread,
     pair_table,
     pinned,
@@ -157,8 +161,9 @@ def timed_load(target: PostgresTarget | MariadbTarget, ep: Endpoint, args: argpa
 
 
 def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, threads: int,
-                 seconds: int) -> dict[str, float]:
+                 seconds: int) -> dict[str, Any]:
     args = [*sysbench_args(ep, script, tables, table_size, threads), f"--time={seconds}", "run"]
+    machine_before = machine_cpu()
     code, text, error, usage = run_child(args)
     if code != 0:
         raise RuntimeError(f"sysbench failed: {error.strip() or text.strip()[-500:]}")
@@ -168,7 +173,7 @@ def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, thread
     done = int(found.group(1))
     return {"tps": float(found.group(2)), "transactions": done,
             "cpu_per_tx_us": (usage.ru_utime + usage.ru_stime) / done * 1e6,
-            "ignored_errors": int(ignored.group(1)) if ignored else 0}
+            "ignored_errors": int(ignored.group(1)) if ignored else 0, **machine_figures(machine_before, done)}
 
 
 def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
@@ -179,7 +184,7 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
         "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
         **({} if driver_threads == "default" else {"threads": min(int(driver_threads), threads)}),
         "duration": float(seconds), "pin": pin}))
-    before = resource.getrusage(resource.RUSAGE_SELF)
+    before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
     result = w.run(ep, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
     after = resource.getrusage(resource.RUSAGE_SELF)
     m = result.metrics
@@ -188,7 +193,8 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
     return {"tps": m["tps"].value, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6,
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
-            "pinned": pinned(result.events), "driver_threads": int(m["threads"].value)}
+            "pinned": pinned(result.events), "driver_threads": int(m["threads"].value),
+            **machine_figures(machine_before, done)}
 
 
 def labelled(script: str, pin: str, pins: list[str], driver_threads: str = "default",
@@ -203,8 +209,9 @@ def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: 
     """Print the floors against sysbench and perflab in the same pairs;
     return a verdict per floor: where sysbench's 0.8x sits against it."""
     print("\n| script | threads | floor | floor tps | floor us/tx (user, system) | floor cs/tx "
-          "| sysbench/floor CPU (pairs) | perflab/floor CPU (pairs) | floor/sysbench CPU (pairs) |")
-    print("| --- | ---: | --- | ---: | --- | ---: | --- | --- | --- |")
+          "| sysbench/floor CPU (pairs) | perflab/floor CPU (pairs) | floor/sysbench CPU (pairs) "
+          "| the floor's driver factor: the most a driver this cheap gains at sysbench's server cost (pairs) |")
+    print("| --- | ---: | --- | ---: | --- | ---: | --- | --- | --- | --- |")
     verdicts = []
     for script, threads, io in ((s, t, i) for s in scripts for t in threads_list for i in FLOORS):
         group = [r for r in floors if r["script"] == script and r["threads"] == threads and r["io"] == io]
@@ -223,7 +230,7 @@ def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: 
               f"| {mean('cs_per_req'):.2f} "
               f"| {mean_spread([s / f for s, f in zip(sysbench_cpu, floor_cpu, strict=True)], 3)} "
               f"| {mean_spread([p / f for p, f in zip(perflab_cpu, floor_cpu, strict=True)], 3)} "
-              f"| {mean_spread(under, 3)} |")
+              f"| {mean_spread(under, 3)} | {floor_factor(group, 'sysbench')} |")
         level = statistics.mean(under)
         verdicts.append(f"{script} t={threads} floor {io}: floor/sysbench CPU {level:.3f}: the {TARGET_CPU_RATIO}x "
                         f"target is {'BELOW' if level > TARGET_CPU_RATIO else 'above'} this floor")
@@ -371,6 +378,9 @@ def main() -> int:
                         f"{'meets' if statistics.mean(tps) >= TARGET_TPS_RATIO else 'MISSES'} >= {TARGET_TPS_RATIO}; "
                         f"cpu ratio {statistics.mean(cpu):.3f} "
                         f"{'meets' if statistics.mean(cpu) <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
+    factor_table([(f"{label} | {t}", [r for r in rows if r["script"] == label and r["threads"] == t])
+                  for label in [labelled(s, p, args.pin, n, pts) for s in args.scripts for p, n in variants]
+                  for t in args.threads], "sysbench")
     if floors:
         verdicts += floor_table(floors, args.scripts, args.threads)
     print()

@@ -86,6 +86,10 @@ from _common import (
     cores,
     cross_cpu_interrupts,
     driver_floor,
+    factor_table,
+    floor_factor,
+    machine_cpu,
+    machine_figures,
     mean_spread,
     modes,
     pinned,
@@ -117,7 +121,7 @@ def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, 
     """pgbench as a child whose rusage is read with os.wait4 (no other child runs meanwhile)."""
     args = [str(pgbench), "-h", ep.host, "-p", str(ep.port), "-U", ep.user, "-n", "-M", "prepared",
             "-b", script, "-c", str(clients), "-j", str(threads), "-T", str(seconds), ep.dbname]
-    ipi_before = cross_cpu_interrupts()
+    ipi_before, machine_before = cross_cpu_interrupts(), machine_cpu()
     code, text, error, usage = run_child(args)
     ipi = ipi_delta(ipi_before)
     if code != 0:
@@ -127,7 +131,7 @@ def run_pgbench(pgbench: Path, ep: PostgresEndpoint, script: str, clients: int, 
     cpu_s = usage.ru_utime + usage.ru_stime
     switches = usage.ru_nvcsw + usage.ru_nivcsw
     return {"tps": tps, "transactions": done, "cpu_per_tx_us": cpu_s / done * 1e6, "cs_per_tx": switches / done,
-            "ipi_per_tx": None if ipi is None else ipi / done}
+            "ipi_per_tx": None if ipi is None else ipi / done, **machine_figures(machine_before, done)}
 
 
 def ipi_delta(before: int | None) -> int | None:
@@ -143,7 +147,7 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())
     before = resource.getrusage(resource.RUSAGE_SELF)
-    ipi_before = cross_cpu_interrupts()
+    ipi_before, machine_before = cross_cpu_interrupts(), machine_cpu()
     result = w.run(ep, ctx)
     ipi = ipi_delta(ipi_before)
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -157,7 +161,8 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
             "slow_mode_event": any(e.kind == "io-slow-mode" for e in result.events),
-            "flags": ",".join(result.flags), "io": used, "pinned": pinned(result.events)}
+            "flags": ",".join(result.flags), "io": used, "pinned": pinned(result.events),
+            **machine_figures(machine_before, done)}
 
 
 def ipi_text(run: dict[str, Any]) -> str:
@@ -325,9 +330,13 @@ def main() -> int:
             verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
     print_spread(rows, args.scripts, args.clients, labels)
+    factor_table([(f"{s} | {c} | {i}", [r for r in rows if r["script"] == s and r["clients"] == c
+                                       and r["io"] == i])
+                  for s in args.scripts for c in args.clients for i in labels], "pgbench")
     if floors:
         print(f"\nfloors (perflab io = {args.io[0]}): | script | clients | j | floor | floor tps | floor us/tx "
-              "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU |")
+              "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU "
+              "| the floor's driver factor: the most a driver this cheap gains at pgbench's server cost |")
         for clients, io in ((c, i) for c in args.clients for i in FLOORS):
             group = [r for r in floors if r["clients"] == clients and r["io"] == io]
             if not group:
@@ -345,7 +354,8 @@ def main() -> int:
                   f"| {mean('cs_per_req'):.2f} "
                   f"| {mean_spread([f / g for f, g in zip(floor_cpu, pgbench_cpu, strict=True)], 3)} "
                   f"| {mean_spread([p / f for p, f in zip(perflab_cpu, floor_cpu, strict=True)], 3)} "
-                  f"| {mean_spread([p / g for p, g in zip(perflab_cpu, pgbench_cpu, strict=True)], 3)} |")
+                  f"| {mean_spread([p / g for p, g in zip(perflab_cpu, pgbench_cpu, strict=True)], 3)} "
+                  f"| {floor_factor(group, 'pgbench')} |")
     print()
     print("\n".join(verdicts))
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
