@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -186,8 +187,9 @@ def test_external_target_writes_only_in_its_own_marked_database(server, workdir:
     proc = run_cli("check", _sql_experiment(workdir / "ro.toml", f'[target]\nkind = "mysql"\ndsn = "{dsn}"\n'),
                    check=False)
     assert proc.returncode == 2 and "target.allow_destructive" in proc.stderr, proc.stderr
+    # 2 s, so that mysqlstat's 0.5-s intervals fall inside the run on a busy machine too
     experiment = _sql_experiment(workdir / "rw.toml", f'[target]\nkind = "mysql"\ndsn = "{dsn}"\n'
-                                 "allow_destructive = true\n")
+                                 "allow_destructive = true\n", duration="2s")
     run_cli("run", experiment, "--out", workdir / "out", "--quiet", "--no-report")
     with endpoint.connect() as conn:
         assert conn.execute("SELECT count(*) FROM perflab_sql.t").fetchone()[0] == 1000
@@ -679,3 +681,9 @@ def test_the_sysbench_benchmark_runs_the_default_threads_beside_a_given_count() 
     assert f"; {expected} threads;" in default and "; 1 threads;" in given, (default, given)
     assert "| point_select/t=default | 8 |" in out and "| point_select/t1 | 8 |" in out, out
     assert "floor epoll:" in out and "floor uring:" in out, out
+    # each row's TPS ratio taken apart (driver, server, busy), from /proc/stat, and the
+    # floors' driver factor: the most a driver as cheap gains at sysbench's server cost
+    factors = out.split("the TPS ratio taken apart", 1)[-1].split("\n\n", 1)[0]
+    assert "| point_select/t=default | 8 | " in factors and "| point_select/t1 | 8 | " in factors, out
+    floor_rows = [line for line in out.splitlines() if line.startswith("| point_select | 8 | ")]
+    assert len(floor_rows) == 2 and all(re.search(r"\| \d\.\d{3} \([\d.-]+\) \|$", row) for row in floor_rows), floor_rows
