@@ -205,6 +205,9 @@ pub struct Ring {
     eventfd: AsyncFd<OwnedFd>,
     /// Receives finish only inside our own io_uring_enter(GETEVENTS).
     deferred: bool,
+    /// The closed-loop wait returns after WAIT_LIMIT_NS at the latest
+    /// (`Protocol::TIMERS_IN_FLIGHT`); else it waits for a completion.
+    bounded_wait: Cell<bool>,
     /// io_uring_enter calls made (for the run's record). Written by this
     /// thread only; the run's coordinator reads it every second (the
     /// per-second series of enters per transaction, see `harness::stats`).
@@ -265,6 +268,7 @@ impl Ring {
             users: Cell::new(0),
             eventfd,
             deferred,
+            bounded_wait: Cell::new(true),
             enters: Arc::new(AtomicU64::new(0)),
         }))
     }
@@ -282,6 +286,13 @@ impl Ring {
     fn count_enter(&self) {
         self.enters
             .store(self.enters.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Whether the closed-loop wait returns after WAIT_LIMIT_NS even with no
+    /// completion: needed where a client waits on a timer beside its round
+    /// trip (`Protocol::TIMERS_IN_FLIGHT`). On by default.
+    pub fn set_bounded_wait(&self, bounded: bool) {
+        self.bounded_wait.set(bounded);
     }
 
     /// Whether the kernel finishes receives only inside this thread's own
@@ -429,7 +440,8 @@ impl Ring {
     /// Submit what is pending, let the kernel finish the receives it
     /// deferred to us (one io_uring_enter), drain the completion queue and
     /// wake the clients it finished. Returns how many it woke. With `wait`,
-    /// the enter sleeps until a completion or WAIT_LIMIT.
+    /// the enter sleeps until a completion (or WAIT_LIMIT_NS when the wait is
+    /// bounded).
     fn reap(&self, wait: bool) -> usize {
         {
             let mut uring = self.uring.borrow_mut();
@@ -445,7 +457,12 @@ impl Ring {
                 return 0;
             }
             self.count_enter();
-            if wait {
+            if wait && !self.bounded_wait.get() {
+                // No kernel timer armed and cancelled per sleep: a completion
+                // (a reply, or the shutdown the harness does at the run's end)
+                // or a signal ends it.
+                let _ = uring.submitter().submit_and_wait(1);
+            } else if wait {
                 let ts = types::Timespec::new().nsec(WAIT_LIMIT_NS);
                 let args = types::SubmitArgs::new().timespec(&ts);
                 let _ = uring.submitter().submit_with_args(1, &args);
@@ -543,8 +560,9 @@ impl Ring {
     }
 }
 
-/// Longest sleep inside io_uring_enter, so that a wake-up the ring cannot
-/// see (none is expected; this is a safety net) waits at most this long.
+/// Longest sleep inside io_uring_enter when a client may wait on a timer
+/// beside its round trip (`Protocol::TIMERS_IN_FLIGHT`), so that the runtime
+/// sees that timer at most this late.
 const WAIT_LIMIT_NS: u32 = 20_000_000;
 
 /// A connection's hold on its ring (counted in `Ring::users`).
@@ -726,15 +744,21 @@ mod tests {
         assert!(!choose_io(IoChoice::Auto, false, never).unwrap().is_uring());
     }
 
+    /// A worker thread's runtime as the harness builds it: one thread, the
+    /// ring's submissions flushed as it parks.
+    fn ring_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_park(submit_thread_ring)
+            .build()
+            .unwrap()
+    }
+
     #[test]
     #[ignore = "needs io_uring: ./dev test runs it with --ignored where io_uring_setup is permitted"]
     fn round_trips_over_a_socket_pair() {
         probe().expect("io_uring");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_park(submit_thread_ring)
-            .build()
-            .unwrap();
+        let rt = ring_runtime();
         let local = tokio::task::LocalSet::new();
         local.block_on(&rt, async {
             let ring = Ring::new(2).unwrap();
@@ -805,5 +829,66 @@ mod tests {
             reaper.abort();
             set_thread_ring(None);
         });
+    }
+
+    /// The closed-loop wait of one attached client whose peer, `after` the
+    /// request, answers (`answer`) or instead shuts the client's socket down
+    /// from its thread, as the harness does at a run's end: what the round
+    /// trip got, and the io_uring_enter calls made meanwhile.
+    fn closed_loop_wait(bounded: bool, answer: bool, after: std::time::Duration) -> (i32, u64) {
+        let rt = ring_runtime();
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&rt, async {
+            let ring = Ring::new(1).unwrap();
+            ring.set_bounded_wait(bounded);
+            set_thread_ring(Some(ring.clone()));
+            let reaper = tokio::task::spawn_local(ring.clone().reap_forever());
+            let user = ring.attach();
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let fd = a.as_raw_fd();
+            let peer = std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut b = b;
+                let mut buf = [0u8; 4];
+                b.read_exact(&mut buf).unwrap();
+                std::thread::sleep(after);
+                if answer {
+                    b.write_all(b"pong").unwrap();
+                } else {
+                    crate::sys::shutdown_socket(fd);
+                }
+                b
+            });
+            let enters = ring.enters();
+            let got = ring.round_trip(fd, b"ping".to_vec(), vec![0; 16], 0).await;
+            let made = ring.enters() - enters;
+            drop(peer.join().unwrap());
+            drop(user);
+            reaper.abort();
+            set_thread_ring(None);
+            (got.recv_result, made)
+        })
+    }
+
+    #[test]
+    #[ignore = "needs io_uring: ./dev test runs it with --ignored where io_uring_setup is permitted"]
+    fn an_unbounded_wait_sleeps_until_the_reply_or_the_shutdown_and_a_bounded_one_wakes_every_limit(
+    ) {
+        probe().expect("io_uring");
+        let after = std::time::Duration::from_millis(150);
+        // Without timers in flight: one sleep, however long the reply takes.
+        let (got, enters) = closed_loop_wait(false, true, after);
+        assert_eq!(got, 4);
+        assert!(enters <= 3, "{enters} enters: woke before the reply");
+        // The run's end shuts the socket of a round trip that never gets its
+        // reply: the wait ends there (end of stream), it does not hang.
+        let (got, enters) = closed_loop_wait(false, false, after);
+        assert_eq!(got, 0);
+        assert!(enters <= 3, "{enters} enters");
+        // With timers in flight the wait returns every WAIT_LIMIT_NS (20 ms),
+        // so the runtime sees them: several enters over 150 ms.
+        let (got, enters) = closed_loop_wait(true, true, after);
+        assert_eq!(got, 4);
+        assert!(enters >= 5, "only {enters} enters in 150 ms");
     }
 }

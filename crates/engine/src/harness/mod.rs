@@ -74,6 +74,18 @@ pub trait Protocol: Send + Sync + 'static {
     /// (see [`Protocol::use_ring`]).
     const SUPPORTS_RING: bool = false;
 
+    /// Whether a client can be woken by a timer while its round trip is in
+    /// flight on the ring (a request timeout). Then the ring's closed-loop
+    /// wait, which sleeps in the kernel while every client waits on the ring,
+    /// returns at least every WAIT_LIMIT (20 ms) so that the runtime sees the
+    /// timer. Without such timers, and when every transaction only reads
+    /// ([`Protocol::read_only`]), the wait has no timeout: arming and
+    /// cancelling the kernel's timer on every sleep cost about 1-3% of TPS on
+    /// select-only (benchmarks/README.md; tpcb-like ran no faster without
+    /// it). The run's end still wakes the wait, since the harness shuts the
+    /// sockets of whatever is in flight.
+    const TIMERS_IN_FLIGHT: bool = true;
+
     /// Names of the transaction types; histograms and counts are kept per type.
     fn transaction_types(&self) -> &[&'static str];
 

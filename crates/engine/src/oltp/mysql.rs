@@ -79,6 +79,7 @@ impl Protocol for MysqlOltpProtocol {
     type Request = Draws;
     type Error = MyError;
     const SUPPORTS_RING: bool = true;
+    const TIMERS_IN_FLIGHT: bool = false;
     const TIMES_OPERATIONS: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {

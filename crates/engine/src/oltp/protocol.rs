@@ -548,6 +548,7 @@ impl Protocol for OltpProtocol {
     type Request = Draws;
     type Error = OltpError;
     const SUPPORTS_RING: bool = true;
+    const TIMERS_IN_FLIGHT: bool = false;
     const TIMES_OPERATIONS: bool = true;
 
     fn transaction_types(&self) -> &[&'static str] {

@@ -83,6 +83,7 @@ impl Protocol for TpcbProtocol {
     type Request = Draws;
     type Error = TpcbError;
     const SUPPORTS_RING: bool = true;
+    const TIMERS_IN_FLIGHT: bool = false;
 
     fn transaction_types(&self) -> &[&'static str] {
         &self.types
