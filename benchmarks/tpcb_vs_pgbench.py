@@ -165,6 +165,11 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
             **machine_figures(machine_before, done)}
 
 
+def runs_of(rows: list[dict[str, Any]], script: str, clients: int, io: str) -> list[dict[str, Any]]:
+    """The pairs of one script, client count and perflab variant (its io label)."""
+    return [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
+
+
 def ipi_text(run: dict[str, Any]) -> str:
     return "" if run.get("ipi_per_tx") is None else f" {run['ipi_per_tx']:.3f} ipi/tx"
 
@@ -183,7 +188,7 @@ def print_spread(rows: list[dict[str, Any]], scripts: list[str], clients_list: l
           "| perflab runs with an io-slow-mode event |")
     print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: |")
     for script, clients, io in ((s, c, i) for s in scripts for c in clients_list for i in ios):
-        group = [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
+        group = runs_of(rows, script, clients, io)
         if not group:
             continue
         enters = [r["perflab"]["enters_per_tx"] for r in group if r["perflab"]["enters_per_tx"]]
@@ -309,7 +314,7 @@ def main() -> int:
           f"{'cpu ratio':>9s} {'(pairs)':>11s} | {'cs/tx pgb':>9s} {'perflab':>7s}")
     verdicts = []
     for script, clients, io in ((s, c, i) for s in args.scripts for c in args.clients for i in labels):
-        group = [r for r in rows if r["script"] == script and r["clients"] == clients and r["io"] == io]
+        group = runs_of(rows, script, clients, io)
         if group:
             tps_ratios = [r["perflab"]["tps"] / r["pgbench"]["tps"] for r in group]
             cpu_ratios = [r["perflab"]["cpu_per_tx_us"] / r["pgbench"]["cpu_per_tx_us"] for r in group]
@@ -330,9 +335,8 @@ def main() -> int:
             verdicts.append(f"{script} c={clients} io={io}: cpu ratio {cpu_ratio:.3f} "
                             f"{'meets' if cpu_ratio <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
     print_spread(rows, args.scripts, args.clients, labels)
-    factor_table([(f"{s} | {c} | {i}", [r for r in rows if r["script"] == s and r["clients"] == c
-                                       and r["io"] == i])
-                  for s in args.scripts for c in args.clients for i in labels], "pgbench")
+    factor_table([(f"{s} | {c} | {i}", runs_of(rows, s, c, i)) for s in args.scripts for c in args.clients
+                  for i in labels], "pgbench")
     if floors:
         print(f"\nfloors (perflab io = {args.io[0]}): | script | clients | j | floor | floor tps | floor us/tx "
               "(user, system) | floor cs/tx | floor/pgbench CPU | perflab/floor CPU | perflab/pgbench CPU "
