@@ -161,6 +161,8 @@ def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, s
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value,
             "enters_per_tx": m["io_enters_per_tx"].value if "io_enters_per_tx" in m else None,
             "slow_mode_event": any(e.kind == "io-slow-mode" for e in result.events),
+            "off_cpu": m["server_off_cpu_share"].value if "server_off_cpu_share" in m else None,
+            "placement_event": any(e.kind == "placement" for e in result.events),
             "flags": ",".join(result.flags), "io": used, "pinned": pinned(result.events),
             **machine_figures(machine_before, done)}
 
@@ -185,8 +187,9 @@ def print_spread(rows: list[dict[str, Any]], scripts: list[str], clients_list: l
           f"{SLOW_MODE_RATIO}x its group's lowest enters/tx, so a group slow in every run reads as fast: "
           "compare the range with the quiet machine's fast mode, benchmarks/README.md)")
     print("| script | clients | io | runs | pgbench tps cv | perflab tps cv | perflab runs fast, slow (enters/tx) "
-          "| perflab runs with an io-slow-mode event |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: |")
+          "| perflab runs with an io-slow-mode event | perflab runs by backends off CPU: none, under 1/4, "
+          "1/4 or more (placement events) |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |")
     for script, clients, io in ((s, c, i) for s in scripts for c in clients_list for i in ios):
         group = runs_of(rows, script, clients, io)
         if not group:
@@ -200,7 +203,22 @@ def print_spread(rows: list[dict[str, Any]], scripts: list[str], clients_list: l
         events = sum(1 for r in group if r["perflab"].get("slow_mode_event"))
         print(f"| {script} | {clients} | {io} | {len(group)} "
               f"| {cv([r['pgbench']['tps'] for r in group]):.3f} | {cv([r['perflab']['tps'] for r in group]):.3f} "
-              f"| {mode_cell} | {events} |")
+              f"| {mode_cell} | {events} | {placement_cell([r['perflab'] for r in group])} |")
+
+
+def placement_cell(runs: list[dict[str, Any]]) -> str:
+    """perflab's runs by the share of samples that found a backend on
+    another CPU than its pinned driver thread (the harness's
+    server_off_cpu_share: none, under a quarter, a quarter or more), with
+    the runs that carried a placement event; "-" when no run was sampled
+    (threads not pinned)."""
+    shares = [r["off_cpu"] for r in runs if r.get("off_cpu") is not None]
+    if not shares:
+        return "-"
+    none = sum(1 for x in shares if x == 0)
+    high = sum(1 for x in shares if x >= 0.25)
+    events = sum(1 for r in runs if r.get("placement_event"))
+    return f"{none}, {len(shares) - none - high}, {high} ({events})"
 
 
 def main() -> int:
@@ -290,7 +308,9 @@ def main() -> int:
                               f"{b['cpu_per_tx_us']:7.2f} us/tx {b['cs_per_tx']:.2f} cs/tx{ipi_text(b)} "
                               f"(engine {b['engine_cpu_per_tx_us']:.2f}; {b['io']}"
                               + (f", {b['enters_per_tx']:.2f} enters/tx" if b["enters_per_tx"] is not None else "")
-                              + (", pinned" if b["pinned"] else "") + f") {b['flags']}", flush=True)
+                              + (", pinned" if b["pinned"] else "")
+                              + (f", {b['off_cpu']:.2f} of backends off CPU" if b["off_cpu"] is not None else "")
+                              + f") {b['flags']}", flush=True)
                     if floor is not None and script == "select-only":
                         for io in FLOORS:
                             f = run_floor([floor, "pgwire", *(["--uring"] if io == "uring" else []), ep.host,

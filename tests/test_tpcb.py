@@ -180,6 +180,45 @@ def test_auto_pins_a_read_only_run_to_one_cpu_per_thread_and_leaves_writers_alon
         TpcbSettings.model_validate({"kind": "tpcb", "pin": "always"})
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two CPUs; this process may use one")
+def test_a_run_says_when_its_backends_ran_off_their_driver_threads_cpu(pg_target, scratch_db, tmp_path) -> None:
+    # The session server's postmaster (this test's own) is confined to one
+    # CPU, so the backends it forks for the run are too; the run's one driver
+    # thread is pinned to the first CPU. Backends on another CPU: every
+    # sample finds them off, and the run says so. On the thread's CPU: none.
+    from perflab.targets.postgres.postmaster import postmaster_pid
+
+    target, _ = pg_target
+    pid = postmaster_pid(target.data_dir)
+    assert pid is not None
+    cpus = sorted(os.sched_getaffinity(0))
+    ctx = context(tmp_path)
+    workload(script="select-only").prepare(scratch_db, ctx)
+    before = os.sched_getaffinity(pid)
+    try:
+        for backends_on, off in ((cpus[-1], 1.0), (cpus[0], 0.0)):
+            os.sched_setaffinity(pid, {backends_on})
+            result = workload(script="select-only", clients=2, threads=1, duration="3s", pin="on").run(
+                scratch_db, ctx)
+            m = result.metrics
+            assert [e.message for e in result.events if e.kind == "pin"][0].startswith(
+                f"driver threads pinned, one per CPU: thread 0 on CPU {cpus[0]}")
+            assert m["server_off_cpu_share"].value == off
+            placement = [e.message for e in result.events if e.kind == "placement"]
+            if off:
+                [message] = placement
+                assert message.startswith("server processes off their driver thread's CPU: in 3 of 3 s"), message
+                assert message.endswith("1.00 1.00 1.00"), message
+            else:
+                assert placement == []
+    finally:
+        os.sched_setaffinity(pid, before)
+    # Unpinned, nothing is sampled: no figure, no event.
+    result = workload(script="select-only", clients=2, threads=1, duration="1s", pin="off").run(scratch_db, ctx)
+    assert "server_off_cpu_share" not in result.metrics
+    assert not [e for e in result.events if e.kind == "placement"]
+
+
 def test_perflab_load_is_pgbench_load_and_pgbench_runs_on_it(pg_target, scratch_db, tmp_path) -> None:
     target, _ = pg_target
     w = workload(fillfactor=90)

@@ -115,6 +115,11 @@ class DriverResult:
     client_bound: bool
     io: str
     io_enters_per_tx: float
+    # Server processes sampled once a second against their client's pinned driver
+    # thread (a PostgreSQL server on this machine), and the samples that found one
+    # on another CPU.
+    server_sampled: int
+    server_off_cpu: int
     series: list[Interval]
     events: list[DriverEvent]
 

@@ -203,6 +203,11 @@ record! {
         client_bound: bool as "bool" = s.client_bound,
         io: String as "str" = s.io.clone(),
         io_enters_per_tx: f64 as "float" = s.io_enters_per_tx,
+        /// Server processes sampled once a second against their client's
+        /// pinned driver thread (a PostgreSQL server on this machine), and
+        /// the samples that found one on another CPU.
+        server_sampled: u64 as "int" = s.server_sampled,
+        server_off_cpu: u64 as "int" = s.server_off_cpu,
         series: Vec<Interval> as "list[Interval]" = s
             .series
             .iter()

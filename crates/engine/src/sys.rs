@@ -94,6 +94,25 @@ pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
     Ok(())
 }
 
+/// The CPU a process (or thread: /proc also answers to a thread id) last
+/// ran on: field 39 (`processor`) of /proc/PID/stat. None when it has gone
+/// or the file cannot be read or parsed.
+pub fn last_cpu(pid: u32) -> Option<usize> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat_processor(&stat)
+}
+
+/// `processor` from the text of a /proc/PID/stat: the fields after the
+/// command name, which is in parentheses and may itself hold spaces and
+/// parentheses, start at field 3 (state), so field 39 is the 37th of them.
+fn parse_stat_processor(stat: &str) -> Option<usize> {
+    let (_, after) = stat.rsplit_once(')')?;
+    after
+        .split_whitespace()
+        .nth(39 - 3)
+        .and_then(|f| f.parse().ok())
+}
+
 /// CLOCK_MONOTONIC in ns: the clock of a run's `t0_ns` and of Python's
 /// time.monotonic_ns().
 pub fn monotonic_ns() -> u64 {
@@ -315,6 +334,37 @@ impl Epoll {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn processor_is_field_39_even_when_the_command_name_holds_spaces_and_parentheses() {
+        let mut fields: Vec<String> = (3..=52).map(|n| format!("{}", n * 10)).collect();
+        fields[0] = "S".into();
+        let stat = format!("4242 (a (b) c) {}\n", fields.join(" "));
+        assert_eq!(parse_stat_processor(&stat), Some(390));
+        assert_eq!(parse_stat_processor("4242 (short) S 1 2"), None);
+        assert_eq!(parse_stat_processor("no parenthesis"), None);
+    }
+
+    #[test]
+    fn a_thread_pinned_to_a_cpu_is_last_seen_on_it() {
+        let cpus = allowed_cpus().unwrap();
+        let cpu = *cpus.last().unwrap();
+        let seen = std::thread::spawn(move || {
+            pin_this_thread(cpu).unwrap();
+            // SAFETY: gettid has no arguments and cannot fail.
+            let tid = unsafe { libc::gettid() } as u32;
+            // Run a little on the CPU so /proc has seen it there.
+            let mut x = 0u64;
+            for i in 0..1_000_000u64 {
+                x = std::hint::black_box(x.wrapping_add(i));
+            }
+            last_cpu(tid)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, Some(cpu));
+        assert_eq!(last_cpu(u32::MAX), None);
+    }
 
     #[test]
     fn monotonic_ns_moves_forward() {

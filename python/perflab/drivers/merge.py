@@ -48,7 +48,8 @@ def record_fields(cls: type) -> tuple[str, ...]:
 RECORD = record_fields(_engine.DriverResult)
 # Figures of the workers that add up, and those of which the run's is the largest.
 SUMMED = ("failed", "skipped", "late", "retries", "retried", "clients", "threads", "lost_clients",
-          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "body_bytes")
+          "connect_total_s", "driver_cpu_s", "process_cpu_s", "cpu_given_s", "body_bytes", "server_sampled",
+          "server_off_cpu")
 LARGEST = ("connect_max_s", "connect_phase_s")
 # Merged by `merge` itself: from the merged histograms, the window, per type,
 # per second, or (the workers' own) structured values.

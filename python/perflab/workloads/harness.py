@@ -206,6 +206,11 @@ def harness_metrics(result: RunResult, out: _engine.DriverResult, *, per: tuple[
     if out.io.startswith("io_uring") and out.transactions:
         add(f"io_enters_per_{unit}", out.io_enters_per_tx, "calls",
             f"io_uring_enter calls per {what} ({out.io})", higher_is_better=False)
+    if out.server_sampled:
+        add("server_off_cpu_share", out.server_off_cpu / out.server_sampled, "ratio",
+            "share of the once-a-second samples of the clients' server processes (on this machine) that found "
+            "one on another CPU than its client's pinned driver thread: its round trips then wake across CPUs",
+            higher_is_better=False)
     add("clients", out.clients, "clients")
     add("threads", out.threads, "threads")
     for data, name in ((out.lag_histogram, "lag"), (out.failed_histogram, "failed_latency")):

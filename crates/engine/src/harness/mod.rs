@@ -29,6 +29,7 @@ pub use config::{plan_pinning, HarnessConfig, PinChoice, Schedule};
 pub use run::{Progress, Run};
 pub use stats::{
     EngineEvent, IntervalReport, RunSummary, TxTypeSummary, CLIENT_BOUND_CPU_SHARE, IO_SLOW_MODE,
+    PLACEMENT,
 };
 
 pub use crate::error::EngineError;
@@ -104,6 +105,15 @@ pub trait Protocol: Send + Sync + 'static {
     /// The client's socket, which the harness shuts down to stop a client
     /// blocked on a stalled server.
     fn socket(&self, client: &Self::Client) -> Option<RawFd>;
+
+    /// The process on this machine that serves the client's connection (a
+    /// PostgreSQL backend), when the protocol can tell: the harness then
+    /// samples which CPU it runs on against the client's pinned driver
+    /// thread (`stats::placement_event`). None (the default) for a server
+    /// elsewhere or one that does not say.
+    fn server_pid(&self, _client: &Self::Client) -> Option<u32> {
+        None
+    }
 
     /// The next transaction: its type and its draws, from the client's own
     /// random stream (seeded by the harness from the run's seed).

@@ -51,6 +51,10 @@ pub(crate) struct Shared<P: Protocol> {
     pub pin_note: String,
     /// A worker that could not pin itself says so here.
     pub pin_failed: Mutex<Option<String>>,
+    /// (the pinned CPU of its driver thread, the server process's pid) of
+    /// each client whose protocol names its server process on this machine
+    /// (`Protocol::server_pid`), sampled every second (`placement_sample`).
+    pub placement: Mutex<Vec<(usize, u32)>>,
 }
 
 /// Where a gated run waits, all clients connected, for the instant to start
@@ -205,6 +209,7 @@ impl<P: Protocol> Run<P> {
             pin_cpus,
             pin_note,
             pin_failed: Mutex::new(None),
+            placement: Mutex::new(Vec::new()),
             protocol,
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
@@ -281,6 +286,16 @@ impl<P: Protocol> Drop for Run<P> {
             let _ = handle.join();
         }
     }
+}
+
+/// Of the clients' server processes, how many could be read in /proc and
+/// how many of those last ran on another CPU than their client's pinned
+/// driver thread. A process that has gone is not counted.
+pub(super) fn placement_sample(placement: &[(usize, u32)]) -> (u32, u32) {
+    placement
+        .iter()
+        .filter_map(|&(cpu, pid)| sys::last_cpu(pid).map(|seen| seen != cpu))
+        .fold((0, 0), |(n, off), is_off| (n + 1, off + is_off as u32))
 }
 
 fn coordinate<P: Protocol>(
@@ -411,6 +426,8 @@ fn coordinate<P: Protocol>(
                 shared.gate.is_some(),
             );
             report.io_enters = io_enters;
+            (report.server_sampled, report.server_off_cpu) =
+                placement_sample(&shared.placement.lock().unwrap());
             if !report.warmup {
                 series.push(report.clone());
             }

@@ -35,6 +35,12 @@ pub struct IntervalReport {
     pub lag_count: u64,
     /// io_uring_enter calls of all worker threads in this second (0 on epoll).
     pub io_enters: u64,
+    /// Clients whose server process (`Protocol::server_pid`, on this
+    /// machine) was sampled at the end of this second against their driver
+    /// thread's pinned CPU, and of those, how many were on another CPU
+    /// (0 and 0 when nothing is sampled: threads not pinned, or no pids).
+    pub server_sampled: u32,
+    pub server_off_cpu: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +112,11 @@ pub struct RunSummary {
     pub io: String,
     /// io_uring_enter calls per committed transaction (0 under epoll).
     pub io_enters_per_tx: f64,
+    /// Server processes sampled once a second over the measured window
+    /// against their client's pinned driver thread (`IntervalReport`), and
+    /// how many samples found one on another CPU.
+    pub server_sampled: u64,
+    pub server_off_cpu: u64,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -356,7 +367,70 @@ pub(crate) fn cut_interval<'a>(
         latency_encoded: keep_histogram.then(|| latency.encode()),
         lag_count: c.lag_count,
         io_enters: 0,
+        server_sampled: 0,
+        server_off_cpu: 0,
     }
+}
+
+/// The event of a run whose clients' server processes ran on another CPU
+/// than their pinned driver thread for part of its window.
+pub const PLACEMENT: &str = "placement";
+
+/// A second counts as off-CPU when at least this share of its sampled
+/// server processes ran on another CPU than their driver thread. Measured
+/// (benchmarks/README.md, "Placement: the two speeds' cause"): at 8 clients
+/// on 2 threads, 0 of 8 backends off gave 95-106k select-only tps, 2 of 8
+/// about 80k and 4 of 8 about 70k.
+pub const PLACEMENT_OFF_SHARE: f64 = 0.25;
+
+/// Off-CPU seconds before a run says so.
+pub const PLACEMENT_SECONDS: usize = 2;
+
+/// Whether, in at least PLACEMENT_SECONDS measured seconds, at least
+/// PLACEMENT_OFF_SHARE of the clients' server processes ran on another CPU
+/// than their client's pinned driver thread: then each of their round trips
+/// wakes a process across CPUs, which on this machine cost up to a third of
+/// the throughput. The start of the first such second on the run's clock,
+/// and the message with the share second by second.
+pub fn placement_event(series: &[IntervalReport]) -> Option<(f64, String)> {
+    let seconds: Vec<(f64, f64)> = series
+        .iter()
+        .filter(|s| !s.warmup && s.server_sampled > 0)
+        .map(|s| (s.t_s, s.server_off_cpu as f64 / s.server_sampled as f64))
+        .collect();
+    let off: Vec<f64> = seconds
+        .iter()
+        .filter(|&&(_, share)| share >= PLACEMENT_OFF_SHARE)
+        .map(|&(t, _)| t)
+        .collect();
+    if off.len() < PLACEMENT_SECONDS {
+        return None;
+    }
+    const SHOWN: usize = 120;
+    let mut listed: Vec<String> = seconds
+        .iter()
+        .take(SHOWN)
+        .map(|&(_, share)| format!("{share:.2}"))
+        .collect();
+    if seconds.len() > SHOWN {
+        listed.push(format!("... ({} s more)", seconds.len() - SHOWN));
+    }
+    let first = off[0] - 1.0;
+    Some((
+        first,
+        format!(
+            "server processes off their driver thread's CPU: in {} of {} s at least {:.0}% of the \
+             clients' server processes ran on another CPU than the pinned driver thread that sends \
+             them work, so their round trips wake processes across CPUs (inter-processor \
+             interrupts), which cost up to a third of the throughput on a 2-core machine; the \
+             scheduler placed them so, and runs differ by it. From {first:.0} s on the run's clock; \
+             share off, second by second: {}",
+            off.len(),
+            seconds.len(),
+            PLACEMENT_OFF_SHARE * 100.0,
+            listed.join(" ")
+        ),
+    ))
 }
 
 /// The event of a run whose io_uring fell into its slow mode for part of
@@ -444,6 +518,18 @@ pub(crate) struct CoordinatorFigures {
     pub watch_io_mode: bool,
 }
 
+impl CoordinatorFigures {
+    /// The measured seconds' server-process samples: (sampled, off CPU).
+    fn placement_totals(&self) -> (u64, u64) {
+        self.series
+            .iter()
+            .filter(|s| !s.warmup)
+            .fold((0, 0), |(n, off), s| {
+                (n + s.server_sampled as u64, off + s.server_off_cpu as u64)
+            })
+    }
+}
+
 /// Merge every thread's figures into the run's summary.
 pub(crate) fn summarise(
     stats: &[std::sync::Mutex<ThreadStats>],
@@ -455,6 +541,7 @@ pub(crate) fn summarise(
     figures: CoordinatorFigures,
 ) -> RunSummary {
     let timing = figures.timing;
+    let (server_sampled, server_off_cpu) = figures.placement_totals();
     let mut total = Counters::default();
     let mut latency = LatencyHistogram::new();
     let mut lag = LatencyHistogram::new();
@@ -471,13 +558,18 @@ pub(crate) fn summarise(
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
     let mut last_completion = timing.measure_from;
     let mut events = figures.events;
+    // A mode's event is placed at the start of its first second.
+    let at = |from_t_s: f64| {
+        let after = (from_t_s - t_s(timing.measure_from)).max(0.0);
+        timing.measure_from + std::time::Duration::from_secs_f64(after)
+    };
     if figures.watch_io_mode {
         if let Some((from_t_s, message)) = io_mode_event(&figures.series) {
-            // The event is placed at the start of the first slow second.
-            let after = (from_t_s - t_s(timing.measure_from)).max(0.0);
-            let at = timing.measure_from + std::time::Duration::from_secs_f64(after);
-            events.push((at, IO_SLOW_MODE.into(), message));
+            events.push((at(from_t_s), IO_SLOW_MODE.into(), message));
         }
+    }
+    if let Some((from_t_s, message)) = placement_event(&figures.series) {
+        events.push((at(from_t_s), PLACEMENT.into(), message));
     }
     let mut lost = 0;
     let (mut connect_total_s, mut connect_max_s) = (0.0, 0.0f64);
@@ -580,5 +672,7 @@ pub(crate) fn summarise(
         } else {
             0.0
         },
+        server_sampled,
+        server_off_cpu,
     }
 }

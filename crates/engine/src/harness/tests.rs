@@ -801,3 +801,87 @@ fn a_pinned_run_says_where_its_threads_ran() {
         format!("driver threads pinned, one per CPU: thread 0 on CPU {first} (pin = \"on\")")
     );
 }
+
+/// A synthetic series of server-process samples: (sampled, off CPU) per
+/// second, measured from t = 1 s.
+fn placement_series(seconds: &[(u32, u32)]) -> Vec<IntervalReport> {
+    seconds
+        .iter()
+        .enumerate()
+        .map(|(i, &(server_sampled, server_off_cpu))| IntervalReport {
+            t_s: i as f64 + 1.0,
+            interval_s: 1.0,
+            server_sampled,
+            server_off_cpu,
+            ..IntervalReport::default()
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_whose_server_processes_sat_off_their_drivers_cpu_says_so_with_the_shares() {
+    use super::stats::placement_event;
+    // 8 backends: all at home, then 2 and 4 of them off for three seconds
+    // (the placements of benchmarks/README.md), then home again.
+    let series = placement_series(&[(8, 0), (8, 0), (8, 2), (8, 4), (8, 4), (8, 1), (8, 0)]);
+    let (at, message) = placement_event(&series).expect("the off seconds are named");
+    assert_eq!(at, 2.0, "from the start of the first off second");
+    assert!(
+        message.starts_with("server processes off their driver thread's CPU: in 3 of 7 s"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("0.00 0.00 0.25 0.50 0.50 0.12 0.00"),
+        "the shares, second by second: {message}"
+    );
+}
+
+#[test]
+fn one_off_second_a_share_below_the_bound_or_nothing_sampled_says_nothing() {
+    use super::stats::placement_event;
+    assert_eq!(
+        placement_event(&placement_series(&[(8, 0), (8, 4), (8, 0), (8, 0)])),
+        None
+    );
+    assert_eq!(
+        placement_event(&placement_series(&[(8, 1), (8, 1), (8, 1), (8, 1)])),
+        None,
+        "1 of 8 is below a quarter"
+    );
+    assert_eq!(
+        placement_event(&placement_series(&[(0, 0), (0, 0), (0, 0)])),
+        None
+    );
+    let mut warm = placement_series(&[(8, 8), (8, 8), (8, 0), (8, 0)]);
+    warm[0].warmup = true;
+    warm[1].warmup = true;
+    assert_eq!(placement_event(&warm), None, "the warm-up is not judged");
+}
+
+#[test]
+fn the_placement_sample_reads_each_process_cpu_against_its_drivers() {
+    use super::run::placement_sample;
+    let cpus = crate::sys::allowed_cpus().unwrap();
+    let home = cpus[0];
+    let elsewhere = cpus.iter().copied().find(|&c| c != home);
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let spinner = std::thread::spawn(move || {
+        crate::sys::pin_this_thread(home).unwrap();
+        // SAFETY: gettid has no arguments and cannot fail.
+        tid_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+        while stop_rx.try_recv().is_err() {
+            std::hint::spin_loop();
+        }
+    });
+    let tid = tid_rx.recv().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(placement_sample(&[(home, tid)]), (1, 0));
+    if let Some(other) = elsewhere {
+        assert_eq!(placement_sample(&[(other, tid), (home, tid)]), (2, 1));
+    }
+    // A process that has gone is not counted.
+    assert_eq!(placement_sample(&[(home, u32::MAX)]), (0, 0));
+    stop_tx.send(()).unwrap();
+    spinner.join().unwrap();
+}

@@ -31,9 +31,14 @@ struct ThreadCtx<P: Protocol> {
 
 pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: Vec<u32>) {
     shared.cpu_clocks.lock().unwrap()[index] = sys::thread_cpu_clock();
+    let mut pinned = None;
     if let Some(&cpu) = shared.pin_cpus.get(index) {
-        if let Err(e) = sys::pin_this_thread(cpu) {
-            *shared.pin_failed.lock().unwrap() = Some(format!("thread {index} on CPU {cpu}: {e}"));
+        match sys::pin_this_thread(cpu) {
+            Ok(()) => pinned = Some(cpu),
+            Err(e) => {
+                *shared.pin_failed.lock().unwrap() =
+                    Some(format!("thread {index} on CPU {cpu}: {e}"))
+            }
         }
     }
     let mut builder = tokio::runtime::Builder::new_current_thread();
@@ -55,12 +60,17 @@ pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients:
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, run_thread(shared.clone(), index, clients));
+    local.block_on(&runtime, run_thread(shared.clone(), index, pinned, clients));
     shared.stats[index].lock().unwrap().cpu_at_end_s = sys::thread_cpu_s();
     shared.workers_done.fetch_add(1, Ordering::SeqCst);
 }
 
-async fn run_thread<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: Vec<u32>) {
+async fn run_thread<P: Protocol>(
+    shared: Arc<Shared<P>>,
+    index: usize,
+    pinned: Option<usize>,
+    clients: Vec<u32>,
+) {
     let mut connecting = Vec::new();
     for client in clients {
         let s = shared.clone();
@@ -91,6 +101,14 @@ async fn run_thread<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients: 
         }
     }
     shared.stats[index].lock().unwrap().clients_running = conns.len() as u32;
+    if let Some(cpu) = pinned {
+        let mut placement = shared.placement.lock().unwrap();
+        for (_, conn) in &conns {
+            if let Some(pid) = shared.protocol.server_pid(conn) {
+                placement.push((cpu, pid));
+            }
+        }
+    }
     // Blocking here is fine: this thread's clients are all idle.
     shared.connected.wait();
     shared.go.wait();

@@ -595,6 +595,10 @@ impl Protocol for OltpProtocol {
         Some(client.conn.raw_fd())
     }
 
+    fn server_pid(&self, client: &OltpClient) -> Option<u32> {
+        client.conn.local_backend_pid()
+    }
+
     fn next_transaction(&self, _client: &mut OltpClient, rng: &mut Prng) -> (TxType, Draws) {
         (0, self.draw(rng))
     }

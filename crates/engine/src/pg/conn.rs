@@ -25,6 +25,10 @@ pub struct PgConn {
     pub tx_status: u8,
     /// The last FATAL/PANIC message, to explain a connection that then ends.
     fatal: Option<String>,
+    /// The backend's process id (BackendKeyData), kept only when the server
+    /// is on this machine (a unix socket or a loopback address), where the
+    /// id names a process in /proc (`local_backend_pid`).
+    local_backend_pid: Option<u32>,
 }
 
 impl PgConn {
@@ -56,6 +60,7 @@ impl PgConn {
             t: Transport::new(sock).map_err(|e| PgError::Connect(e.to_string()))?,
             tx_status: b'I',
             fatal: None,
+            local_backend_pid: None,
         };
         conn.startup(info).await.map_err(|e| match e {
             PgError::Connect(_) | PgError::Config(_) => e,
@@ -159,7 +164,11 @@ impl PgConn {
                     self.tx_status = body.first().copied().unwrap_or(b'I');
                     return Ok(());
                 }
-                // ParameterStatus, BackendKeyData, NoticeResponse.
+                b'K' if body.len() >= 4 && info.is_local() => {
+                    let pid = u32::from_be_bytes(body[0..4].try_into().unwrap());
+                    self.local_backend_pid = Some(pid);
+                }
+                // ParameterStatus, BackendKeyData of a server elsewhere, NoticeResponse.
                 _ => {}
             }
             if !out.is_empty() {
@@ -171,6 +180,12 @@ impl PgConn {
 
     pub fn raw_fd(&self) -> RawFd {
         self.t.raw_fd()
+    }
+
+    /// The backend process serving this connection, when the server runs on
+    /// this machine (else None: a remote pid names nothing here).
+    pub fn local_backend_pid(&self) -> Option<u32> {
+        self.local_backend_pid
     }
 
     /// From now on, do round trips through `ring` (the socket leaves tokio's

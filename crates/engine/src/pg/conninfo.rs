@@ -176,6 +176,17 @@ impl ConnInfo {
     pub(crate) fn is_unix_socket(&self) -> bool {
         self.host.starts_with('/')
     }
+
+    /// The server is on this machine: a unix socket, or a loopback address
+    /// (127.0.0.0/8, ::1, localhost).
+    pub(crate) fn is_local(&self) -> bool {
+        self.is_unix_socket()
+            || self.host == "localhost"
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +206,18 @@ mod tests {
         assert_eq!(info.password.as_deref(), Some("it's"));
         assert_eq!(info.options.as_deref(), Some("-c a=b"));
         assert!(!format!("{info:?}").contains("it's"));
+    }
+
+    #[test]
+    fn a_server_is_local_over_a_unix_socket_or_a_loopback_address_only() {
+        for host in ["/tmp/pg", "localhost", "127.0.0.1", "127.3.2.1", "::1"] {
+            let info = ConnInfo::parse(&format!("host={host}")).unwrap();
+            assert!(info.is_local(), "{host}");
+        }
+        for host in ["10.0.0.7", "db.example.org", "::2"] {
+            let info = ConnInfo::parse(&format!("host={host}")).unwrap();
+            assert!(!info.is_local(), "{host}");
+        }
     }
 
     #[test]

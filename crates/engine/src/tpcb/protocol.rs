@@ -117,6 +117,10 @@ impl Protocol for TpcbProtocol {
         Some(client.conn.raw_fd())
     }
 
+    fn server_pid(&self, client: &TpcbClient) -> Option<u32> {
+        client.conn.local_backend_pid()
+    }
+
     fn next_transaction(&self, _client: &mut TpcbClient, rng: &mut Prng) -> (TxType, Draws) {
         (0, Draws::draw(self.script, self.scale, rng))
     }

@@ -521,6 +521,10 @@ impl Protocol for TpccProtocol {
         Some(client.conn.raw_fd())
     }
 
+    fn server_pid(&self, client: &TpccClient) -> Option<u32> {
+        client.conn.local_backend_pid()
+    }
+
     fn next_transaction(&self, client: &mut TpccClient, rng: &mut Prng) -> (TxType, Request) {
         let tx = next_type(&self.cumulative, &mut client.deck, rng);
         self.draw(tx, client.home_w, client.home_d, rng)
