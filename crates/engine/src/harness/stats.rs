@@ -372,6 +372,29 @@ pub(crate) fn cut_interval<'a>(
     }
 }
 
+/// The ends (t_s) of the seconds of (t_s, value) whose value passes `test`.
+fn seconds_where(seconds: &[(f64, f64)], test: impl Fn(f64) -> bool) -> Vec<f64> {
+    seconds
+        .iter()
+        .filter(|&&(_, v)| test(v))
+        .map(|&(t, _)| t)
+        .collect()
+}
+
+/// A mode event's series: each second's value, the first 120 of them.
+fn second_by_second(seconds: &[(f64, f64)]) -> String {
+    const SHOWN: usize = 120;
+    let mut listed: Vec<String> = seconds
+        .iter()
+        .take(SHOWN)
+        .map(|&(_, v)| format!("{v:.2}"))
+        .collect();
+    if seconds.len() > SHOWN {
+        listed.push(format!("... ({} s more)", seconds.len() - SHOWN));
+    }
+    listed.join(" ")
+}
+
 /// The event of a run whose clients' server processes ran on another CPU
 /// than their pinned driver thread for part of its window.
 pub const PLACEMENT: &str = "placement";
@@ -398,22 +421,9 @@ pub fn placement_event(series: &[IntervalReport]) -> Option<(f64, String)> {
         .filter(|s| !s.warmup && s.server_sampled > 0)
         .map(|s| (s.t_s, s.server_off_cpu as f64 / s.server_sampled as f64))
         .collect();
-    let off: Vec<f64> = seconds
-        .iter()
-        .filter(|&&(_, share)| share >= PLACEMENT_OFF_SHARE)
-        .map(|&(t, _)| t)
-        .collect();
+    let off = seconds_where(&seconds, |share| share >= PLACEMENT_OFF_SHARE);
     if off.len() < PLACEMENT_SECONDS {
         return None;
-    }
-    const SHOWN: usize = 120;
-    let mut listed: Vec<String> = seconds
-        .iter()
-        .take(SHOWN)
-        .map(|&(_, share)| format!("{share:.2}"))
-        .collect();
-    if seconds.len() > SHOWN {
-        listed.push(format!("... ({} s more)", seconds.len() - SHOWN));
     }
     let first = off[0] - 1.0;
     Some((
@@ -421,14 +431,14 @@ pub fn placement_event(series: &[IntervalReport]) -> Option<(f64, String)> {
         format!(
             "server processes off their driver thread's CPU: in {} of {} s at least {:.0}% of the \
              clients' server processes ran on another CPU than the pinned driver thread that sends \
-             them work, so their round trips wake processes across CPUs (inter-processor \
-             interrupts), which cost up to a third of the throughput on a 2-core machine; the \
-             scheduler placed them so, and runs differ by it. From {first:.0} s on the run's clock; \
-             share off, second by second: {}",
+             them work, so their round trips wake processes across CPUs; the scheduler placed them \
+             so, and runs differ by it (select-only at 8 clients on 2 cores: 90-106k tps with none \
+             off, 64-74k with half off; benchmarks/README.md, \"Where the backends ran\"). From \
+             {first:.0} s on the run's clock; share off, second by second: {}",
             off.len(),
             seconds.len(),
             PLACEMENT_OFF_SHARE * 100.0,
-            listed.join(" ")
+            second_by_second(&seconds)
         ),
     ))
 }
@@ -469,22 +479,9 @@ pub fn io_mode_event(series: &[IntervalReport]) -> Option<(f64, String)> {
         .iter()
         .map(|&(_, e)| e)
         .fold(f64::INFINITY, f64::min);
-    let slow: Vec<f64> = seconds
-        .iter()
-        .filter(|&&(_, e)| e > IO_SLOW_MODE_RATIO * fast)
-        .map(|&(t, _)| t)
-        .collect();
+    let slow = seconds_where(&seconds, |e| e > IO_SLOW_MODE_RATIO * fast);
     if slow.len() < IO_SLOW_MODE_SECONDS {
         return None;
-    }
-    const SHOWN: usize = 120;
-    let mut listed: Vec<String> = seconds
-        .iter()
-        .take(SHOWN)
-        .map(|&(_, e)| format!("{e:.2}"))
-        .collect();
-    if seconds.len() > SHOWN {
-        listed.push(format!("... ({} s more)", seconds.len() - SHOWN));
     }
     let first = slow[0] - 1.0;
     Some((
@@ -496,7 +493,7 @@ pub fn io_mode_event(series: &[IntervalReport]) -> Option<(f64, String)> {
              {first:.0} s on the run's clock; enters per transaction, second by second: {}",
             slow.len(),
             seconds.len(),
-            listed.join(" ")
+            second_by_second(&seconds)
         ),
     ))
 }
