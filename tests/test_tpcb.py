@@ -6,12 +6,14 @@ is a benchmark (benchmarks/tpcb_vs_pgbench.py), not a test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,26 +182,35 @@ def test_auto_pins_a_read_only_run_to_one_cpu_per_thread_and_leaves_writers_alon
         TpcbSettings.model_validate({"kind": "tpcb", "pin": "always"})
 
 
+@contextlib.contextmanager
+def backends_confined(target: PostgresTarget, cpu: int) -> Iterator[None]:
+    """The test session's own postmaster, and so the backends it forks
+    meanwhile, confined to `cpu`; its CPUs given back afterwards."""
+    from perflab.targets.postgres.postmaster import postmaster_pid
+
+    pid = postmaster_pid(target.data_dir)
+    assert pid is not None
+    before = os.sched_getaffinity(pid)
+    os.sched_setaffinity(pid, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(pid, before)
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two CPUs; this process may use one")
 def test_a_run_says_when_its_backends_ran_off_their_driver_threads_cpu(pg_target, scratch_db, tmp_path) -> None:
     # The session server's postmaster (this test's own) is confined to one
     # CPU, so the backends it forks for the run are too; the run's one driver
     # thread is pinned to the first CPU. Backends on another CPU: every
     # sample finds them off, and the run says so. On the thread's CPU: none.
-    from perflab.targets.postgres.postmaster import postmaster_pid
-
-    target, _ = pg_target
-    pid = postmaster_pid(target.data_dir)
-    assert pid is not None
     cpus = sorted(os.sched_getaffinity(0))
     ctx = context(tmp_path)
     workload(script="select-only").prepare(scratch_db, ctx)
-    before = os.sched_getaffinity(pid)
-    try:
-        for backends_on, off in ((cpus[-1], 1.0), (cpus[0], 0.0)):
-            os.sched_setaffinity(pid, {backends_on})
-            result = workload(script="select-only", clients=2, threads=1, duration="3s", pin="on").run(
-                scratch_db, ctx)
+    for backends_on, off in ((cpus[-1], 1.0), (cpus[0], 0.0)):
+        with backends_confined(pg_target[0], backends_on):
+            result = workload(script="select-only", clients=2, threads=1, duration="3s", pin="on",
+                              follow=False).run(scratch_db, ctx)
             m = result.metrics
             assert [e.message for e in result.events if e.kind == "pin"][0].startswith(
                 f"driver threads pinned, one per CPU: thread 0 on CPU {cpus[0]}")
@@ -211,12 +222,40 @@ def test_a_run_says_when_its_backends_ran_off_their_driver_threads_cpu(pg_target
                 assert message.endswith("1.00 1.00 1.00"), message
             else:
                 assert placement == []
-    finally:
-        os.sched_setaffinity(pid, before)
     # Unpinned, nothing is sampled: no figure, no event.
     result = workload(script="select-only", clients=2, threads=1, duration="1s", pin="off").run(scratch_db, ctx)
     assert "server_off_cpu_share" not in result.metrics
     assert not [e for e in result.events if e.kind == "placement"]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="following needs two CPUs; this process may use one")
+def test_clients_follow_their_backends_to_the_driver_thread_on_their_cpu(pg_target, scratch_db, tmp_path) -> None:
+    # Every backend on the last CPU (the session postmaster confined there):
+    # the clients of the thread pinned elsewhere move to the thread on that
+    # CPU after two samples off, once each, and the run goes on without a
+    # failed transaction. With follow = false they stay, off in every sample.
+    cpus = sorted(os.sched_getaffinity(0))
+    ctx = context(tmp_path)
+    workload(script="select-only").prepare(scratch_db, ctx)
+    with backends_confined(pg_target[0], cpus[-1]):
+        followed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on").run(scratch_db, ctx)
+        stayed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on",
+                          follow=False).run(scratch_db, ctx)
+    # Thread 0 (the first CPU) had clients 0 and 2: two moves, to thread 1.
+    m = followed.metrics
+    assert m["transactions"].value > 100 and m["failed"].value == 0 and m["lost_connections"].value == 0
+    assert [e.message for e in followed.events if e.kind == "follow"] == [
+        "clients followed their server processes: 2 moves of a client to the driver thread on its server "
+        "process's CPU (4 of 4 clients' processes known)"]
+    # Off in the two samples before the moves, then at home: no placement
+    # event, since those seconds are the wait a following run expects.
+    assert 0 < m["server_off_cpu_share"].value < 0.5
+    assert not [e for e in followed.events if e.kind == "placement"]
+    m = stayed.metrics
+    assert m["failed"].value == 0
+    assert [e.message for e in stayed.events if e.kind == "follow"] == [
+        "clients did not follow their server processes (follow = false)"]
+    assert m["server_off_cpu_share"].value == 0.5
 
 
 def test_perflab_load_is_pgbench_load_and_pgbench_runs_on_it(pg_target, scratch_db, tmp_path) -> None:

@@ -76,6 +76,7 @@ pub(crate) struct HarnessArgs<'a> {
     pub seed: u64,
     pub io: &'a str,
     pub pin: &'a str,
+    pub follow: bool,
 }
 
 impl HarnessArgs<'_> {
@@ -95,6 +96,7 @@ impl HarnessArgs<'_> {
             t0_ns: self.t0_ns,
             io: self.io.parse().map_err(config_error)?,
             pin: self.pin.parse().map_err(config_error)?,
+            follow: self.follow,
         })
     }
 }
@@ -162,7 +164,7 @@ macro_rules! harness_binding {
         #[pyo3(signature = (
             $($sig)*, clients, threads, t0_ns, duration_s = None, transactions = None,
             warmup_s = 0.0, rate_tps = None, schedule = "poisson", latency_limit_ms = None,
-            $($tries_sig)* seed = 0, io = "epoll", pin = "off", progress = None, cancel = None,
+            $($tries_sig)* seed = 0, io = "epoll", pin = "off", follow = false, progress = None, cancel = None,
             on_connected = None
         ))]
         #[allow(clippy::too_many_arguments)]
@@ -181,6 +183,7 @@ macro_rules! harness_binding {
             seed: u64,
             io: &str,
             pin: &str,
+            follow: bool,
             progress: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
             cancel: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
             on_connected: Option<::pyo3::Bound<$py, ::pyo3::PyAny>>,
@@ -199,6 +202,7 @@ macro_rules! harness_binding {
                 seed,
                 io,
                 pin,
+                follow,
             }
             .config()?;
             let $call = $crate::glue::HarnessCall {

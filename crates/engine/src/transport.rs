@@ -88,6 +88,8 @@ enum Io {
     Epoll(AsyncFd<Sock>),
     /// Deregistered from epoll; round trips go through the thread's ring.
     Ring(Sock, RingUser),
+    /// In neither: between two threads (`leave_thread`, `join_thread`).
+    Loose(Sock),
     /// Only while switching from one to the other.
     Switching,
 }
@@ -118,7 +120,7 @@ impl Transport {
     fn sock(&self) -> &Sock {
         match &self.io {
             Io::Epoll(fd) => fd.get_ref(),
-            Io::Ring(sock, _) => sock,
+            Io::Ring(sock, _) | Io::Loose(sock) => sock,
             Io::Switching => unreachable!("a connection is never used while switching"),
         }
     }
@@ -139,11 +141,43 @@ impl Transport {
                 self.io = Io::Ring(fd.into_inner(), ring.attach());
                 Ok(())
             }
+            Io::Loose(sock) => {
+                self.io = Io::Ring(sock, ring.attach());
+                Ok(())
+            }
             other => {
                 self.io = other;
                 Err("the connection already uses a ring".into())
             }
         }
+    }
+
+    /// Leave this thread's epoll and ring, between two round trips, so that
+    /// the connection holds nothing of the thread (it is then a socket and
+    /// buffers) and another thread can take it (`join_thread`).
+    pub fn leave_thread(&mut self) {
+        self.io = match std::mem::replace(&mut self.io, Io::Switching) {
+            Io::Epoll(fd) => Io::Loose(fd.into_inner()),
+            Io::Ring(sock, _user) => Io::Loose(sock),
+            other => other,
+        };
+    }
+
+    /// Take a connection that left another thread: on this thread's ring
+    /// (`ring`), else in this thread's epoll (inside its tokio runtime).
+    pub fn join_thread(&mut self, ring: Option<&Rc<Ring>>) -> Result<(), String> {
+        match (std::mem::replace(&mut self.io, Io::Switching), ring) {
+            (Io::Loose(sock), Some(ring)) => self.io = Io::Ring(sock, ring.attach()),
+            (Io::Loose(sock), None) => {
+                self.io =
+                    Io::Epoll(sys::watch(sock, Interest::READABLE).map_err(|e| e.to_string())?)
+            }
+            (other, _) => {
+                self.io = other;
+                return Err("the connection did not leave its thread".into());
+            }
+        }
+        Ok(())
     }
 
     /// Write all of `wbuf` and clear it.

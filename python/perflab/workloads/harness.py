@@ -73,6 +73,12 @@ class HarnessSettings(WorkloadSettings):
     # "on" whenever there is a CPU per thread, "off" never. Recorded as the
     # run's "pin" event, with the reason.
     pin: Literal["auto", "on", "off"] = "auto"
+    # With pinned threads in a closed loop against a PostgreSQL server on this
+    # machine (tpcb, oltp): move each client, between transactions, to the driver
+    # thread on the CPU its backend runs on, so that no round trip wakes a process
+    # on another CPU wherever the scheduler puts the backends (benchmarks/README.md,
+    # "A driver that follows its backends"). Recorded as the run's "follow" event.
+    follow: bool = True
 
     @model_validator(mode="after")
     def _threads_have_clients(self) -> HarnessSettings:

@@ -412,7 +412,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000,
                 seed=seed, requests_per_connection=s.requests_per_connection,
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
-                think_time_s=s.think_time, io=s.io, pin=s.pin, progress=progress,
+                think_time_s=s.think_time, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
             )
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True,
                          lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")

@@ -190,7 +190,7 @@ class OltpWorkload(Workload[Endpoint]):
                 script=s.script, tables=s.tables, table_size=s.table_size, rand_type=s.rand_type,
                 clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
                 transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
-                max_tries=s.max_tries, seed=seed, io=s.io, pin=s.pin, progress=progress,
+                max_tries=s.max_tries, seed=seed, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
             )
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
                          lost=f"oltp: all {s.clients} client connections were lost (server down?)")

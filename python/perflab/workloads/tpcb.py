@@ -251,7 +251,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
                 max_tries=s.max_tries,
                 seed=seed,
-                io=s.io, pin=s.pin,
+                io=s.io, pin=s.pin, follow=s.follow,
                 progress=progress,
             )
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed,

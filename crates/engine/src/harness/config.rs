@@ -146,6 +146,11 @@ pub struct HarnessConfig {
     pub io: IoChoice,
     /// Whether each worker thread is pinned to a CPU (`plan_pinning`).
     pub pin: PinChoice,
+    /// Whether, in a pinned closed loop, a client whose server process
+    /// (`Protocol::server_pid`) runs on another thread's CPU moves to that
+    /// thread between transactions (`Protocol::MIGRATES`): then no round
+    /// trip wakes a process across CPUs, whatever the scheduler does.
+    pub follow: bool,
 }
 
 impl HarnessConfig {
@@ -166,6 +171,7 @@ impl HarnessConfig {
             t0_ns: crate::sys::monotonic_ns(),
             io: IoChoice::Epoll,
             pin: PinChoice::Off,
+            follow: false,
         }
     }
 

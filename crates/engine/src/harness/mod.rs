@@ -115,6 +115,29 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// Whether a client may move to another worker thread between two
+    /// transactions: after [`Protocol::leave_thread`] it holds nothing tied
+    /// to its thread (no `Rc`, no registration with the thread's runtime or
+    /// ring), only owned data that may cross threads, and
+    /// [`Protocol::join_thread`] on the new thread takes it up. The harness
+    /// moves such a client to the thread on its server process's CPU
+    /// (`HarnessConfig::follow`). An implementation that sets this vouches
+    /// for that: the harness sends the client across threads unchecked.
+    const MIGRATES: bool = false;
+
+    /// Let go of the thread's epoll registration and ring (`MIGRATES`).
+    fn leave_thread(&self, _client: &mut Self::Client) {}
+
+    /// Take up a client that left another thread: onto `ring`, this
+    /// thread's, when there is one, else this thread's epoll.
+    fn join_thread(
+        &self,
+        _client: &mut Self::Client,
+        _ring: Option<&Rc<Ring>>,
+    ) -> Result<(), String> {
+        Err("this protocol's clients do not move between threads".into())
+    }
+
     /// The next transaction: its type and its draws, from the client's own
     /// random stream (seeded by the harness from the run's seed).
     fn next_transaction(

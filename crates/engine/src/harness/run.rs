@@ -4,7 +4,9 @@
 
 use super::config::{plan_pinning, HarnessConfig};
 use super::schedule::Timing;
-use super::stats::{cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary};
+use super::stats::{
+    cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary, PLACEMENT_SECONDS,
+};
 use super::worker::worker;
 use super::{EngineError, Protocol};
 use crate::sys;
@@ -51,11 +53,51 @@ pub(crate) struct Shared<P: Protocol> {
     pub pin_note: String,
     /// A worker that could not pin itself says so here.
     pub pin_failed: Mutex<Option<String>>,
-    /// (the pinned CPU of its driver thread, the server process's pid) of
-    /// each client whose protocol names its server process on this machine
-    /// (`Protocol::server_pid`), sampled every second (`placement_sample`).
-    pub placement: Mutex<Vec<(usize, u32)>>,
+    /// Each client whose protocol names its server process on this machine
+    /// (`Protocol::server_pid`), with its driver thread's index, sampled
+    /// every second (`placement_sample`).
+    pub placement: Mutex<Vec<Place>>,
+    /// Whether clients move to the thread on their server process's CPU
+    /// (`follow_decision`); then `moves[client]` is the thread a client is
+    /// to move to at its next transaction (usize::MAX: stay), and each
+    /// thread takes the clients that come to it from `inboxes`.
+    pub follow: bool,
+    pub moves: Vec<AtomicUsize>,
+    pub inboxes: Vec<tokio::sync::mpsc::UnboundedSender<Arrival<P>>>,
+    pub inbox_ends: Mutex<Vec<Option<tokio::sync::mpsc::UnboundedReceiver<Arrival<P>>>>>,
+    /// Clients still running, on any thread: a worker ends when none is.
+    pub clients_alive: AtomicUsize,
+    /// Clients moved so far.
+    pub moved: AtomicU64,
 }
+
+/// A client and where its server process is (`Shared::placement`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Place {
+    pub client: u32,
+    pub pid: u32,
+    /// The driver thread that serves the client (as the coordinator last
+    /// asked), by index.
+    pub thread: usize,
+    /// Samples in a row that found the server process off that thread's CPU.
+    pub off_streak: u32,
+}
+
+/// A client on its way to another thread, between two transactions: its
+/// connection (which has left its old thread: `Protocol::leave_thread`)
+/// and its own state.
+pub(crate) struct Arrival<P: Protocol> {
+    pub conn: P::Client,
+    pub client: u32,
+    pub rng: crate::random::Prng,
+    pub measured_done: u64,
+}
+
+// SAFETY: only made for protocols with `Protocol::MIGRATES`, whose clients
+// hold, once they have left their thread, nothing tied to it (no Rc, no
+// registration with its runtime or ring): owned sockets and buffers, which
+// may move to another thread. The other fields are Send.
+unsafe impl<P: Protocol> Send for Arrival<P> {}
 
 /// Where a gated run waits, all clients connected, for the instant to start
 /// at: the shared barrier of drivers on several machines.
@@ -205,11 +247,26 @@ impl<P: Protocol> Run<P> {
                 format!("driver threads not pinned (this process's CPUs could not be read: {e})"),
             ),
         };
+        let follow = follow_decision::<P>(&cfg, &pin_cpus);
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
+            .map(|_| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (tx, Some(rx))
+            })
+            .unzip();
         let shared = Arc::new(Shared {
             pin_cpus,
             pin_note,
             pin_failed: Mutex::new(None),
             placement: Mutex::new(Vec::new()),
+            follow,
+            moves: (0..cfg.clients)
+                .map(|_| AtomicUsize::new(usize::MAX))
+                .collect(),
+            inboxes: senders,
+            inbox_ends: Mutex::new(receivers),
+            clients_alive: AtomicUsize::new(0),
+            moved: AtomicU64::new(0),
             protocol,
             stop: AtomicBool::new(false),
             abort: AtomicBool::new(false),
@@ -288,15 +345,84 @@ impl<P: Protocol> Drop for Run<P> {
     }
 }
 
-/// Of the clients' server processes, how many could be read in /proc and
-/// how many of those last ran on another CPU than their client's pinned
-/// driver thread. A process that has gone is not counted.
-pub(super) fn placement_sample(placement: &[(usize, u32)]) -> (u32, u32) {
-    placement
-        .iter()
-        .filter_map(|&(cpu, pid)| sys::last_cpu(pid).map(|seen| seen != cpu))
-        .fold((0, 0), |(n, off), is_off| (n + 1, off + is_off as u32))
+/// Whether the run's clients follow their server processes: its threads
+/// are pinned, one per CPU; it is a closed loop (under a rate a thread's
+/// schedule is its own); the protocol's clients can move; and `follow` is on.
+fn follow_decision<P: Protocol>(cfg: &HarnessConfig, pin_cpus: &[usize]) -> bool {
+    cfg.follow && P::MIGRATES && !pin_cpus.is_empty() && cfg.rate_tps.is_none()
 }
+
+/// The run's `follow` event: whether its clients followed their server
+/// processes, how many moves that took, or why they did not.
+pub(super) fn follow_note(
+    cfg: &HarnessConfig,
+    migrates: bool,
+    pinned: bool,
+    known_pids: usize,
+    moved: Option<u64>,
+) -> String {
+    let not = |why: &str| format!("clients did not follow their server processes ({why})");
+    if let Some(moved) = moved {
+        if known_pids > 0 {
+            return format!(
+                "clients followed their server processes: {moved} moves of a client to the \
+                 driver thread on its server process's CPU ({known_pids} of {} clients' \
+                 processes known)",
+                cfg.clients
+            );
+        }
+        return not("no client's server process is known: a server elsewhere, or not PostgreSQL");
+    }
+    if !cfg.follow {
+        not("follow = false")
+    } else if !migrates {
+        not("this protocol's clients do not move between threads")
+    } else if !pinned {
+        not("the driver threads are not pinned")
+    } else {
+        not("a rate: each thread keeps its own schedule")
+    }
+}
+
+/// A sample of where the clients' server processes run: how many could be
+/// read in /proc, and how many of those last ran on another CPU than their
+/// client's driver thread (`pin_cpus[thread]`). A process that has gone is
+/// not counted. With `follow`, a client whose process was off its thread's
+/// CPU in FOLLOW_AFTER samples in a row is asked to move to the thread
+/// pinned to that CPU (`moves`), when there is one; returns how many were.
+pub(super) fn placement_sample(
+    placement: &mut [Place],
+    pin_cpus: &[usize],
+    follow: Option<&[AtomicUsize]>,
+) -> (u32, u32, u32) {
+    let (mut sampled, mut off, mut asked) = (0, 0, 0);
+    for place in placement.iter_mut() {
+        let Some(seen) = sys::last_cpu(place.pid) else {
+            continue;
+        };
+        sampled += 1;
+        if seen == pin_cpus[place.thread] {
+            place.off_streak = 0;
+            continue;
+        }
+        off += 1;
+        place.off_streak += 1;
+        if let (Some(moves), Some(to)) = (follow, pin_cpus.iter().position(|&c| c == seen)) {
+            if place.off_streak >= FOLLOW_AFTER {
+                moves[place.client as usize].store(to, Ordering::Relaxed);
+                place.thread = to;
+                place.off_streak = 0;
+                asked += 1;
+            }
+        }
+    }
+    (sampled, off, asked)
+}
+
+/// Samples in a row (a second apart) that must find a client's server
+/// process off its thread's CPU before the client follows it: one sample
+/// may catch a process the balancer is about to move back.
+pub(super) const FOLLOW_AFTER: u32 = 2;
 
 fn coordinate<P: Protocol>(
     shared: Arc<Shared<P>>,
@@ -426,8 +552,12 @@ fn coordinate<P: Protocol>(
                 shared.gate.is_some(),
             );
             report.io_enters = io_enters;
-            (report.server_sampled, report.server_off_cpu) =
-                placement_sample(&shared.placement.lock().unwrap());
+            let follow = shared.follow.then_some(shared.moves.as_slice());
+            (report.server_sampled, report.server_off_cpu, _) = placement_sample(
+                &mut shared.placement.lock().unwrap(),
+                &shared.pin_cpus,
+                follow,
+            );
             if !report.warmup {
                 series.push(report.clone());
             }
@@ -472,6 +602,17 @@ fn coordinate<P: Protocol>(
         let _ = w.join();
     }
     let process_cpu_s = sys::process_cpu_s().unwrap_or(0.0) - process_cpu_from;
+    events.push((
+        start,
+        "follow".into(),
+        follow_note(
+            &shared.cfg,
+            P::MIGRATES,
+            !shared.pin_cpus.is_empty(),
+            shared.placement.lock().unwrap().len(),
+            shared.follow.then(|| shared.moved.load(Ordering::SeqCst)),
+        ),
+    ));
     if shared.abort.load(Ordering::SeqCst) {
         return Err(EngineError::Interrupted);
     }
@@ -496,6 +637,12 @@ fn coordinate<P: Protocol>(
             io: shared.io.describe(),
             io_enters: shared.io_enters.load(Ordering::SeqCst),
             watch_io_mode: shared.io.is_uring() && cfg.rate_tps.is_none(),
+            placement_seconds: PLACEMENT_SECONDS
+                + if shared.follow {
+                    FOLLOW_AFTER as usize
+                } else {
+                    0
+                },
         },
     ))
 }

@@ -406,7 +406,9 @@ pub const PLACEMENT: &str = "placement";
 /// about 80k and 4 of 8 about 70k.
 pub const PLACEMENT_OFF_SHARE: f64 = 0.25;
 
-/// Off-CPU seconds before a run says so.
+/// Off-CPU seconds before a run says so; a run whose clients follow their
+/// server processes adds the samples a client waits before it moves
+/// (`run::FOLLOW_AFTER`), since its first seconds are off by design.
 pub const PLACEMENT_SECONDS: usize = 2;
 
 /// Whether, in at least PLACEMENT_SECONDS measured seconds, at least
@@ -415,14 +417,14 @@ pub const PLACEMENT_SECONDS: usize = 2;
 /// wakes a process across CPUs, which on this machine cost up to a third of
 /// the throughput. The start of the first such second on the run's clock,
 /// and the message with the share second by second.
-pub fn placement_event(series: &[IntervalReport]) -> Option<(f64, String)> {
+pub fn placement_event(series: &[IntervalReport], min_seconds: usize) -> Option<(f64, String)> {
     let seconds: Vec<(f64, f64)> = series
         .iter()
         .filter(|s| !s.warmup && s.server_sampled > 0)
         .map(|s| (s.t_s, s.server_off_cpu as f64 / s.server_sampled as f64))
         .collect();
     let off = seconds_where(&seconds, |share| share >= PLACEMENT_OFF_SHARE);
-    if off.len() < PLACEMENT_SECONDS {
+    if off.len() < min_seconds {
         return None;
     }
     let first = off[0] - 1.0;
@@ -513,6 +515,8 @@ pub(crate) struct CoordinatorFigures {
     /// A closed loop on io_uring: say so when its enters per transaction
     /// jumped for part of the window (`io_mode_event`).
     pub watch_io_mode: bool,
+    /// Off-CPU seconds before the `placement` event (`placement_event`).
+    pub placement_seconds: usize,
 }
 
 impl CoordinatorFigures {
@@ -565,7 +569,7 @@ pub(crate) fn summarise(
             events.push((at(from_t_s), IO_SLOW_MODE.into(), message));
         }
     }
-    if let Some((from_t_s, message)) = placement_event(&figures.series) {
+    if let Some((from_t_s, message)) = placement_event(&figures.series, figures.placement_seconds) {
         events.push((at(from_t_s), PLACEMENT.into(), message));
     }
     let mut lost = 0;

@@ -824,7 +824,7 @@ fn a_run_whose_server_processes_sat_off_their_drivers_cpu_says_so_with_the_share
     // 8 backends: all at home, then 2 and 4 of them off for three seconds
     // (the placements of benchmarks/README.md), then home again.
     let series = placement_series(&[(8, 0), (8, 0), (8, 2), (8, 4), (8, 4), (8, 1), (8, 0)]);
-    let (at, message) = placement_event(&series).expect("the off seconds are named");
+    let (at, message) = placement_event(&series, 2).expect("the off seconds are named");
     assert_eq!(at, 2.0, "from the start of the first off second");
     assert!(
         message.starts_with("server processes off their driver thread's CPU: in 3 of 7 s"),
@@ -840,30 +840,35 @@ fn a_run_whose_server_processes_sat_off_their_drivers_cpu_says_so_with_the_share
 fn one_off_second_a_share_below_the_bound_or_nothing_sampled_says_nothing() {
     use super::stats::placement_event;
     assert_eq!(
-        placement_event(&placement_series(&[(8, 0), (8, 4), (8, 0), (8, 0)])),
+        placement_event(&placement_series(&[(8, 0), (8, 4), (8, 0), (8, 0)]), 2),
         None
     );
     assert_eq!(
-        placement_event(&placement_series(&[(8, 1), (8, 1), (8, 1), (8, 1)])),
+        placement_event(&placement_series(&[(8, 1), (8, 1), (8, 1), (8, 1)]), 2),
         None,
         "1 of 8 is below a quarter"
     );
     assert_eq!(
-        placement_event(&placement_series(&[(0, 0), (0, 0), (0, 0)])),
+        placement_event(&placement_series(&[(0, 0), (0, 0), (0, 0)]), 2),
         None
     );
     let mut warm = placement_series(&[(8, 8), (8, 8), (8, 0), (8, 0)]);
     warm[0].warmup = true;
     warm[1].warmup = true;
-    assert_eq!(placement_event(&warm), None, "the warm-up is not judged");
+    assert_eq!(placement_event(&warm, 2), None, "the warm-up is not judged");
+    // A run whose clients follow their processes: its first two seconds
+    // off are the wait before the moves.
+    let followed = placement_series(&[(8, 4), (8, 4), (8, 0), (8, 0)]);
+    assert!(placement_event(&followed, 2).is_some());
+    assert_eq!(placement_event(&followed, 4), None);
 }
 
 #[test]
-fn the_placement_sample_reads_each_process_cpu_against_its_drivers() {
-    use super::run::placement_sample;
+fn the_placement_sample_reads_each_process_cpu_and_moves_a_client_after_two_samples_off() {
+    use super::run::{placement_sample, Place, FOLLOW_AFTER};
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let cpus = crate::sys::allowed_cpus().unwrap();
     let home = cpus[0];
-    let elsewhere = cpus.iter().copied().find(|&c| c != home);
     let (tid_tx, tid_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let spinner = std::thread::spawn(move || {
@@ -874,14 +879,76 @@ fn the_placement_sample_reads_each_process_cpu_against_its_drivers() {
             std::hint::spin_loop();
         }
     });
-    let tid = tid_rx.recv().unwrap();
+    let pid = tid_rx.recv().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(20));
-    assert_eq!(placement_sample(&[(home, tid)]), (1, 0));
-    if let Some(other) = elsewhere {
-        assert_eq!(placement_sample(&[(other, tid), (home, tid)]), (2, 1));
-    }
+    let place = |client, thread| Place {
+        client,
+        pid,
+        thread,
+        off_streak: 0,
+    };
+    // Thread 0 on the process's CPU: at home, not counted off.
+    let mut one = [place(0, 0)];
+    assert_eq!(placement_sample(&mut one, &[home], None), (1, 0, 0));
     // A process that has gone is not counted.
-    assert_eq!(placement_sample(&[(home, u32::MAX)]), (0, 0));
+    let mut gone = [Place {
+        pid: u32::MAX,
+        ..place(0, 0)
+    }];
+    assert_eq!(placement_sample(&mut gone, &[home], None), (0, 0, 0));
+    if let Some(&other) = cpus.iter().find(|&&c| c != home) {
+        // Client 1 on thread 1, pinned to the other CPU: off in every
+        // sample; with `follow`, asked to move to thread 0 (on the
+        // process's CPU) at the second sample, then at home.
+        let pins = [home, other];
+        let moves: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(usize::MAX)).collect();
+        let mut places = [place(0, 0), place(1, 1)];
+        assert_eq!(FOLLOW_AFTER, 2);
+        assert_eq!(
+            placement_sample(&mut places, &pins, Some(&moves)),
+            (2, 1, 0)
+        );
+        assert_eq!(moves[1].load(Ordering::Relaxed), usize::MAX);
+        assert_eq!(
+            placement_sample(&mut places, &pins, Some(&moves)),
+            (2, 1, 1)
+        );
+        assert_eq!(moves[1].load(Ordering::Relaxed), 0);
+        assert_eq!(places[1].thread, 0);
+        assert_eq!(
+            placement_sample(&mut places, &pins, Some(&moves)),
+            (2, 0, 0)
+        );
+        // Without `follow`, counted only.
+        let mut places = [place(1, 1)];
+        for _ in 0..3 {
+            assert_eq!(placement_sample(&mut places, &pins, None), (1, 1, 0));
+        }
+        assert_eq!(places[0].thread, 1);
+    }
     stop_tx.send(()).unwrap();
     spinner.join().unwrap();
+}
+
+#[test]
+fn the_follow_event_names_the_moves_or_the_first_reason_there_were_none() {
+    use super::run::follow_note;
+    let mut cfg = HarnessConfig::closed_loop(8, 2, 1.0);
+    cfg.follow = true;
+    assert_eq!(
+        follow_note(&cfg, true, true, 8, Some(3)),
+        "clients followed their server processes: 3 moves of a client to the driver thread on \
+         its server process's CPU (8 of 8 clients' processes known)"
+    );
+    assert!(follow_note(&cfg, true, true, 0, Some(0))
+        .ends_with("(no client's server process is known: a server elsewhere, or not PostgreSQL)"));
+    assert!(follow_note(&cfg, false, true, 0, None)
+        .ends_with("(this protocol's clients do not move between threads)"));
+    assert!(
+        follow_note(&cfg, true, false, 0, None).ends_with("(the driver threads are not pinned)")
+    );
+    assert!(follow_note(&cfg, true, true, 0, None)
+        .ends_with("(a rate: each thread keeps its own schedule)"));
+    cfg.follow = false;
+    assert!(follow_note(&cfg, true, true, 8, None).ends_with("(follow = false)"));
 }

@@ -1,7 +1,7 @@
 //! A worker thread: one single-threaded tokio runtime that connects its
 //! clients, waits for the common start, and runs each client's loop.
 
-use super::run::Shared;
+use super::run::{Arrival, Place, Shared};
 use super::schedule::{next_scheduled_start, ScheduleTimer, Timing};
 use super::stats::{Finished, Outcome};
 use super::{ErrorClass, Protocol};
@@ -101,14 +101,23 @@ async fn run_thread<P: Protocol>(
         }
     }
     shared.stats[index].lock().unwrap().clients_running = conns.len() as u32;
-    if let Some(cpu) = pinned {
+    shared
+        .clients_alive
+        .fetch_add(conns.len(), Ordering::SeqCst);
+    if pinned.is_some() {
         let mut placement = shared.placement.lock().unwrap();
-        for (_, conn) in &conns {
+        for (client, conn) in &conns {
             if let Some(pid) = shared.protocol.server_pid(conn) {
-                placement.push((cpu, pid));
+                placement.push(Place {
+                    client: *client,
+                    pid,
+                    thread: index,
+                    off_streak: 0,
+                });
             }
         }
     }
+    let inbox = shared.inbox_ends.lock().unwrap()[index].take();
     // Blocking here is fine: this thread's clients are all idle.
     shared.connected.wait();
     shared.go.wait();
@@ -178,11 +187,45 @@ async fn run_thread<P: Protocol>(
     }
     let mut running = Vec::new();
     for (client, conn) in conns {
+        let rng = Prng::seeded(cfg.seed ^ (client as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
         running.push(tokio::task::spawn_local(client_loop(
             ctx.clone(),
             conn,
             client,
+            rng,
+            0,
         )));
+    }
+    if shared.follow {
+        // Clients come and go between threads: this thread ends when no
+        // client runs on any thread, taking up those sent to it meanwhile.
+        let mut inbox = inbox.expect("each thread's inbox is taken once");
+        while shared.clients_alive.load(Ordering::SeqCst) > 0 {
+            let arrival = tokio::time::timeout(Duration::from_millis(50), inbox.recv()).await;
+            if let Ok(Some(mut a)) = arrival {
+                let ring = ring_used.as_ref();
+                if let Err(e) = shared.protocol.join_thread(&mut a.conn, ring) {
+                    // Cannot happen for a protocol that MIGRATES: say so.
+                    let mut stats = shared.stats[index].lock().unwrap();
+                    stats.event(
+                        Instant::now(),
+                        "lost-connection",
+                        format!("client {}: {e}", a.client),
+                    );
+                    stats.lost_clients += 1;
+                    shared.clients_alive.fetch_sub(1, Ordering::SeqCst);
+                    continue;
+                }
+                shared.stats[index].lock().unwrap().clients_running += 1;
+                running.push(tokio::task::spawn_local(client_loop(
+                    ctx.clone(),
+                    a.conn,
+                    a.client,
+                    a.rng,
+                    a.measured_done,
+                )));
+            }
+        }
     }
     for handle in running {
         let _ = handle.await;
@@ -246,20 +289,40 @@ enum Ended {
     Lost(String),
 }
 
-async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, client: u32) {
+/// How a client's loop ended.
+enum Exit {
+    /// Done (the run's end, its transaction count, a stop).
+    Done,
+    /// Its connection was lost (counted and said where it was).
+    Lost,
+    /// Asked to move to this thread (`Shared::moves`).
+    Move(usize),
+}
+
+async fn client_loop<P: Protocol>(
+    ctx: Rc<ThreadCtx<P>>,
+    mut conn: P::Client,
+    client: u32,
+    mut rng: Prng,
+    mut measured_done: u64,
+) {
     let shared = ctx.shared.clone();
     let cfg = &shared.cfg;
     let protocol = &shared.protocol;
     let timing = ctx.timing;
     let fd = protocol.socket(&conn);
-    let mut rng = Prng::seeded(cfg.seed ^ (client as u64 + 1).wrapping_mul(0xD1B5_4A32_D192_ED03));
     // Made on the first scheduled start; None inside when timerfd is unavailable.
     let mut schedule_timer: Option<Option<ScheduleTimer>> = None;
-    let mut measured_done: u64 = 0;
     let limit = cfg.latency_limit_us.map(Duration::from_micros);
-    let lost_message: Option<String> = 'run: loop {
+    let exit: Exit = 'run: loop {
         if shared.stop.load(Ordering::Relaxed) {
-            break None;
+            break Exit::Done;
+        }
+        if shared.follow {
+            let to = shared.moves[client as usize].swap(usize::MAX, Ordering::Relaxed);
+            if to != usize::MAX && to != ctx.index {
+                break Exit::Move(to);
+            }
         }
         // When this transaction is meant to start.
         let intended = if cfg.rate_tps.is_some() {
@@ -281,11 +344,11 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 measured_done += skipped;
             }
             if timing.end.is_some_and(|end| trigger >= end) {
-                break None;
+                break Exit::Done;
             }
             if let Some(n) = cfg.transactions_per_client {
                 if measured_done >= n {
-                    break None;
+                    break Exit::Done;
                 }
             }
             if schedule_timer.is_none() {
@@ -293,13 +356,13 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
             }
             let timer = schedule_timer.as_ref().and_then(|t| t.as_ref());
             if !sleep_until(&shared, timer, trigger).await {
-                break None;
+                break Exit::Done;
             }
             trigger
         } else {
             let now = Instant::now();
             if timing.end.is_some_and(|end| now >= end) {
-                break None;
+                break Exit::Done;
             }
             now
         };
@@ -311,7 +374,7 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 if !sleep_until(&shared, None, until).await
                     || timing.end.is_some_and(|end| Instant::now() >= end)
                 {
-                    break None;
+                    break Exit::Done;
                 }
                 intended = if cfg.rate_tps.is_some() {
                     intended + pause
@@ -354,7 +417,7 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 }
                 stats.clients_running -= 1;
                 stats.last_completion = Some(stats.last_completion.map_or(done, |l| l.max(done)));
-                break 'run Some(message.clone());
+                break 'run Exit::Lost;
             }
         };
         let keep_operations = matches!(ended, Ended::Committed) && intended >= timing.measure_from;
@@ -390,24 +453,45 @@ async fn client_loop<P: Protocol>(ctx: Rc<ThreadCtx<P>>, mut conn: P::Client, cl
                 .transactions_per_client
                 .is_some_and(|n| measured_done >= n)
             {
-                break None;
+                break Exit::Done;
             }
         }
         if P::HAS_PAUSES {
             if let Some(pause) = protocol.pause_after(tx, &mut rng) {
                 if !sleep_until(&shared, None, Instant::now() + pause).await {
-                    break None;
+                    break Exit::Done;
                 }
             }
         }
     };
-    if lost_message.is_none() {
+    if !matches!(exit, Exit::Lost) {
         shared.stats[ctx.index].lock().unwrap().clients_running -= 1;
     }
+    if let Exit::Move(to) = exit {
+        // Between transactions: nothing in flight on this thread's ring.
+        protocol.leave_thread(&mut conn);
+        let arrival = Arrival {
+            conn,
+            client,
+            rng,
+            measured_done,
+        };
+        shared.moved.fetch_add(1, Ordering::Relaxed);
+        if shared.inboxes[to].send(arrival).is_ok() {
+            return;
+        }
+        // The other thread has ended (the run is over): end here.
+        shared.clients_alive.fetch_sub(1, Ordering::SeqCst);
+        if let Some(fd) = fd {
+            shared.fds.lock().unwrap().remove(&fd);
+        }
+        return;
+    }
+    shared.clients_alive.fetch_sub(1, Ordering::SeqCst);
     if let Some(fd) = fd {
         shared.fds.lock().unwrap().remove(&fd);
     }
-    if lost_message.is_none() {
+    if !matches!(exit, Exit::Lost) {
         protocol.close(conn);
     }
 }

@@ -599,6 +599,18 @@ impl Protocol for OltpProtocol {
         client.conn.local_backend_pid()
     }
 
+    // A OltpClient is a PgConn (a socket and its buffers once it has left its
+    // thread) and owned buffers: nothing tied to a thread.
+    const MIGRATES: bool = true;
+
+    fn leave_thread(&self, client: &mut OltpClient) {
+        client.conn.leave_thread();
+    }
+
+    fn join_thread(&self, client: &mut OltpClient, ring: Option<&Rc<Ring>>) -> Result<(), String> {
+        client.conn.join_thread(ring).map_err(|e| e.to_string())
+    }
+
     fn next_transaction(&self, _client: &mut OltpClient, rng: &mut Prng) -> (TxType, Draws) {
         (0, self.draw(rng))
     }

@@ -194,6 +194,16 @@ impl PgConn {
         self.t.use_ring(ring).map_err(PgError::Protocol)
     }
 
+    /// Leave this thread's epoll and ring between transactions
+    /// (`Transport::leave_thread`), and take another's (`join_thread`).
+    pub fn leave_thread(&mut self) {
+        self.t.leave_thread();
+    }
+
+    pub fn join_thread(&mut self, ring: Option<&Rc<Ring>>) -> Result<(), PgError> {
+        self.t.join_thread(ring).map_err(PgError::Protocol)
+    }
+
     /// Write all of the messages put so far.
     pub async fn flush(&mut self) -> Result<(), PgError> {
         match self.t.flush().await {

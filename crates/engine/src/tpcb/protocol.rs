@@ -121,6 +121,18 @@ impl Protocol for TpcbProtocol {
         client.conn.local_backend_pid()
     }
 
+    // A TpcbClient is a PgConn (a socket and its buffers once it has left its
+    // thread) and owned buffers: nothing tied to a thread.
+    const MIGRATES: bool = true;
+
+    fn leave_thread(&self, client: &mut TpcbClient) {
+        client.conn.leave_thread();
+    }
+
+    fn join_thread(&self, client: &mut TpcbClient, ring: Option<&Rc<Ring>>) -> Result<(), String> {
+        client.conn.join_thread(ring).map_err(|e| e.to_string())
+    }
+
     fn next_transaction(&self, _client: &mut TpcbClient, rng: &mut Prng) -> (TxType, Draws) {
         (0, Draws::draw(self.script, self.scale, rng))
     }

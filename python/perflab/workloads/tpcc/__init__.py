@@ -209,6 +209,7 @@ class _RunKeys(TypedDict):
     weights: list[float] | None
     io: str
     pin: str
+    follow: bool
     progress: Callable[[_engine.Interval], object]
 
 
@@ -531,7 +532,7 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
             latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
             max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id, ol_i_id=consts.ol_i_id,
-            keying=s.keying, weights=mix.weights_list(s.weights), io=s.io, pin=s.pin, progress=progress)
+            keying=s.keying, weights=mix.weights_list(s.weights), io=s.io, pin=s.pin, follow=s.follow, progress=progress)
 
         def drive() -> _engine.DriverResult:
             with harness.engine_errors("tpcc"):
