@@ -150,7 +150,7 @@ def child(spec: dict[str, Any]) -> int:
         out = _engine.tpcb_run(
             spec["conninfo"], script="tpcb-like", scale=1, clients=spec["clients"], threads=spec["threads"],
             protocol=spec["protocol"], t0_ns=time.monotonic_ns(), duration_s=spec["duration"],
-            seed=spec["seed"], io=spec["io"], pin=spec["pin"],
+            seed=spec["seed"], io=spec["io"], pin=spec["pin"], follow=spec.get("follow", False),
         )
     except _engine.EngineConnectionError as exc:
         print(json.dumps({"outcome": "connect-error", "message": str(exc)}), flush=True)
@@ -335,7 +335,7 @@ def run_once(server: Server, round_: int, io: str, plan: Plan, args: argparse.Na
         conn.execute("TRUNCATE pgbench_history")
     log_from = server.target.log_path.stat().st_size
     spec = {"conninfo": server.conninfo(), "clients": args.clients, "threads": args.threads, "pin": args.pin,
-            "protocol": plan.protocol, "duration": args.duration, "seed": plan.seed, "io": io}
+            "follow": args.follow, "protocol": plan.protocol, "duration": args.duration, "seed": plan.seed, "io": io}
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", json.dumps(spec)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -419,7 +419,8 @@ def soak(args: argparse.Namespace, say: Any = print) -> list[Outcome]:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     say(f"soak: seed {args.seed}, {args.runs} runs per io method ({', '.join(args.io)}), "
-        f"{args.duration} s each, {args.clients} clients on {args.threads} threads (pin {args.pin}); "
+        f"{args.duration} s each, {args.clients} clients on {args.threads} threads "
+        f"(pin {args.pin}, follow {args.follow}); "
         f"hang bound {args.duration + END_GRACE_S + HANG_MARGIN_S} s; failures in {out_dir}")
     # Become the subreaper of the server pg_ctl daemonizes, so that a killed
     # postmaster is reaped here at once (PID 1 in a container may never reap).
@@ -521,6 +522,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pin", default="off", choices=["auto", "on", "off"],
                    help="the driver threads' pin (off: as before it existed; on: each thread on a CPU of its own, "
                         "the path read-only runs take by default)")
+    p.add_argument("--follow", action="store_true",
+                   help="clients move to the pinned thread on their backend's CPU (the harness's follow; with "
+                        "--pin on, a run of 3 s or more, since a move waits for two samples a second apart)")
     p.add_argument("--long-stall-share", type=float, default=0.1,
                    help="share of stalls that last past the end of the run and its grace")
     p.add_argument("--out", default=None, help="where failing runs' records go (default: a new /tmp dir)")

@@ -229,7 +229,9 @@ def test_a_run_says_when_its_backends_ran_off_their_driver_threads_cpu(pg_target
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="following needs two CPUs; this process may use one")
-def test_clients_follow_their_backends_to_the_driver_thread_on_their_cpu(pg_target, scratch_db, tmp_path) -> None:
+@pytest.mark.parametrize("io", ["uring", "epoll"])
+def test_clients_follow_their_backends_to_the_driver_thread_on_their_cpu(pg_target, scratch_db, tmp_path,
+                                                                          io) -> None:
     # Every backend on the last CPU (the session postmaster confined there):
     # the clients of the thread pinned elsewhere move to the thread on that
     # CPU after two samples off, once each, and the run goes on without a
@@ -238,11 +240,14 @@ def test_clients_follow_their_backends_to_the_driver_thread_on_their_cpu(pg_targ
     ctx = context(tmp_path)
     workload(script="select-only").prepare(scratch_db, ctx)
     with backends_confined(pg_target[0], cpus[-1]):
-        followed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on").run(scratch_db, ctx)
-        stayed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on",
+        followed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on",
+                            io=io).run(scratch_db, ctx)
+        stayed = workload(script="select-only", clients=4, threads=2, duration="4s", pin="on", io=io,
                           follow=False).run(scratch_db, ctx)
     # Thread 0 (the first CPU) had clients 0 and 2: two moves, to thread 1.
     m = followed.metrics
+    assert [e.message.split(" (")[0] for e in followed.events if e.kind == "io"] == [
+        "io: io_uring" if io == "uring" else "io: epoll"]
     assert m["transactions"].value > 100 and m["failed"].value == 0 and m["lost_connections"].value == 0
     assert [e.message for e in followed.events if e.kind == "follow"] == [
         "clients followed their server processes: 2 moves of a client to the driver thread on its server "
