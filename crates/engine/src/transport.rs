@@ -141,10 +141,6 @@ impl Transport {
                 self.io = Io::Ring(fd.into_inner(), ring.attach());
                 Ok(())
             }
-            Io::Loose(sock) => {
-                self.io = Io::Ring(sock, ring.attach());
-                Ok(())
-            }
             other => {
                 self.io = other;
                 Err("the connection already uses a ring".into())

@@ -389,13 +389,13 @@ pub(super) fn follow_note(
 /// client's driver thread (`pin_cpus[thread]`). A process that has gone is
 /// not counted. With `follow`, a client whose process was off its thread's
 /// CPU in FOLLOW_AFTER samples in a row is asked to move to the thread
-/// pinned to that CPU (`moves`), when there is one; returns how many were.
+/// pinned to that CPU (`moves`), when there is one.
 pub(super) fn placement_sample(
     placement: &mut [Place],
     pin_cpus: &[usize],
     follow: Option<&[AtomicUsize]>,
-) -> (u32, u32, u32) {
-    let (mut sampled, mut off, mut asked) = (0, 0, 0);
+) -> (u32, u32) {
+    let (mut sampled, mut off) = (0, 0);
     for place in placement.iter_mut() {
         let Some(seen) = sys::last_cpu(place.pid) else {
             continue;
@@ -412,11 +412,10 @@ pub(super) fn placement_sample(
                 moves[place.client as usize].store(to, Ordering::Relaxed);
                 place.thread = to;
                 place.off_streak = 0;
-                asked += 1;
             }
         }
     }
-    (sampled, off, asked)
+    (sampled, off)
 }
 
 /// Samples in a row (a second apart) that must find a client's server
@@ -553,7 +552,7 @@ fn coordinate<P: Protocol>(
             );
             report.io_enters = io_enters;
             let follow = shared.follow.then_some(shared.moves.as_slice());
-            (report.server_sampled, report.server_off_cpu, _) = placement_sample(
+            (report.server_sampled, report.server_off_cpu) = placement_sample(
                 &mut shared.placement.lock().unwrap(),
                 &shared.pin_cpus,
                 follow,

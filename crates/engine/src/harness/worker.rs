@@ -318,7 +318,8 @@ async fn client_loop<P: Protocol>(
         if shared.stop.load(Ordering::Relaxed) {
             break Exit::Done;
         }
-        if shared.follow {
+        // A plain load per transaction; the swap only when a move was asked.
+        if shared.follow && shared.moves[client as usize].load(Ordering::Relaxed) != usize::MAX {
             let to = shared.moves[client as usize].swap(usize::MAX, Ordering::Relaxed);
             if to != usize::MAX && to != ctx.index {
                 break Exit::Move(to);
