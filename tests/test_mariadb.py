@@ -4,6 +4,7 @@ workload and the mysqlstat collector."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -538,6 +539,59 @@ def test_oltp_retries_a_lock_wait_timeout_and_names_other_errors(server, tmp_pat
             conn.execute("DROP DATABASE t_oltp_lock")
     metrics = {k: m.value for k, m in result.metrics.items()}
     assert metrics["failed"] == 1 and metrics["errors.1205"] == 1, metrics
+
+
+@contextlib.contextmanager
+def threads_confined(target: MariadbTarget, cpu: int) -> Iterator[None]:
+    """Every thread of the module's server confined to `cpu` (a connection's
+    thread, made or taken from the cache meanwhile, with them); the CPUs they
+    had given back afterwards, also to threads born meanwhile."""
+    [pid] = target.processes()
+    before = os.sched_getaffinity(pid)
+
+    def every_thread(cpus: set[int]) -> None:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(int(task.name), cpus)
+
+    every_thread({cpu})
+    try:
+        yield
+    finally:
+        every_thread(before)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="placement needs two CPUs; this process may use one")
+def test_oltp_samples_where_each_connections_server_thread_ran_over_the_unix_socket(server, tmp_path) -> None:
+    # MariaDB names no OS thread for a connection: the engine finds each by
+    # which server thread ran for its round trips (over the unix socket).
+    # Every server thread on the last CPU: thread 0's two clients (of 4) are
+    # off their driver thread's CPU in every sample, thread 1's never. They
+    # do not move (MariaDB's threads do not stay put; the engine's comment
+    # on MysqlOltpProtocol). Over TCP nothing is known, so nothing is sampled.
+    target, endpoint = server
+    assert target.socket_dir is not None
+    tcp = _own_database(endpoint, "t_oltp_place")
+    db = dataclasses.replace(tcp, unix_socket=str(target.socket_dir / "mysqld.sock"))
+    small = {"tables": 1, "table_size": 200}
+    _oltp(**small).prepare(db, _ctx(tmp_path))
+    cpus = sorted(os.sched_getaffinity(0))
+    run = {"script": "point_select", "clients": 4, "threads": 2, "duration": "3s", "pin": "on", **small}
+    with threads_confined(target, cpus[-1]):
+        on_socket = _oltp(**run).run(db, _ctx(tmp_path))
+        over_tcp = _oltp(**{**run, "duration": "1s"}).run(tcp, _ctx(tmp_path))
+    m = on_socket.metrics
+    assert m["transactions"].value > 100 and m["failed"].value == 0
+    assert m["server_off_cpu_share"].value == 0.5
+    [placement] = [e.message for e in on_socket.events if e.kind == "placement"]
+    assert placement.startswith("server processes off their driver thread's CPU: in 3 of 3 s"), placement
+    assert placement.endswith("0.50 0.50 0.50"), placement
+    assert [e.message for e in on_socket.events if e.kind == "follow"] == [
+        "clients did not follow their server processes (this protocol's clients do not move between threads)"]
+    assert "server_off_cpu_share" not in over_tcp.metrics
+    assert not [e for e in over_tcp.events if e.kind == "placement"]
+    with endpoint.connect() as conn:
+        conn.execute("DROP DATABASE t_oltp_place")
 
 
 @pytest.mark.slow

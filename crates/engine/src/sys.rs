@@ -283,6 +283,69 @@ pub fn tcp_total_retrans(fd: RawFd) -> Option<u32> {
     (rc == 0).then_some(info.tcpi_total_retrans)
 }
 
+/// The process at the other end of a connected unix socket (SO_PEERCRED:
+/// the server that listened, as this machine's pid namespace names it).
+/// None for a socket of another family, a peer this namespace cannot see
+/// (pid 0), or an error.
+pub fn unix_peer_pid(fd: RawFd) -> Option<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is writable for `len` bytes and `len` is a valid
+    // in/out pointer; the kernel writes at most `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+}
+
+/// Each thread of process `pid` with the number of times it has been put on
+/// a CPU (the third field of /proc/PID/task/TID/schedstat, `pcount`). None
+/// when the process has gone or the kernel keeps no schedstat.
+pub fn thread_run_counts(pid: u32) -> Option<Vec<(u32, u64)>> {
+    let mut counts = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let Some(tid) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A thread that ended between the listing and the read is skipped.
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")) {
+            counts.push((tid, text.split_whitespace().nth(2)?.parse().ok()?));
+        }
+    }
+    (!counts.is_empty()).then_some(counts)
+}
+
+/// The one thread that was put on a CPU at least `at_least` times more in
+/// `after` than in `before` (a thread new in `after` counts from 0); None
+/// when no thread or more than one did.
+pub fn the_thread_that_ran(
+    before: &[(u32, u64)],
+    after: &[(u32, u64)],
+    at_least: u64,
+) -> Option<u32> {
+    let mut ran = after.iter().filter(|(tid, n)| {
+        let was = before.iter().find(|(t, _)| t == tid).map_or(0, |&(_, n)| n);
+        n.saturating_sub(was) >= at_least
+    });
+    match (ran.next(), ran.next()) {
+        (Some(&(tid, _)), None) => Some(tid),
+        _ => None,
+    }
+}
+
 /// One event of `Epoll::wait`: `events` (EPOLLIN, ...) and the token given
 /// to `Epoll::add` (in its `u64`).
 pub type EpollEvent = libc::epoll_event;
@@ -364,6 +427,62 @@ mod tests {
         .unwrap();
         assert_eq!(seen, Some(cpu));
         assert_eq!(last_cpu(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_unix_socket_names_its_peer_and_a_tcp_socket_does_not() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(unix_peer_pid(a.as_raw_fd()), Some(std::process::id()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let tcp = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        assert_eq!(unix_peer_pid(tcp.as_raw_fd()), None);
+    }
+
+    #[test]
+    fn a_process_woken_for_each_message_is_the_thread_that_ran() {
+        use std::io::{BufRead, Write};
+        // cat wakes once per line it is sent, and answers it.
+        let mut cat = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = cat.id();
+        let mut input = cat.stdin.take().unwrap();
+        let mut output = std::io::BufReader::new(cat.stdout.take().unwrap());
+        let mut line = String::new();
+        let mut round_trip = |line: &mut String| {
+            input.write_all(b"x\n").unwrap();
+            input.flush().unwrap();
+            line.clear();
+            output.read_line(line).unwrap();
+        };
+        round_trip(&mut line);
+        let before = thread_run_counts(pid).unwrap();
+        assert_eq!(before.len(), 1);
+        for _ in 0..8 {
+            round_trip(&mut line);
+        }
+        let after = thread_run_counts(pid).unwrap();
+        assert_eq!(the_thread_that_ran(&before, &after, 8), Some(pid));
+        assert_eq!(the_thread_that_ran(&before, &before, 1), None);
+        cat.kill().unwrap();
+        cat.wait().unwrap();
+        assert_eq!(thread_run_counts(pid), None);
+    }
+
+    #[test]
+    fn the_thread_that_ran_must_be_the_only_one() {
+        let before = [(1, 5), (2, 0)];
+        assert_eq!(the_thread_that_ran(&before, &[(1, 13), (2, 2)], 8), Some(1));
+        assert_eq!(the_thread_that_ran(&before, &[(1, 13), (2, 8)], 8), None);
+        assert_eq!(the_thread_that_ran(&before, &[(1, 12), (2, 7)], 8), None);
+        // a thread that came after the first look counts from 0
+        assert_eq!(
+            the_thread_that_ran(&before, &[(1, 5), (2, 0), (3, 9)], 8),
+            Some(3)
+        );
+        assert_eq!(thread_run_counts(u32::MAX), None);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use super::codec::{self, Column, Outcome};
 use super::{MyConnInfo, MyError, Rows};
 use crate::pg::Param;
+use crate::sys;
 use crate::transport::{Lost, Sock, Transport};
 use crate::uring::Ring;
 
@@ -18,6 +19,11 @@ pub struct Stmt {
     pub params: u16,
     pub columns: u16,
 }
+
+/// Round trips that `MyConn::find_server_thread` watches, and the lock
+/// that keeps two connections of this process from looking at once.
+const IDENTIFY_ROUND_TRIPS: u64 = 8;
+static IDENTIFYING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// LOAD DATA LOCAL's packets: large enough that framing costs nothing.
 pub const LOCAL_CHUNK_BYTES: usize = 256 * 1024;
@@ -164,6 +170,35 @@ impl MyConn {
     /// epoll): a read sends what was put before it in the same submission.
     pub fn use_ring(&mut self, ring: Rc<Ring>) -> Result<(), MyError> {
         self.t.use_ring(ring).map_err(MyError::Protocol)
+    }
+
+    /// The server thread that serves this connection, on a server on this
+    /// machine reached by its unix socket with one thread per connection
+    /// (MariaDB's and MySQL's default), so that the harness can sample
+    /// where it runs (`Protocol::server_pid`). The protocol names no OS
+    /// thread (a connection id is not one), so it is found by watching:
+    /// of the server's threads (the socket's peer process), the only one
+    /// put on a CPU for at least half of IDENTIFY_ROUND_TRIPS round trips
+    /// (each wakes the connection's thread once, unless its answer came
+    /// before it slept). One connection looks at a time in this process;
+    /// None when the server is elsewhere or pooled, or the look was not
+    /// clear (another client's round trips at the same moment).
+    pub async fn find_server_thread(&mut self) -> Option<u32> {
+        let pid = sys::unix_peer_pid(self.raw_fd())?;
+        let mut rows = Rows::default();
+        self.query_rows("SELECT @@thread_handling", &mut rows)
+            .await
+            .ok()?;
+        if rows.str(0, 0) != Some("one-thread-per-connection") {
+            return None;
+        }
+        let _one_at_a_time = IDENTIFYING.lock().await;
+        let before = sys::thread_run_counts(pid)?;
+        for _ in 0..IDENTIFY_ROUND_TRIPS {
+            self.query("DO 0").await.ok()?;
+        }
+        let after = sys::thread_run_counts(pid)?;
+        sys::the_thread_that_ran(&before, &after, IDENTIFY_ROUND_TRIPS / 2)
     }
 
     /// Whether the session is inside a transaction (the last reply's status).

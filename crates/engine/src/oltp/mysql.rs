@@ -59,6 +59,9 @@ pub struct MysqlOltpClient {
     /// Prepared statements, [table * PER_TABLE.len() + kind].
     stmts: Vec<Option<Stmt>>,
     times: StatementTimes,
+    /// The server thread serving the connection, when it could be told
+    /// (`MyConn::find_server_thread`).
+    server_thread: Option<u32>,
 }
 
 impl MysqlOltpClient {
@@ -140,18 +143,31 @@ impl Protocol for MysqlOltpProtocol {
                 stmts[table * Kind::PER_TABLE.len() + k] = it.next();
             }
         }
+        let server_thread = conn.find_server_thread().await;
         Ok(MysqlOltpClient {
             conn,
             begin,
             commit,
             stmts,
             times: StatementTimes::new(self.events.plan.len()),
+            server_thread,
         })
     }
 
     fn socket(&self, client: &MysqlOltpClient) -> Option<RawFd> {
         Some(client.conn.raw_fd())
     }
+
+    fn server_pid(&self, client: &MysqlOltpClient) -> Option<u32> {
+        client.server_thread
+    }
+
+    // No MIGRATES: MariaDB's connection threads do not stay on a CPU as
+    // PostgreSQL's backends do. Followed on 2 pinned threads (point_select,
+    // 4 alternating pairs of 10 s), clients moved about once every 6-8 s
+    // each and still found their threads off CPU in 0.36-0.49 of samples:
+    // 10% more tps at 8 clients, 10% fewer at 32 (benchmarks/README.md,
+    // "A driver that follows its backends"). The sampled share stays.
 
     fn next_transaction(&self, _client: &mut MysqlOltpClient, rng: &mut Prng) -> (TxType, Draws) {
         (0, self.events.draw(rng))
