@@ -177,13 +177,15 @@ def run_sysbench(ep: Endpoint, script: str, tables: int, table_size: int, thread
 
 
 def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads: int, seconds: int,
-                workdir: Path, pin: str = "auto", driver_threads: str = "default") -> dict[str, Any]:
+                workdir: Path, pin: str = "auto", driver_threads: str = "default",
+                follow: str = "on") -> dict[str, Any]:
     """One perflab run of `threads` clients (sysbench's --threads) on the
-    workload's default driver threads, or `driver_threads` of them."""
+    workload's default driver threads, or `driver_threads` of them; clients
+    follow their server processes unless `follow` is off."""
     w = OltpWorkload(OltpSettings.model_validate({
         "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
         **({} if driver_threads == "default" else {"threads": min(int(driver_threads), threads)}),
-        "duration": float(seconds), "pin": pin}))
+        "duration": float(seconds), "pin": pin, "follow": follow == "on"}))
     before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()
     result = w.run(ep, RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns()))
     after = resource.getrusage(resource.RUSAGE_SELF)
@@ -194,15 +196,29 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
             "engine_cpu_per_tx_us": m["driver_cpu_per_tx_us"].value, "retries": m["retries"].value,
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
             "pinned": pinned(result.events), "driver_threads": int(m["threads"].value),
+            "off_cpu_share": m["server_off_cpu_share"].value if "server_off_cpu_share" in m else None,
+            "follow": next((e.message for e in result.events if e.kind == "follow"), ""),
             **machine_figures(machine_before, done)}
 
 
+def off_cpu(run: dict[str, Any]) -> str:
+    """The share of samples that found a client's server process off its
+    driver thread's CPU, and the moves that following made, when sampled."""
+    if run["off_cpu_share"] is None:
+        return ""
+    moves = re.search(r"(\d+) moves", run["follow"])
+    return f"; server off CPU {run['off_cpu_share']:.2f}" + (f", {moves.group(1)} moves" if moves else "")
+
+
 def labelled(script: str, pin: str, pins: list[str], driver_threads: str = "default",
-             all_threads: tuple[str, ...] = ("default",)) -> str:
+             all_threads: tuple[str, ...] = ("default",), follow: str = "on",
+             follows: tuple[str, ...] = ("on",)) -> str:
     """A script's row label: with several --pin values, the value too; with
-    several --perflab-threads, the thread count (tN, or t=default)."""
+    several --perflab-threads, the thread count (tN, or t=default); with both
+    --follow values, follow=on or off."""
     return (script + ("" if len(pins) == 1 else f"/pin={pin}")
-            + ("" if len(all_threads) == 1 else f"/t{'=default' if driver_threads == 'default' else driver_threads}"))
+            + ("" if len(all_threads) == 1 else f"/t{'=default' if driver_threads == 'default' else driver_threads}")
+            + ("" if len(follows) == 1 else f"/follow={follow}"))
 
 
 def floor_table(floors: list[dict[str, Any]], scripts: list[str], threads_list: list[int]) -> list[str]:
@@ -254,6 +270,9 @@ def main() -> int:
     ap.add_argument("--perflab-threads", nargs="+", default=["default"], metavar="N",
                     help="perflab's driver threads: default (the workload's own choice) or a number; several: one "
                          "perflab run of each per pair, rows labelled SCRIPT/tN")
+    ap.add_argument("--follow", nargs="+", default=["on"], choices=["on", "off"],
+                    help="perflab's follow parameter (clients move to the driver thread on their server "
+                         "process's CPU); both: one perflab run of each per pair, rows labelled SCRIPT/follow=VALUE")
     ap.add_argument("--floor", action="store_true",
                     help="also run driver_floor.rs's mysqlwire mode on epoll and io_uring in each pair "
                          "(--server mariadb)")
@@ -269,7 +288,8 @@ def main() -> int:
         raise SystemExit("sysbench is not installed (apt-get install sysbench)")
     floor = driver_floor() if args.floor else None
     pts = tuple(args.perflab_threads)
-    variants = [(pin, n) for pin in args.pin for n in pts]  # perflab's runs per pair
+    follows = tuple(args.follow)
+    variants = [(pin, n, f) for pin in args.pin for n in pts for f in follows]  # perflab's runs per pair
 
     base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))
     base.chmod(0o755)  # the server runs as `nobody` when we are root
@@ -333,21 +353,24 @@ def main() -> int:
             for threads in args.threads:
                 for pair in range(args.pairs):
                     a = run_sysbench(ep, script, args.tables, args.table_size, threads, args.seconds)
-                    for pin, n in (variants if pair % 2 == 0 else variants[::-1]):
-                        b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base, pin, n)
-                        label = labelled(script, pin, args.pin, n, pts)
+                    for pin, n, follow in (variants if pair % 2 == 0 else variants[::-1]):
+                        b = run_perflab(ep, script, args.tables, args.table_size, threads, args.seconds, base, pin, n,
+                                        follow)
+                        label = labelled(script, pin, args.pin, n, pts, follow, follows)
                         rows.append({"script": label, "threads": threads, "pair": pair + 1,
                                      "sysbench": a, "perflab": b, "load_average": os.getloadavg()[0]})
                         print(f"  {label:12s} t={threads:<3d} pair {pair + 1}: sysbench "
                               f"{a['tps']:8.1f} tps {a['cpu_per_tx_us']:7.1f} us/tx ({a['ignored_errors']} ignored "
                               f"errors) | perflab {b['tps']:8.1f} tps {b['cpu_per_tx_us']:7.1f} us/tx (engine "
                               f"{b['engine_cpu_per_tx_us']:.1f}; {b['retries']:.0f} retries, {b['failed']:.0f} "
-                              f"failed; {b['driver_threads']} threads; {b['io']}{', pinned' if b['pinned'] else ''})",
+                              f"failed; {b['driver_threads']} threads; {b['io']}{', pinned' if b['pinned'] else ''}"
+                              f"{off_cpu(b)})",
                               flush=True)
                     if floor is not None:
                         # the floors stand beside the first variant's run of this pair, on its threads
                         b = next(r for r in rows[-len(variants):]
-                                 if r["script"] == labelled(script, variants[0][0], args.pin, variants[0][1], pts))["perflab"]
+                                 if r["script"] == labelled(script, variants[0][0], args.pin, variants[0][1], pts,
+                                                            variants[0][2], follows))["perflab"]
                         assert isinstance(ep, MysqlWireEndpoint)
                         for io in FLOORS:
                             f = run_floor([floor, "mysqlwire", *(["--uring"] if io == "uring" else []),
@@ -369,8 +392,8 @@ def main() -> int:
     print()
     verdicts = [f"load: ratio {load_ratio:.3f} {'meets' if load_ratio <= TARGET_LOAD_RATIO else 'MISSES'} "
                 f"<= {TARGET_LOAD_RATIO}"]
-    for script, threads, tps, cpu in pair_table(rows, [labelled(s, p, args.pin, n, pts) for s in args.scripts
-                                                       for p, n in variants],
+    for script, threads, tps, cpu in pair_table(rows, [labelled(s, p, args.pin, n, pts, f, follows)
+                                                       for s in args.scripts for p, n, f in variants],
                                                 "threads", args.threads,
                                                 ("sysbench", "perflab"), ("perflab", "sysbench"),
                                                 ("tps ratio", "cpu ratio")):
@@ -379,7 +402,8 @@ def main() -> int:
                         f"cpu ratio {statistics.mean(cpu):.3f} "
                         f"{'meets' if statistics.mean(cpu) <= TARGET_CPU_RATIO else 'MISSES'} <= {TARGET_CPU_RATIO}")
     factor_table([(f"{label} | {t}", [r for r in rows if r["script"] == label and r["threads"] == t])
-                  for label in [labelled(s, p, args.pin, n, pts) for s in args.scripts for p, n in variants]
+                  for label in [labelled(s, p, args.pin, n, pts, f, follows) for s in args.scripts
+                                for p, n, f in variants]
                   for t in args.threads], "sysbench")
     if floors:
         verdicts += floor_table(floors, args.scripts, args.threads)
