@@ -22,6 +22,14 @@ def cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def mariadb_cpu_s(target: Any) -> float:
+    """A managed MariaDB's CPU seconds so far: its one process, every thread
+    (`target` a MariadbTarget)."""
+    from perflab import proc
+
+    return sum(proc.cpu_seconds(pid) or 0.0 for pid in target.processes())
+
+
 def processes_cpu_s(pids: Iterable[int]) -> dict[int, float]:
     """utime + stime of each live process among `pids` (seconds), from /proc/PID/stat."""
     tick = os.sysconf("SC_CLK_TCK")

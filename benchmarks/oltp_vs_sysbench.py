@@ -75,6 +75,7 @@ from _common import (
     floor_factor,
     machine_cpu,
     machine_figures,
+    mariadb_cpu_s,
     mean_spread,
     pair_table,
     pinned,
@@ -83,7 +84,7 @@ from _common import (
     run_main,
     spread,
 )
-from perflab import _engine, proc
+from perflab import _engine
 from perflab.context import RunContext
 from perflab.endpoints import MysqlWireEndpoint
 from perflab.targets.mariadb import MariadbSettings, MariadbTarget
@@ -125,7 +126,7 @@ def server_cpu_s(target: PostgresTarget | MariadbTarget) -> float | None:
     PostgreSQL, whose backends take their CPU time with them when they exit."""
     if not isinstance(target, MariadbTarget):
         return None
-    return sum(proc.cpu_seconds(pid) or 0.0 for pid in target.processes())
+    return mariadb_cpu_s(target)
 
 
 def client_cpu_s() -> float:

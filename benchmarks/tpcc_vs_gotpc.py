@@ -30,18 +30,20 @@ so a cheaper driver leaves the server more CPU. Ratios are perflab / go-tpc,
 the mean of the per-pair ratios with their spread.
 
 perflab's side is the tpcc workload on the target's MysqlEndpoint: its
-load through LOAD DATA LOCAL INFILE, its run through the engine's MySQL
+load through LOAD DATA LOCAL INFILE (or multi-row INSERT, or each in turn:
+--load-methods), its run through the engine's MySQL
 client (--gotpc-only skips it; where it cannot run, the table holds go-tpc's
 figures alone and says why).
 
     .venv/bin/python benchmarks/tpcc_vs_gotpc.py [--warehouses 10] [--seconds 20] [--pairs 3]
-        [--threads 8 32] [--gotpc-only] [--json out.json]
+        [--threads 8 32] [--gotpc-only] [--load-methods load-data insert] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -54,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, run_child, run_main, spread
+from _common import cores, mariadb_cpu_s, run_child, run_main, spread
 from perflab.cache import cache_root
 from perflab.context import RunContext
 from perflab.errors import RunFailure, UserError
@@ -158,6 +160,9 @@ def main() -> int:
                     help="innodb_flush_log_at_trx_commit")
     ap.add_argument("--buffer-pool", default="3G", help="innodb_buffer_pool_size (both data sets fit)")
     ap.add_argument("--gotpc-only", action="store_true", help="run go-tpc's side alone")
+    ap.add_argument("--load-methods", nargs="+", default=["load-data"], choices=["load-data", "insert"],
+                    help="perflab's load by LOAD DATA LOCAL INFILE (the default), by multi-row INSERT, or each "
+                         "in turn (the target's load_method); the runs use the last one's data")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
     args = ap.parse_args()
     binary = gotpc_binary()
@@ -172,6 +177,7 @@ def main() -> int:
     }), base / "target")
     rows: list[dict[str, Any]] = []
     gotpc_load_s = perflab_load_s = None
+    perflab_loads: dict[str, float] = {}
     why_not = "--gotpc-only"
     try:
         ep = target.provision()
@@ -181,22 +187,30 @@ def main() -> int:
               f"{cores()} cores, load average {os.getloadavg()[0]:.1f} at start", flush=True)
         with ep.connect(database="") as conn:
             conn.execute(f"CREATE DATABASE IF NOT EXISTS `{GOTPC_DB}`")
-        started = time.monotonic()
-        code, text, error, _ = run_child([*gotpc_args(binary, ep, args.warehouses, cores()), "prepare",
-                                          "--no-check"])
+        started, server_before = time.monotonic(), mariadb_cpu_s(target)
+        code, text, error, usage = run_child([*gotpc_args(binary, ep, args.warehouses, cores()), "prepare",
+                                              "--no-check"])
         gotpc_load_s = time.monotonic() - started
         if code != 0:
             raise RuntimeError(f"go-tpc prepare failed ({code}): {(error.strip() or text)[-2000:]}")
-        print(f"load {args.warehouses} warehouses: go-tpc tpcc prepare ({cores()} threads) {gotpc_load_s:.1f} s",
-              flush=True)
-        if not args.gotpc_only:
-            perflab_load_s, steps = perflab_load(ep, args.warehouses, base)
+        print(f"load {args.warehouses} warehouses: go-tpc tpcc prepare ({cores()} threads) {gotpc_load_s:.1f} s; "
+              f"server CPU {mariadb_cpu_s(target) - server_before:.1f} s, go-tpc's "
+              f"{usage.ru_utime + usage.ru_stime:.1f} s", flush=True)
+        for method in [] if args.gotpc_only else args.load_methods:
+            server_before, own_before = mariadb_cpu_s(target), resource.getrusage(resource.RUSAGE_SELF)
+            perflab_load_s, steps = perflab_load(dataclasses.replace(ep, load_method=method), args.warehouses, base)
             if perflab_load_s is None:
                 why_not = steps
                 print(f"  perflab's tpcc cannot run on MariaDB here, go-tpc's side alone: {steps}", flush=True)
-            else:
-                print(f"  perflab {perflab_load_s:.1f} s ({steps}); ratio {perflab_load_s / gotpc_load_s:.3f}",
-                      flush=True)
+                break
+            server_s, own = mariadb_cpu_s(target) - server_before, resource.getrusage(resource.RUSAGE_SELF)
+            own_s = own.ru_utime + own.ru_stime - own_before.ru_utime - own_before.ru_stime
+            perflab_loads[method] = perflab_load_s
+            # with nothing idle, no client loads faster than the CPU both sides spent, over the cores
+            floor_s = (server_s + own_s) / cores()
+            print(f"  perflab, {method} {perflab_load_s:.1f} s ({steps}); ratio {perflab_load_s / gotpc_load_s:.3f}; "
+                  f"server CPU {server_s:.1f} s, perflab's {own_s:.1f} s: CPU floor {floor_s:.1f} s, "
+                  f"{floor_s / gotpc_load_s:.3f}x go-tpc's time", flush=True)
         for threads in args.threads:
             for pair in range(args.pairs):
                 a = run_gotpc(binary, ep, args.warehouses, threads, args.seconds)
@@ -221,8 +235,8 @@ def main() -> int:
           "| cpu ratio (pairs) |")
     print("| ---: | ---: | ---: | --- | ---: | ---: | --- |")
     verdicts = []
-    if gotpc_load_s and perflab_load_s is not None:
-        verdicts.append(f"load: ratio {verdict(perflab_load_s / gotpc_load_s, TARGET_LOAD_RATIO, False)}")
+    for method, seconds in perflab_loads.items() if gotpc_load_s else ():
+        verdicts.append(f"load, {method}: ratio {verdict(seconds / gotpc_load_s, TARGET_LOAD_RATIO, False)}")
     for threads in args.threads:
         group = [r for r in rows if r["threads"] == threads]
         g_nopm = statistics.mean(r["gotpc"]["nopm"] for r in group)
@@ -245,7 +259,7 @@ def main() -> int:
     print(f"load average at end {os.getloadavg()[0]:.1f} (other work on this machine moves every figure)")
     if args.json:
         with contextlib.suppress(OSError):
-            args.json.write_text(json.dumps({"load": {"gotpc_s": gotpc_load_s, "perflab_s": perflab_load_s},
+            args.json.write_text(json.dumps({"load": {"gotpc_s": gotpc_load_s, "perflab_s": perflab_loads},
                                              "runs": rows}, indent=1))
     return 0
 
