@@ -102,6 +102,13 @@ pub fn last_cpu(pid: u32) -> Option<usize> {
     parse_stat_processor(&stat)
 }
 
+/// A process's command name (/proc/PID/comm: its executable's name, at
+/// most 15 bytes), None when it has gone or cannot be read.
+pub fn process_comm(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end_matches('\n').to_string())
+}
+
 /// `processor` from the text of a /proc/PID/stat: the fields after the
 /// command name, which is in parentheses and may itself hold spaces and
 /// parentheses, start at field 3 (state), so field 39 is the 37th of them.
@@ -483,6 +490,18 @@ mod tests {
             Some(3)
         );
         assert_eq!(thread_run_counts(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_process_comm_is_its_executables_name() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        assert_eq!(process_comm(child.id()).as_deref(), Some("sleep"));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(process_comm(child.id()), None);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use super::codec;
 use super::{ConnInfo, PgError, SqlError};
 use crate::rowtable::RowTable;
+use crate::sys;
 use crate::transport::{Lost, Sock, Transport};
 use crate::uring::Ring;
 
@@ -26,8 +27,8 @@ pub struct PgConn {
     /// The last FATAL/PANIC message, to explain a connection that then ends.
     fatal: Option<String>,
     /// The backend's process id (BackendKeyData), kept only when the server
-    /// is on this machine (a unix socket or a loopback address), where the
-    /// id names a process in /proc (`local_backend_pid`).
+    /// is on this machine (a unix socket or a loopback address) and the id
+    /// names a process called postgres in /proc (`local_backend_pid`).
     local_backend_pid: Option<u32>,
 }
 
@@ -165,8 +166,14 @@ impl PgConn {
                     return Ok(());
                 }
                 b'K' if body.len() >= 4 && info.is_local() => {
+                    // A server in another pid namespace (a container
+                    // published on loopback) gives a pid that names some
+                    // other process here, or none: keep it only when it
+                    // names a PostgreSQL process.
                     let pid = u32::from_be_bytes(body[0..4].try_into().unwrap());
-                    self.local_backend_pid = Some(pid);
+                    if sys::process_comm(pid).as_deref() == Some("postgres") {
+                        self.local_backend_pid = Some(pid);
+                    }
                 }
                 // ParameterStatus, BackendKeyData of a server elsewhere, NoticeResponse.
                 _ => {}
