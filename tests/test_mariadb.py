@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import re
@@ -577,9 +578,23 @@ def test_oltp_samples_where_each_connections_server_thread_ran_over_the_unix_soc
     _oltp(**small).prepare(db, _ctx(tmp_path))
     cpus = sorted(os.sched_getaffinity(0))
     run = {"script": "point_select", "clients": 4, "threads": 2, "duration": "3s", "pin": "on", **small}
+
+    def com_do() -> int:
+        with endpoint.connect() as conn:
+            return int(conn.execute("SHOW GLOBAL STATUS LIKE 'Com_do'").fetchone()[1])
+
+    looks = [com_do()]
     with threads_confined(target, cpus[-1]):
         on_socket = _oltp(**run).run(db, _ctx(tmp_path))
+        looks.append(com_do())
         over_tcp = _oltp(**{**run, "duration": "1s"}).run(tcp, _ctx(tmp_path))
+        looks.append(com_do())
+        unpinned = _oltp(**{**run, "duration": "1s", "pin": "off"}).run(db, _ctx(tmp_path))
+        looks.append(com_do())
+    # The look costs 8 DO 0 round trips per client, only where it can tell
+    # (the unix socket) and only in a pinned run, which samples.
+    assert [b - a for a, b in itertools.pairwise(looks)] == [4 * 8, 0, 0]
+    assert "server_off_cpu_share" not in unpinned.metrics
     m = on_socket.metrics
     assert m["transactions"].value > 100 and m["failed"].value == 0
     assert m["server_off_cpu_share"].value == 0.5

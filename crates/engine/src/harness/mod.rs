@@ -115,6 +115,14 @@ pub trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// Find out what `server_pid` needs when it costs round trips (a
+    /// MariaDB connection's thread): called once per client after it
+    /// connects, only in runs whose threads are pinned, where the pid is
+    /// sampled. Nothing by default.
+    fn locate(&self, _client: &mut Self::Client) -> impl Future<Output = ()> {
+        async {}
+    }
+
     /// Whether a client may move to another worker thread between two
     /// transactions: after [`Protocol::leave_thread`] it holds nothing tied
     /// to its thread (no `Rc`, no registration with the thread's runtime or

@@ -105,6 +105,9 @@ async fn run_thread<P: Protocol>(
         .clients_alive
         .fetch_add(conns.len(), Ordering::SeqCst);
     if pinned.is_some() {
+        for (_, conn) in &mut conns {
+            shared.protocol.locate(conn).await;
+        }
         let mut placement = shared.placement.lock().unwrap();
         for (client, conn) in &conns {
             if let Some(pid) = shared.protocol.server_pid(conn) {

@@ -60,7 +60,7 @@ pub struct MysqlOltpClient {
     stmts: Vec<Option<Stmt>>,
     times: StatementTimes,
     /// The server thread serving the connection, when it could be told
-    /// (`MyConn::find_server_thread`).
+    /// (`MyConn::find_server_thread`, in a pinned run: `Protocol::locate`).
     server_thread: Option<u32>,
 }
 
@@ -143,14 +143,13 @@ impl Protocol for MysqlOltpProtocol {
                 stmts[table * Kind::PER_TABLE.len() + k] = it.next();
             }
         }
-        let server_thread = conn.find_server_thread().await;
         Ok(MysqlOltpClient {
             conn,
             begin,
             commit,
             stmts,
             times: StatementTimes::new(self.events.plan.len()),
-            server_thread,
+            server_thread: None,
         })
     }
 
@@ -160,6 +159,10 @@ impl Protocol for MysqlOltpProtocol {
 
     fn server_pid(&self, client: &MysqlOltpClient) -> Option<u32> {
         client.server_thread
+    }
+
+    async fn locate(&self, client: &mut MysqlOltpClient) {
+        client.server_thread = client.conn.find_server_thread().await;
     }
 
     // No MIGRATES: MariaDB's connection threads do not stay on a CPU as
