@@ -57,6 +57,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -493,9 +494,20 @@ def load_outcomes(path: Path) -> list[Outcome]:
     return outcomes
 
 
+def moves(outcome: Outcome) -> int:
+    """How many times the run's clients moved to another driver thread (its
+    `follow` event's count; 0 when they did not follow)."""
+    for _, kind, message in outcome.result.get("events", []):
+        found = re.search(r"(\d+) moves", message) if kind == "follow" else None
+        if found:
+            return int(found.group(1))
+    return 0
+
+
 def summary(outcomes: list[Outcome], ios: list[str]) -> list[str]:
-    lines = ["| io | runs | hangs | miscounts | other failures | committed | lost clients | in doubt | max s |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| io | runs | hangs | miscounts | other failures | committed | lost clients | in doubt | max s "
+             "| runs with moves (moves) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for io in ios:
         mine = [o for o in outcomes if o.io == io]
         hangs = sum(o.hung for o in mine)
@@ -506,8 +518,9 @@ def summary(outcomes: list[Outcome], ios: list[str]) -> list[str]:
         doubt = sum((o.history_rows or 0) - int(o.result.get("transactions", 0)) for o in mine
                     if o.result.get("outcome") == "done")
         longest = max((o.seconds for o in mine), default=0.0)
+        moved = [moves(o) for o in mine]
         lines.append(f"| {io} | {len(mine)} | {hangs} | {miscounts} | {other} | {committed} | {lost} | "
-                     f"{doubt} | {longest:.1f} |")
+                     f"{doubt} | {longest:.1f} | {sum(m > 0 for m in moved)} ({sum(moved)}) |")
     return lines
 
 

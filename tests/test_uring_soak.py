@@ -51,6 +51,18 @@ def test_the_counting_rule_allows_one_unacknowledged_commit_per_lost_client() ->
     assert soak.check_counts({"outcome": "no-output"}, 0).startswith("no result")
 
 
+def test_the_summary_counts_runs_whose_clients_moved() -> None:
+    plan = soak.draw_plan(random.Random(1), 1.0)
+    followed = soak.Outcome(round=1, io="uring", plan=plan, result={"events": [
+        [0.0, "io", "io: io_uring"],
+        [4.0, "follow", "clients followed their server processes: 3 moves of a client to the driver thread on "
+                        "its server process's CPU (8 of 8 clients' processes known)"]]})
+    stayed = soak.Outcome(round=2, io="uring", plan=plan, result={"events": [
+        [4.0, "follow", "clients did not follow their server processes (follow = false)"]]})
+    assert soak.moves(followed) == 3 and soak.moves(stayed) == 0
+    assert soak.summary([followed, stayed], ["uring"])[2].endswith("| 1 (3) |")
+
+
 @pytest.mark.slow
 def test_no_hang_and_no_miscount_under_kills_stalls_and_restarts(tmp_path: Path) -> None:
     seed = int(os.environ.get("PERFLAB_SOAK_SEED") or random.SystemRandom().getrandbits(32))
