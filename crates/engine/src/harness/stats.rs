@@ -434,9 +434,9 @@ pub fn placement_event(series: &[IntervalReport], min_seconds: usize) -> Option<
             "server processes off their driver thread's CPU: in {} of {} s at least {:.0}% of the \
              clients' server processes ran on another CPU than the pinned driver thread that sends \
              them work, so their round trips wake processes across CPUs; the scheduler placed them \
-             so, and runs differ by it (select-only at 8 clients on 2 cores: 90-106k tps with none \
-             off, 64-74k with half off; benchmarks/README.md, \"Where the backends ran\"). From \
-             {first:.0} s on the run's clock; share off, second by second: {}",
+             so, and runs differ by it (PostgreSQL's select-only at 8 clients on 2 cores: \
+             90-106k tps with none off, 64-74k with half off; benchmarks/README.md, \"Where the \
+             backends ran\"). From {first:.0} s on the run's clock; share off, second by second: {}",
             off.len(),
             seconds.len(),
             PLACEMENT_OFF_SHARE * 100.0,
