@@ -51,8 +51,10 @@ pub(crate) struct Shared<P: Protocol> {
     /// the `pin` event's sentence (`plan_pinning`).
     pub pin_cpus: Vec<usize>,
     pub pin_note: String,
-    /// A worker that could not pin itself says so here.
+    /// A worker that could not pin itself says so here, and adds its index
+    /// to `unpinned` (no client is moved to it: `placement_cpus`).
     pub pin_failed: Mutex<Option<String>>,
+    pub unpinned: Mutex<Vec<usize>>,
     /// Each client whose protocol names its server process on this machine
     /// (`Protocol::server_pid`), with its driver thread's index, sampled
     /// every second (`placement_sample`).
@@ -258,6 +260,7 @@ impl<P: Protocol> Run<P> {
             pin_cpus,
             pin_note,
             pin_failed: Mutex::new(None),
+            unpinned: Mutex::new(Vec::new()),
             placement: Mutex::new(Vec::new()),
             follow,
             moves: (0..cfg.clients)
@@ -418,6 +421,23 @@ pub(super) fn placement_sample(
     (sampled, off)
 }
 
+/// Each thread's CPU for `placement_sample`: its planned one, or usize::MAX
+/// (no CPU) for a thread that failed to pin, so that no client is moved to
+/// a thread that may run anywhere. Its own clients are not sampled.
+pub(super) fn placement_cpus(pin_cpus: &[usize], unpinned: &[usize]) -> Vec<usize> {
+    pin_cpus
+        .iter()
+        .enumerate()
+        .map(|(i, &cpu)| {
+            if unpinned.contains(&i) {
+                usize::MAX
+            } else {
+                cpu
+            }
+        })
+        .collect()
+}
+
 /// Samples in a row (a second apart) that must find a client's server
 /// process off its thread's CPU before the client follows it: one sample
 /// may catch a process the balancer is about to move back.
@@ -506,6 +526,8 @@ fn coordinate<P: Protocol>(
     }
     let mut process_cpu_from = sys::process_cpu_s().unwrap_or(0.0);
     shared.go.wait();
+    // Every worker has pinned itself, or failed to, before it connected.
+    let placement_cpus = placement_cpus(&shared.pin_cpus, &shared.unpinned.lock().unwrap());
 
     // Thread CPU at the start of the measured window; with a warm-up, read
     // each worker's clock from here when the window opens.
@@ -554,7 +576,7 @@ fn coordinate<P: Protocol>(
             let follow = shared.follow.then_some(shared.moves.as_slice());
             (report.server_sampled, report.server_off_cpu) = placement_sample(
                 &mut shared.placement.lock().unwrap(),
-                &shared.pin_cpus,
+                &placement_cpus,
                 follow,
             );
             if !report.warmup {

@@ -916,6 +916,19 @@ fn the_placement_sample_reads_each_process_cpu_and_moves_a_client_after_two_samp
             assert_eq!(placement_sample(&mut places, &pins, None), (1, 1));
         }
         assert_eq!(places[0].thread, 1);
+        // Thread 0 failed to pin: no CPU of its own, so client 1 is never
+        // moved to it, however long it is off.
+        let unpinned = super::run::placement_cpus(&pins, &[0]);
+        assert_eq!(unpinned, [usize::MAX, other]);
+        let moves: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(usize::MAX)).collect();
+        let mut places = [place(1, 1)];
+        for _ in 0..3 {
+            assert_eq!(
+                placement_sample(&mut places, &unpinned, Some(&moves)),
+                (1, 1)
+            );
+        }
+        assert_eq!(moves[1].load(Ordering::Relaxed), usize::MAX);
     }
     stop_tx.send(()).unwrap();
     spinner.join().unwrap();

@@ -37,7 +37,8 @@ pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients:
             Ok(()) => pinned = Some(cpu),
             Err(e) => {
                 *shared.pin_failed.lock().unwrap() =
-                    Some(format!("thread {index} on CPU {cpu}: {e}"))
+                    Some(format!("thread {index} on CPU {cpu}: {e}"));
+                shared.unpinned.lock().unwrap().push(index);
             }
         }
     }
