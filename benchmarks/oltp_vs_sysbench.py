@@ -289,7 +289,7 @@ def main() -> int:
         raise SystemExit("sysbench is not installed (apt-get install sysbench)")
     floor = driver_floor() if args.floor else None
     pts = tuple(args.perflab_threads)
-    follows = tuple(args.follow)
+    follows = tuple(dict.fromkeys(args.follow))  # each value once
     variants = [(pin, n, f) for pin in args.pin for n in pts for f in follows]  # perflab's runs per pair
 
     base = Path(tempfile.mkdtemp(prefix="perflab-oltp-bench-", dir="/tmp"))

@@ -471,7 +471,9 @@ mod tests {
             round_trip(&mut line);
         }
         let after = thread_run_counts(pid).unwrap();
-        assert_eq!(the_thread_that_ran(&before, &after, 8), Some(pid));
+        // At least half: a line that comes before cat sleeps again wakes
+        // nothing (find_server_thread asks as much of a server thread).
+        assert_eq!(the_thread_that_ran(&before, &after, 4), Some(pid));
         assert_eq!(the_thread_that_ran(&before, &before, 1), None);
         cat.kill().unwrap();
         cat.wait().unwrap();
