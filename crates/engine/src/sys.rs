@@ -496,14 +496,25 @@ mod tests {
 
     #[test]
     fn a_process_comm_is_its_executables_name() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
+        use std::io::{BufRead, Write};
+        // spawn may return before exec has renamed the child; a line cat
+        // has answered shows that cat is running.
+        let mut cat = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        assert_eq!(process_comm(child.id()).as_deref(), Some("sleep"));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        assert_eq!(process_comm(child.id()), None);
+        let mut input = cat.stdin.take().unwrap();
+        input.write_all(b"x\n").unwrap();
+        input.flush().unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(cat.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(process_comm(cat.id()).as_deref(), Some("cat"));
+        cat.kill().unwrap();
+        cat.wait().unwrap();
+        assert_eq!(process_comm(cat.id()), None);
     }
 
     #[test]
