@@ -51,10 +51,9 @@ pub(crate) struct Shared<P: Protocol> {
     /// the `pin` event's sentence (`plan_pinning`).
     pub pin_cpus: Vec<usize>,
     pub pin_note: String,
-    /// A worker that could not pin itself says so here, and adds its index
-    /// to `unpinned` (no client is moved to it: `placement_cpus`).
-    pub pin_failed: Mutex<Option<String>>,
-    pub unpinned: Mutex<Vec<usize>>,
+    /// Each worker that could not pin itself: its index (no client is moved
+    /// to it: `placement_cpus`) and why (the `pin` event names the last).
+    pub pin_failed: Mutex<Vec<(usize, String)>>,
     /// Each client whose protocol names its server process on this machine
     /// (`Protocol::server_pid`), with its driver thread's index, sampled
     /// every second (`placement_sample`).
@@ -259,8 +258,7 @@ impl<P: Protocol> Run<P> {
         let shared = Arc::new(Shared {
             pin_cpus,
             pin_note,
-            pin_failed: Mutex::new(None),
-            unpinned: Mutex::new(Vec::new()),
+            pin_failed: Mutex::new(Vec::new()),
             placement: Mutex::new(Vec::new()),
             follow,
             moves: (0..cfg.clients)
@@ -527,7 +525,9 @@ fn coordinate<P: Protocol>(
     let mut process_cpu_from = sys::process_cpu_s().unwrap_or(0.0);
     shared.go.wait();
     // Every worker has pinned itself, or failed to, before it connected.
-    let placement_cpus = placement_cpus(&shared.pin_cpus, &shared.unpinned.lock().unwrap());
+    let pin_failed = std::mem::take(&mut *shared.pin_failed.lock().unwrap());
+    let unpinned: Vec<usize> = pin_failed.iter().map(|(index, _)| *index).collect();
+    let placement_cpus = placement_cpus(&shared.pin_cpus, &unpinned);
 
     // Thread CPU at the start of the measured window; with a warm-up, read
     // each worker's clock from here when the window opens.
@@ -537,8 +537,8 @@ fn coordinate<P: Protocol>(
     let mut sockets_closed = false;
     let mut series = Vec::new();
     let mut events: Vec<(Instant, String, String)> = gate_events;
-    let pin_note = match shared.pin_failed.lock().unwrap().take() {
-        Some(failed) => format!("{}; but pinning failed: {failed}", shared.pin_note),
+    let pin_note = match pin_failed.last() {
+        Some((_, failed)) => format!("{}; but pinning failed: {failed}", shared.pin_note),
         None => shared.pin_note.clone(),
     };
     events.push((start, "pin".into(), pin_note));

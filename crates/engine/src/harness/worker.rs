@@ -35,11 +35,11 @@ pub(crate) fn worker<P: Protocol>(shared: Arc<Shared<P>>, index: usize, clients:
     if let Some(&cpu) = shared.pin_cpus.get(index) {
         match sys::pin_this_thread(cpu) {
             Ok(()) => pinned = Some(cpu),
-            Err(e) => {
-                *shared.pin_failed.lock().unwrap() =
-                    Some(format!("thread {index} on CPU {cpu}: {e}"));
-                shared.unpinned.lock().unwrap().push(index);
-            }
+            Err(e) => shared
+                .pin_failed
+                .lock()
+                .unwrap()
+                .push((index, format!("thread {index} on CPU {cpu}: {e}"))),
         }
     }
     let mut builder = tokio::runtime::Builder::new_current_thread();
@@ -472,31 +472,33 @@ async fn client_loop<P: Protocol>(
     if !matches!(exit, Exit::Lost) {
         shared.stats[ctx.index].lock().unwrap().clients_running -= 1;
     }
-    if let Exit::Move(to) = exit {
-        // Between transactions: nothing in flight on this thread's ring.
-        protocol.leave_thread(&mut conn);
-        let arrival = Arrival {
-            conn,
-            client,
-            rng,
-            measured_done,
-        };
-        shared.moved.fetch_add(1, Ordering::Relaxed);
-        if shared.inboxes[to].send(arrival).is_ok() {
-            return;
+    // The connection to close here: none when it was lost, or moved on.
+    let to_close = match exit {
+        Exit::Done => Some(conn),
+        Exit::Lost => None,
+        Exit::Move(to) => {
+            // Between transactions: nothing in flight on this thread's ring.
+            protocol.leave_thread(&mut conn);
+            let arrival = Arrival {
+                conn,
+                client,
+                rng,
+                measured_done,
+            };
+            shared.moved.fetch_add(1, Ordering::Relaxed);
+            if shared.inboxes[to].send(arrival).is_ok() {
+                return;
+            }
+            // The other thread has ended (the run is over): end here, the
+            // connection dropped with the arrival the send gave back.
+            None
         }
-        // The other thread has ended (the run is over): end here.
-        shared.clients_alive.fetch_sub(1, Ordering::SeqCst);
-        if let Some(fd) = fd {
-            shared.fds.lock().unwrap().remove(&fd);
-        }
-        return;
-    }
+    };
     shared.clients_alive.fetch_sub(1, Ordering::SeqCst);
     if let Some(fd) = fd {
         shared.fds.lock().unwrap().remove(&fd);
     }
-    if !matches!(exit, Exit::Lost) {
+    if let Some(conn) = to_close {
         protocol.close(conn);
     }
 }
