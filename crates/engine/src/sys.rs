@@ -271,23 +271,27 @@ pub fn set_rcvbuf(fd: RawFd, bytes: i32, force: bool) -> io::Result<()> {
     set_int_option(fd, libc::SOL_SOCKET, name, bytes)
 }
 
+/// getsockopt(2) of an option that the kernel fills into a `T`; None when
+/// it cannot be read.
+///
+/// # Safety
+/// `T` must be the option's C struct, made only of integers, for which all
+/// zeroes is a valid value.
+unsafe fn get_option<T>(fd: RawFd, level: libc::c_int, name: libc::c_int) -> Option<T> {
+    // SAFETY: the caller vouches that all zeroes is a valid T.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is writable for `len` bytes and `len` is a valid
+    // in/out pointer; the kernel writes at most `len` bytes.
+    let rc = unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut T).cast(), &mut len) };
+    (rc == 0).then_some(value)
+}
+
 /// tcpi_total_retrans of a TCP socket (TCP_INFO); None when it cannot be read.
 pub fn tcp_total_retrans(fd: RawFd) -> Option<u32> {
-    // SAFETY: tcp_info is plain integers, for which all zeroes is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` is writable for `len` bytes and `len` is a valid
-    // in/out pointer; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&mut info as *mut libc::tcp_info).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then_some(info.tcpi_total_retrans)
+    // SAFETY: tcp_info is plain integers.
+    let info: libc::tcp_info = unsafe { get_option(fd, libc::IPPROTO_TCP, libc::TCP_INFO) }?;
+    Some(info.tcpi_total_retrans)
 }
 
 /// The process at the other end of a connected unix socket (SO_PEERCRED:
@@ -295,24 +299,9 @@ pub fn tcp_total_retrans(fd: RawFd) -> Option<u32> {
 /// None for a socket of another family, a peer this namespace cannot see
 /// (pid 0), or an error.
 pub fn unix_peer_pid(fd: RawFd) -> Option<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` is writable for `len` bytes and `len` is a valid
-    // in/out pointer; the kernel writes at most `len` bytes.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    (rc == 0 && cred.pid > 0).then_some(cred.pid as u32)
+    // SAFETY: ucred is plain integers.
+    let cred: libc::ucred = unsafe { get_option(fd, libc::SOL_SOCKET, libc::SO_PEERCRED) }?;
+    (cred.pid > 0).then_some(cred.pid as u32)
 }
 
 /// Each thread of process `pid` with the number of times it has been put on
