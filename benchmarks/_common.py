@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -154,6 +155,17 @@ def floor_factor(group: list[dict[str, Any]], peer: str) -> str:
 def pinned(events: Iterable[Event]) -> bool:
     """Whether a run's driver threads were pinned, from its `pin` event."""
     return any(e.kind == "pin" and e.message.startswith("driver threads pinned") for e in events)
+
+
+def follow_moves(events: Iterable[tuple[str, str]]) -> int | None:
+    """How many times a run's clients moved to another driver thread, from
+    its `follow` event among (kind, message) pairs; None when they did not
+    follow."""
+    for kind, message in events:
+        found = re.search(r"(\d+) moves", message) if kind == "follow" else None
+        if found:
+            return int(found.group(1))
+    return None
 
 
 def driver_floor() -> str:

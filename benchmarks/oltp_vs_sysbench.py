@@ -73,6 +73,7 @@ from _common import (
     driver_floor,
     factor_table,
     floor_factor,
+    follow_moves,
     machine_cpu,
     machine_figures,
     mariadb_cpu_s,
@@ -198,7 +199,7 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
             "failed": m["failed"].value, "io": next((e.message for e in result.events if e.kind == "io"), "io: ?"),
             "pinned": pinned(result.events), "driver_threads": int(m["threads"].value),
             "off_cpu_share": m["server_off_cpu_share"].value if "server_off_cpu_share" in m else None,
-            "follow": next((e.message for e in result.events if e.kind == "follow"), ""),
+            "moves": follow_moves((e.kind, e.message) for e in result.events),
             **machine_figures(machine_before, done)}
 
 
@@ -207,8 +208,7 @@ def off_cpu(run: dict[str, Any]) -> str:
     driver thread's CPU, and the moves that following made, when sampled."""
     if run["off_cpu_share"] is None:
         return ""
-    moves = re.search(r"(\d+) moves", run["follow"])
-    return f"; server off CPU {run['off_cpu_share']:.2f}" + (f", {moves.group(1)} moves" if moves else "")
+    return f"; server off CPU {run['off_cpu_share']:.2f}" + ("" if run["moves"] is None else f", {run['moves']} moves")
 
 
 def labelled(script: str, pin: str, pins: list[str], driver_threads: str = "default",

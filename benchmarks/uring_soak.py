@@ -57,7 +57,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -68,6 +67,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _common import follow_moves, run_main
 
 # The engine's grace for in-flight transactions after the end of a run
 # (crates/engine/src/harness/run.rs: END_GRACE).
@@ -497,11 +498,7 @@ def load_outcomes(path: Path) -> list[Outcome]:
 def moves(outcome: Outcome) -> int:
     """How many times the run's clients moved to another driver thread (its
     `follow` event's count; 0 when they did not follow)."""
-    for _, kind, message in outcome.result.get("events", []):
-        found = re.search(r"(\d+) moves", message) if kind == "follow" else None
-        if found:
-            return int(found.group(1))
-    return 0
+    return follow_moves((kind, message) for _, kind, message in outcome.result.get("events", [])) or 0
 
 
 def summary(outcomes: list[Outcome], ios: list[str]) -> list[str]:
@@ -570,6 +567,4 @@ def main() -> int:
 if __name__ == "__main__":
     if "--child" in sys.argv:
         sys.exit(child(json.loads(sys.argv[sys.argv.index("--child") + 1])))
-    from _common import run_main
-
     run_main(main)
