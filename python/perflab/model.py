@@ -30,6 +30,24 @@ VALUE_KEY = "value"
 # Leaf keys whose value says enough alone ("ext4 1GB", not "type=ext4 size=1GB").
 VALUE_ONLY_KEYS = frozenset({"kind", "type", "size", "fs", "name", "version", "image"})
 
+# A target's description (Target.describe(), stored with every run) says what
+# was applied; two runs are one set-up only when their descriptions are equal.
+# What is not part of the set-up is declared where the value is defined, under
+# this key: the dotted keys (relative to the dict that holds the list; a key
+# covers its subtree) of values perflab chose for itself (a pid, a port, a
+# socket directory, a path it picked), timings, notes, and values that did
+# not change what ran. Never a name pattern: a `wal_dir` the user gave is the
+# set-up, the one perflab picked is not.
+SETUP_IGNORES = "setup_ignores"
+
+
+def not_setup(info: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """Declare `keys` of the description `info` as no part of the set-up
+    (SETUP_IGNORES); returns `info`."""
+    listed = info.setdefault(SETUP_IGNORES, [])
+    listed += [k for k in keys if k not in listed]
+    return info
+
 
 def fmt_level(value: object) -> str:
     """A factor level as people read it, the one function every table, figure,
@@ -284,6 +302,10 @@ class Flag(str, Enum):
     # (failcnt, memory.events max/high, OOM kills) or reclaim was counted
     # (hostrun.memory_bound).
     MEMORY_LIMITED = "memory-limited"
+    # The kernel's OOM killer killed a process in the server's cgroup (its
+    # target.resources.memory was reached): the run failed, naming it, with
+    # the cgroup's figures as `resources.*` (hostctl.cgroups.oom_cause).
+    OOM_KILLED = "oom-killed"
     # The transaction mix achieved is below its spec's minimums (TPC-C
     # clause 5.2.3: Payment 43%, Order-Status, Delivery, Stock-Level 4% each).
     MIX_BELOW_SPEC = "mix-below-spec"
@@ -292,6 +314,9 @@ class Flag(str, Enum):
     SERVER_CLOSES = "server-closes"
     # Most of an HTTP server's responses were HTTP/1.0.
     HTTP10 = "http/1.0"
+    # More than 1% of an HTTP run's requests failed (4xx, 5xx, timeouts,
+    # resets, closes: workloads/http.py, its event names the classes).
+    HTTP_ERRORS = "http-errors"
     # The driver ran in a network namespace over a shaped veth link
     # (driver.network): its latency includes the link's delay.
     SHAPED_LINK = "shaped-link"
@@ -308,6 +333,11 @@ class Flag(str, Enum):
     # The run's mean power was below the idle power measured before it, so
     # its energy above idle is negative (collectors/energy.py).
     ENERGY_BELOW_IDLE = "energy-below-idle"
+    # A hardware, firmware or cumulative counter read zero or did not advance
+    # over the run where it must (RAPL, perf power events, a busy server's CPU
+    # time): not a measurement; its figures fell back or were left out, and
+    # the run's "counter-stalled" event says which counter and how.
+    COUNTER_STALLED = "counter-stalled"
 
     def __str__(self) -> str:
         return self.value

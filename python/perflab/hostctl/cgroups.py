@@ -52,6 +52,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from perflab.guardian import journal, register_undo
+from perflab.model import not_setup
 from perflab.settings_model import StrictModel
 from perflab.units import Size, format_size
 
@@ -724,7 +725,8 @@ class ServerCgroup:
     def describe(self) -> dict[str, Any]:
         """What was made: per logical controller, the cgroup version, the
         directory and the limits as written (file -> value)."""
-        return {
+        # the limits are the set-up; the name and directories perflab picked are not
+        return not_setup({
             "name": self.name,
             "controllers": {
                 controller: {
@@ -735,7 +737,7 @@ class ServerCgroup:
                 }
                 for controller, h in self._hierarchies.items()
             },
-        }
+        }, "name", *(f"controllers.{c}.path" for c in self._hierarchies))
 
     # -- removing it
 
@@ -785,3 +787,17 @@ def cgroup_to_start_in(current: ServerCgroup | None, wanted: ResourceSettings | 
     cgroup = ServerCgroup(name, wanted)
     cgroup.create()
     return cgroup
+
+
+def oom_cause(after: dict[str, float], before: dict[str, float] | None = None) -> str | None:
+    """What the OOM killer did in the server's cgroup between two readings of
+    ServerCgroup.stats (`before` None or {}: since the cgroup was made), as
+    the cause of a failure that names the limit it reached; None when it
+    killed nothing."""
+    kills = after.get("memory_oom_kills", 0.0) - (before or {}).get("memory_oom_kills", 0.0)
+    if kills <= 0:
+        return None
+    limit = after.get("memory_limit_bytes")
+    what = f"its memory limit {format_size(int(limit))}" if limit else "its memory limit"
+    return (f"the server was killed by the kernel's OOM killer: {what} was reached (target.resources.memory; "
+            f"{kills:.0f} process{'es' if kills != 1 else ''} killed)")

@@ -28,8 +28,11 @@ exist", and a perflab killed during mkfs leaves only the temporary file,
 replaced by the next `mount()` or removed by `discard()`. (mkfs writes the
 same filesystem to a file as to a loop device over it.) Beside it,
 `<file>.perflab-mkfs.json` records the type, size and mkfs_options it was
-made with: a file made otherwise is refused, not mounted as if it were
-the filesystem asked for.
+made with, and the file's inode: a file made otherwise is refused, not
+mounted as if it were the filesystem asked for, and so is one the mark does
+not name. The file's directory is one no other user can write (made 0700,
+or refused): an image another user placed, or its mark, is never mounted.
+Every scratch filesystem is mounted nosuid,nodev.
 
 The kernel's filesystem types: `fs_problems` reads /proc/filesystems and,
 for a type not there, /lib/modules/<release>/modules.builtin and modules.dep
@@ -46,6 +49,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +58,8 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from perflab.errors import UserError
 from perflab.guardian import journal, register_undo
+from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
+from perflab.model import not_setup
 from perflab.settings_model import OsText, StrictModel
 from perflab.units import Size, format_size
 
@@ -87,6 +93,9 @@ UNDO_STEP_TIMEOUT_S = 1.0
 MKFS_TIMEOUT_S = 300.0
 NEW_SUFFIX = ".perflab-new"
 MADE_SUFFIX = ".perflab-mkfs.json"  # how the file's filesystem was made
+# Every scratch filesystem is mounted so: no set-uid program and no device
+# node on it takes effect (its image is a file anyone with the disk could edit).
+SAFE_OPTIONS = ["nosuid", "nodev"]
 
 
 class FsSettings(StrictModel):
@@ -134,6 +143,9 @@ class FsSettings(StrictModel):
         if value and not all(o and not re.search(r"\s", o) for o in value.split(",")):
             raise ValueError(f"got {value!r}; allowed: a comma list of mount options without spaces "
                              '("noatime,data=writeback")')
+        if unsafe := [o for o in value.split(",") if o in ("suid", "dev")]:
+            raise ValueError(f"got {','.join(unsafe)}; allowed: any other option (perflab mounts every "
+                             "scratch filesystem nosuid,nodev)")
         return value
 
     @field_validator("backing_dir")
@@ -398,7 +410,7 @@ class ScratchFs:
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         if not self.loop_backed:
             options = [f"size={self.settings.size}"] if self.settings.size is not None else []
-            self._mount(f"perflab-{self.name}", options + self.settings.mount_option_list())
+            self._mount(f"perflab-{self.name}", options + self.settings.mount_option_list() + SAFE_OPTIONS)
             return True  # a tmpfs is new and empty at every mount
         held = loop_devices_of(self.backing_file)
         if held:  # not ours to detach, so refused before anything is made
@@ -408,7 +420,7 @@ class ScratchFs:
         fresh = self._make_backing_file()
         try:
             self._attach()
-            self._mount(self.loop_device or "", self.settings.mount_option_list())
+            self._mount(self.loop_device or "", self.settings.mount_option_list() + SAFE_OPTIONS)
         except BaseException:
             self.unmount()
             raise
@@ -417,15 +429,17 @@ class ScratchFs:
     def _make_backing_file(self) -> bool:
         size = self.settings.size
         assert size is not None
-        if self.backing_file.exists():
+        self._private_backing_dir()
+        if os.path.lexists(self.backing_file):
             self._check_existing(size)
             return False
-        self.backing_file.parent.mkdir(parents=True, exist_ok=True)
         new = self._new_file
         new.unlink(missing_ok=True)  # left by a perflab killed during mkfs
         try:
-            with open(new, "xb") as f:
+            with open(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600),
+                      "wb") as f:
                 os.ftruncate(f.fileno(), size)  # sparse: blocks are allocated as they are written
+                inode = os.fstat(f.fileno()).st_ino
             mkfs = [_need_tool(MKFS[self.settings.type][0]), *MKFS[self.settings.type][1:],
                     *self.settings.mkfs_argv(), str(new)]
             try:
@@ -437,15 +451,38 @@ class ScratchFs:
                                 f"{_last_lines(proc.stderr or proc.stdout)}",
                                 f"check mkfs_options ({self.settings.mkfs_options!r})"
                                 if self.settings.mkfs_options else None)
-            self._made_file.write_text(json.dumps(self._made()) + "\n")
+            # the mark names the file's inode: it proves this very file perflab's
+            write_file(self._made_file, json.dumps({**self._made(), "inode": inode}) + "\n", mode=0o600)
             os.replace(new, self.backing_file)
         except BaseException:
             new.unlink(missing_ok=True)
             raise
         return True
 
+    def _private_backing_dir(self) -> None:
+        """The backing file's directory, made 0700 when missing, and used
+        only when no other user can write there (a real directory of
+        perflab's user: hostctl.shareddir): a file there, and its mark, can
+        then only be perflab's. A shared one (/var/tmp) is refused; the
+        targets keep their files in a directory of their own in it
+        (serverhome.SCRATCH_DIR)."""
+        where = self.backing_file.parent
+        if not os.path.lexists(where):
+            where.parent.mkdir(parents=True, exist_ok=True)
+            own_dir(where, 0o700)
+        problem = private_dir_problem(where)
+        if problem is not None:
+            raise UserError(f"{where} {problem}: perflab keeps a filesystem image only in a directory no "
+                            "other user can write (a file another user placed there could be mounted)",
+                            f"remove {where} if it is not perflab's, or give a backing_dir of root's own")
+
     def _check_existing(self, size: int) -> None:
-        have = self.backing_file.stat().st_size
+        st = os.lstat(self.backing_file)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+            raise UserError(f"{self.backing_file} is not a filesystem image perflab made (a link, another "
+                            "user's file, or not a regular file); nothing was mounted",
+                            f"remove {self.backing_file} so that perflab makes a new one")
+        have = st.st_size
         if have != size:
             raise UserError(f"{self.backing_file} holds a {format_size(have)} filesystem; the settings say "
                             f"{format_size(size)}", "discard the old file (delete it) or give its size")
@@ -460,6 +497,10 @@ class ScratchFs:
             made = json.loads(self._made_file.read_text())
         except (OSError, ValueError):
             made = None
+        if isinstance(made, dict) and made.pop("inode", None) != st.st_ino:
+            raise UserError(f"{self.backing_file} is not the file perflab made under that name (its mark "
+                            f"{self._made_file.name} names another, or none); nothing was mounted",
+                            f"delete {self.backing_file} so that perflab makes a new one")
         if made != self._made():
             was = f"mkfs_options {made.get('mkfs_options')!r}" if isinstance(made, dict) else "unknown options"
             raise UserError(f"{self.backing_file} was made with {was}; the settings say "
@@ -517,7 +558,8 @@ class ScratchFs:
     def describe(self) -> dict[str, Any]:
         """What this filesystem is, for the run's record."""
         entry = mount_entry(self.mountpoint)
-        return {
+        # what the filesystem is, not where perflab put it (name, loop device, files)
+        return not_setup({
             "name": self.name,
             "type": self.settings.type,
             "size": self.settings.size,
@@ -529,7 +571,7 @@ class ScratchFs:
             "mount_options": self.settings.mount_options,
             "mounted": entry is not None,
             "mounted_options": entry["options"] if entry is not None else None,
-        }
+        }, "name", "loop_device", "backing_file", "mountpoint")
 
 
 def _last_lines(text: str, n: int = 3) -> str:

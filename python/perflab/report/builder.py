@@ -32,7 +32,7 @@ from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
 from perflab.model import Flag, fmt_factors, fmt_level, natural_key, without_label
 from perflab.report import figures, latency
 from perflab.report import html as h
-from perflab.report.data import Combination, ReportData, flatten, representative_run
+from perflab.report.data import Combination, ReportData, applied, flatten, representative_run
 from perflab.section import Figure, RunGroup, Section, Table, Text
 from perflab.store import Store
 from perflab.targets.confine import format_bytes
@@ -1235,14 +1235,11 @@ class ReportBuilder:
         settings that differ between runs per combination, then the whole set."""
         if not targets:
             return "<h3>Server settings</h3>" + h.note("No run recorded its target's description.")
-        flat_by_run = {r["id"]: flatten("", t, {}) for r, t in targets}
+        # what was applied: pids, paths perflab picked and how it reaches the
+        # server (a fresh socket directory per start) are declared apart by their targets
+        flat_by_run = {r["id"]: applied(t) for r, t in targets}
         keys = sorted({k for flat in flat_by_run.values() for k in flat})
         varying = [k for k in keys if len({json.dumps(f.get(k), default=str) for f in flat_by_run.values()}) > 1]
-        # paths and pids differ run to run without meaning anything
-        varying = [k for k in varying if not k.endswith(("pid", "_dir", "endpoint")) and "notes" not in k]
-        # how perflab reaches the server (a fresh socket directory per start,
-        # targets describe it apart) is no setting of the experiment's
-        varying = [k for k in varying if not k.startswith("connection_settings.")]
         # key_settings repeat effective_settings: show a setting once
         varying = [k for k in varying
                    if not (k.startswith("key_settings.") and f"effective_settings.{k[13:]}" in varying)]

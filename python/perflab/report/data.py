@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perflab.analysis.stats import NoiseFloor, Summary, noise_floor, summarize
-from perflab.model import fmt_factors, fmt_level, without_label
+from perflab.model import SETUP_IGNORES, fmt_factors, fmt_level, without_label
 from perflab.store import Store
 
 if sys.version_info >= (3, 11):
@@ -72,31 +72,33 @@ def combination_key(factors: dict[str, Any]) -> str:
     return json.dumps(factors, sort_keys=True, default=str)
 
 
-# What a target's description (target.describe(), stored per run) holds that
-# differs run to run without being part of the set-up: how it is reached,
-# process ids, paths, namespace names, timings, free-text notes, and the
-# settings as requested (the effective ones are what ran). A target may list
-# in its description's "setup_ignores" the keys that did not change what ran.
-VOLATILE_KEYS = frozenset({"endpoint", "notes", "namespaces", "connection_settings", "requested_settings"})
-VOLATILE_SUFFIXES = ("pid", "_dir", "_path", "_s")
+def applied(target: dict[str, Any]) -> dict[str, Any]:
+    """A stored target description as dotted keys, less what it declares no
+    part of the set-up (model.SETUP_IGNORES, in the description or any dict
+    inside it, relative to that dict): what was applied. Nothing is left out
+    by its name: a `wal_dir` is the set-up unless its target declared it a
+    path of its own choosing."""
+    flat = flatten("", target, {})
+    ignored: set[str] = set()
+    for key, listed in flat.items():
+        if key == SETUP_IGNORES or key.endswith("." + SETUP_IGNORES):
+            prefix = key[: -len(SETUP_IGNORES)]
+            ignored.add(key)
+            ignored.update(prefix + str(k) for k in listed or [])
+    return {k: v for k, v in flat.items()
+            if not any(k == i or k.startswith(i + ".") for i in ignored)}
 
 
 def setup_key(run: dict[str, Any]) -> str | None:
     """The run's set-up as stored: every factor that is not the target's, and
-    the target as it described itself, less what is volatile. Two runs with one
-    key ran one set-up, whatever their factor values said (0 rules of one type
-    or another; "true" for "on"). None when the run stored no description."""
+    what the target applied as it described itself (`applied`). Two runs with
+    one key ran one set-up, whatever their factor values said (0 rules of one
+    type or another; "true" for "on"). None when the run stored no description."""
     target = run.get("target")
     if not isinstance(target, dict):
         return None
-    # keys the target says did not change what ran (a router's rule type with no rules)
-    ignores = {str(k) for k in target.get("setup_ignores") or []} | {"setup_ignores"}
-    described = {k: v for k, v in flatten("", target, {}).items()
-                 if not VOLATILE_KEYS.intersection(k.split("."))
-                 and not k.rsplit(".", 1)[-1].endswith(VOLATILE_SUFFIXES)
-                 and k not in ignores and not k.startswith("setup_ignores")}
     others = {f: v for f, v in run["factors"].items() if f != "target" and not f.startswith("target.")}
-    return json.dumps([others, described], sort_keys=True, default=str)
+    return json.dumps([others, applied(target)], sort_keys=True, default=str)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from pydantic import Field, field_validator
 
 from perflab.endpoints import Cancel, Endpoint, GeneratedData, SqlEndpoint
 from perflab.errors import RunFailure, UserError
+from perflab.model import not_setup
 from perflab.settings_model import OsText
 from perflab.targets import confine as confine_mod
 from perflab.targets.base import CheckedWorkload, Target, TargetSettings, creatable_problems
@@ -298,6 +299,9 @@ class DuckDbTarget(Target[DuckDbSettings, DuckDbEndpoint]):
 
         info: dict[str, Any] = {"kind": "duckdb", "embedded": True, "path": str(self._path()),
                                 "python_package": duckdb.__version__}
+        if not self.settings.path:  # the file perflab picked, and its spill directory beside it
+            not_setup(info, "path", *([] if "temp_directory" in self.settings.settings
+                                      else ["effective_settings.temp_directory"]))
         if self.database is None:
             return info
         try:

@@ -35,6 +35,7 @@ from perflab.endpoints import Capability, Endpoint
 from perflab.errors import RunFailure
 from perflab.hostctl import netfilter, netns
 from perflab.hostctl.netfilter import RuleSettings
+from perflab.model import SETUP_IGNORES
 from perflab.targets.base import Target, TargetSettings
 
 ROLES = ("client", "router", "server")
@@ -188,9 +189,10 @@ class RouterTarget(Target[RouterSettings, NetworkEndpoint]):
                          "tso": self.settings.offloads},
             "mtu": self.settings.mtu,
             "kernel": os.uname().release,
-            # keys above that did not change what ran: with no rules, their
-            # type (the report pools such runs as one set-up: its noise floor)
-            "setup_ignores": ["rules.type"] if r.count == 0 else [],
+            # keys above that are no part of the set-up: the namespaces' names
+            # and the rules' install time, and with no rules their type (the
+            # report pools such runs as one set-up: its noise floor)
+            SETUP_IGNORES: ["namespaces", "rules.install_s", *(["rules.type"] if r.count == 0 else [])],
         }
 
     def check_alive(self) -> str | None:

@@ -19,11 +19,14 @@ the logs and the socket, stays root as nginx intends), and a `process`
 command's every process (started through setpriv). What they read must be
 reachable by that user: the document root and the temporary paths live in
 the target's directory when the user can reach it, else in a directory of
-perflab's under /tmp (`perflab-web-<digest>`, journaled, removed at
-teardown). A published directory the user cannot read (the file set in
-root's cache) is served through a tree of hard links to its files made
-there (a copy only where the two are on different filesystems): no byte is
-copied, and the server reads the same inodes (sendfile, page cache).
+perflab's under /tmp (`perflab-web-<digest>-<random>`, made afresh: never
+one another user made first; journaled, removed at teardown). A published
+directory the user cannot reach (the file set in root's cache) is served
+through a tree of hard links to its files made there (a copy only where the
+two are on different filesystems): no byte is copied, and the server reads
+the same inodes (sendfile, page cache). The tree holds only what the user
+could read in the directory itself: no link out of it, no file its mode
+keeps from that user.
 """
 
 from __future__ import annotations
@@ -49,10 +52,12 @@ from perflab.endpoints import Endpoint, HttpEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup, resource_problems
+from perflab.hostctl.shareddir import own_dir
+from perflab.model import not_setup
 from perflab.settings_model import OsText
 from perflab.targets.base import Target, TargetSettings
 from perflab.targets.serverhome import free_port, reachable_by, resolve_run_as
-from perflab.targets.serverproc import TOKEN_VAR, server_processes, stop_server_processes
+from perflab.targets.serverproc import server_env, server_processes, stop_server_processes
 from perflab.units import Duration
 
 LOG_FILE = "server.log"
@@ -117,31 +122,76 @@ def _readable_by(directory: Path, user: str) -> bool:
     return ok(os.stat(directory), 0o5)
 
 
-def linked_tree(source: Path, into: Path) -> str:
-    """A tree at `into` of hard links to every file under `source`, its
-    directories 0755 (perflab's own), readable by every user: a file the
-    others cannot read, or on another filesystem, is copied (0644) instead.
+def _may_read(st: os.stat_result, uid: int, gid: int) -> bool:
+    """Whether the user (uid, gid) may read a file of this stat, by its mode."""
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    return bool((st.st_mode >> shift) & 0o4)
+
+
+def _copy_file(src: str, st: os.stat_result, dst: Path) -> bool:
+    """Copy regular file `src` (the one `st` describes: opened without
+    following a link, and checked) to new file `dst`, with its mode and owner."""
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as fin:
+        have = os.fstat(fin.fileno())
+        if not stat.S_ISREG(have.st_mode) or (have.st_dev, have.st_ino) != (st.st_dev, st.st_ino):
+            return False  # changed since it was looked at
+        out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(out, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+            os.fchown(fout.fileno(), have.st_uid, have.st_gid)
+            os.fchmod(fout.fileno(), stat.S_IMODE(have.st_mode) & 0o755)
+    return True
+
+
+def linked_tree(source: Path, into: Path, user: str) -> str:
+    """A tree at `into` of hard links to the files under `source` that
+    `user` may read by their own mode (what stops `user` is a directory on
+    the way to them), its directories 0755 (perflab's own); a file on
+    another filesystem is copied with its mode and owner. No link is
+    followed out of `source`: a symlink is served only when it points at a
+    regular file inside `source` (as that file); one that points out of
+    it, a linked directory, a file `user` could not read, a device or a
+    FIFO is left out. Nothing becomes readable through the tree that
+    `user` could not read in `source`.
     Returns "hard links", "a copy" or "hard links and copies"."""
+    uid, gid, _ = user_ids(user)
+    inside = os.path.realpath(source)
     partial = into.with_name(into.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(mode=0o755)
     how = set()
-    for base, dirs, files in os.walk(source):
+    for base, dirs, files in os.walk(source):  # links to directories are listed, not entered
         rel = Path(base).relative_to(source)
-        for name in dirs:
+        for name in list(dirs):
+            if os.path.islink(os.path.join(base, name)):
+                dirs.remove(name)
+                continue
             (partial / rel / name).mkdir(mode=0o755)
         for name in files:
-            src, dst = Path(base) / name, partial / rel / name
-            if os.stat(src).st_mode & stat.S_IROTH:
-                try:
-                    os.link(src, dst)
-                    how.add("hard links")
-                    continue
-                except OSError:
-                    pass  # another filesystem (EXDEV), or links refused: copy
-            shutil.copyfile(src, dst)
-            dst.chmod(0o644)
-            how.add("a copy")
+            src, dst = os.path.join(base, name), partial / rel / name
+            try:
+                st = os.lstat(src)
+                if stat.S_ISLNK(st.st_mode):
+                    src = os.path.realpath(src)
+                    if os.path.commonpath([inside, src]) != inside:
+                        continue  # out of the source: never served
+                    st = os.lstat(src)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or not _may_read(st, uid, gid):
+                continue
+            try:
+                os.link(src, dst, follow_symlinks=False)
+                how.add("hard links")
+                continue
+            except OSError:
+                pass  # another filesystem (EXDEV), or links refused: copy
+            if _copy_file(src, st, dst):
+                how.add("a copy")
     shutil.rmtree(into, ignore_errors=True)
     os.replace(partial, into)
     return "hard links and copies" if len(how) == 2 else how.pop() if how else "hard links"
@@ -217,11 +267,12 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
     def _home(self) -> Path:
         """Where the document root and the temporary paths go: the target's
         directory, unless the workers' user cannot reach it (root, with the
-        output under /root): then /tmp/perflab-web-<digest>."""
+        output under /root): then /tmp/perflab-web-<digest>-<random>, a name
+        no other user can make first (it is made afresh at each start)."""
         if reachable_by(self.workdir, self.run_as):
             return self.workdir
         digest = hashlib.sha256(str(self.workdir.resolve()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"perflab-web-{digest}"
+        return Path(tempfile.gettempdir()) / f"perflab-web-{digest}-{secrets.token_hex(6)}"
 
     def _make_home(self) -> None:
         self.run_as = server_user(self.settings)
@@ -229,8 +280,12 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         if self.home != self.workdir:
             # Journaled first: after a SIGKILL the guardian removes it.
             journal().add("remove-dir", f"web-home:{self.home}", path=str(self.home))
-            self.home.mkdir(mode=0o755, exist_ok=True)
-            self.home.chmod(0o755)
+            try:
+                own_dir(self.home, 0o755, reuse=False)  # never one that was there before
+            except BaseException:
+                journal().remove(f"web-home:{self.home}")
+                self.home = self.workdir
+                raise
 
     def publish(self, directory: Path) -> None:
         """Serve `directory`: the document root becomes a link to it (swapped
@@ -246,7 +301,7 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         else:
             digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
             serve = self.home / f"files-{digest}"
-            how = linked_tree(source, serve)
+            how = linked_tree(source, serve, self.run_as)
         tmp = self.home / f"{DOCROOT}.new"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(serve)
@@ -289,12 +344,10 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         port = self.port or free_port()
         self.write_config(port, self.docroot)
         argv = self.command(port, self.docroot)
-        env = dict(os.environ)
         if self.run_as is not None and self.whole_as_user:
             # Every process of the command as run_as: setpriv changes user, then execs it.
             uid, gid, _ = user_ids(self.run_as)
             argv = [setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
-            env.update(HOME=pwd.getpwnam(self.run_as).pw_dir, USER=self.run_as, LOGNAME=self.run_as)
         self._enter_cgroup()
         if self.cgroup is not None:
             argv = self.cgroup.wrap(argv)
@@ -304,7 +357,8 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         self.token = token
         self.log_path.touch()
         self._log_start = self.log_path.stat().st_size
-        env[TOKEN_VAR] = token
+        # nothing of perflab's own environment (serverproc.server_env)
+        env = server_env(token, self.run_as if self.whole_as_user else None)
         with self.log_path.open("ab") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -320,12 +374,12 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         self.port = port
         deadline = time.monotonic() + float(self.settings.start_timeout)
         while True:
-            if self.proc.poll() is not None:
+            if (status := self.proc.poll()) is not None:  # read before _stop forgets the process
                 tail = self.log_tail(20)
                 self._stop()
-                raise RunFailure(
-                    f"{self.server_name} exited at start with status {self.proc.returncode}", log_tail=tail
-                )
+                last = next((line for line in reversed((tail or "").splitlines()) if line.strip()), "")
+                raise RunFailure(f"{self.server_name} exited at start with status {status}"
+                                 + (f": {last.strip()[:200]}" if last else " and wrote nothing"), log_tail=tail)
             if _is_ready(port, self.ready_path):
                 break
             if time.monotonic() > deadline:
@@ -439,7 +493,8 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         }
         if self.cgroup is not None:
             info["resources"] = self.cgroup.describe()
-        return info
+        # the port, the pids and the published file set's path are perflab's choice
+        return not_setup(info, "address", "pids", "root")
 
     def data_locations(self) -> list[Path]:
         return []

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, UserError
+from perflab.model import not_setup
 from perflab.secrets import mask_secrets
 from perflab.targets import confine as confine_mod
 from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload, Target, TargetSettings
@@ -120,7 +121,7 @@ class MysqlTarget(Target[MysqlSettings, MysqlEndpoint]):
             info["endpoint"] = self.endpoint.display()
             info.update(describe_server(self.endpoint, {}))
             info["server"] = f"MySQL-protocol {info.get('version', '?')}"
-        return info
+        return not_setup(info, "endpoint")
 
     def confine(self, endpoint: MysqlEndpoint, schema: str, owner: Owner) -> MysqlEndpoint:
         """With allow_destructive: the run's sessions work in perflab's own

@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -20,8 +21,9 @@ from typing import Any, ClassVar
 from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, start_time
-from perflab.hostctl.cgroups import ServerCgroup, cgroup_to_start_in, resource_problems
+from perflab.hostctl.cgroups import ServerCgroup, cgroup_to_start_in, oom_cause, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
+from perflab.model import not_setup
 from perflab.targets.base import (
     CheckedWorkload,
     FileClass,
@@ -32,12 +34,18 @@ from perflab.targets.base import (
 from perflab.targets.mariadb.binaries import INSTALL_BIN, find_binaries, server_version
 from perflab.targets.mariadb.endpoint import MysqlEndpoint, describe_server
 from perflab.targets.mariadb.setting_check import setting_problems
-from perflab.targets.mariadb.settings import ROLES, MariadbSettings, SettingValue, option_key
+from perflab.targets.mariadb.settings import (
+    ROLES,
+    MariadbSettings,
+    SettingValue,
+    option_key,
+    option_line,
+)
 from perflab.targets.postgres.homes import (
+    claim_home,
     cluster_home,
     home_digest,
     sweep_orphan_homes,
-    write_home_mark,
 )
 from perflab.targets.serverhome import (
     free_port,
@@ -47,7 +55,7 @@ from perflab.targets.serverhome import (
     scratch_problems,
 )
 from perflab.targets.serverlog import LoggedServer, ServerLog
-from perflab.targets.serverproc import TOKEN_VAR, server_processes, stop_server_processes
+from perflab.targets.serverproc import server_env, server_processes, stop_server_processes
 from perflab.targets.webserver import setpriv, user_ids
 
 USER = "perflab"
@@ -55,12 +63,7 @@ DEFAULT_RUN_AS = "mysql"
 CREATED_MARK = "perflab-created"
 MADE = "installed: complete"  # the mark's last line once mariadb-install-db has succeeded
 OPTION_FILE = "perflab-mariadb.cnf"
-
-
-def _option_value(value: SettingValue) -> str:
-    if isinstance(value, bool):
-        return "ON" if value else "OFF"
-    return str(value)
+INIT_FILE = "perflab-init.sql"  # in the 0700 socket directory, read by mariadbd as it starts
 
 
 def storage_problems(key: str, path: Path, made_by_us: bool) -> list[tuple[str, str]]:
@@ -73,6 +76,25 @@ def storage_problems(key: str, path: Path, made_by_us: bool) -> list[tuple[str, 
         return [(key, f"{path} is not empty and is not a perflab MariaDB data directory; nothing was changed; "
                  "allowed: an empty or new directory")]
     return creatable_problems(key, path)
+
+
+def access_sql(user: str, password: str) -> str:
+    """What mariadbd runs as it starts, before it takes a connection
+    (--init-file): mariadb-install-db's root accounts for TCP (127.0.0.1, ::1,
+    this host's name: no password) and any anonymous one go, so root comes
+    in on the 0700 socket only; perflab's `user` gets `password` (as its
+    mysql_native_password hash, which the engine's client speaks: no
+    password in any file or log) on the socket and on 127.0.0.1."""
+    digest = "*" + hashlib.sha1(hashlib.sha1(password.encode()).digest()).hexdigest().upper()
+    name = socket.gethostname()
+    hosts = ["127.0.0.1", "::1", "%"] + ([name] if name.isprintable() and not {"'", "\\"} & set(name) else [])
+    accounts = ", ".join(f"'{who}'@'{host}'" for who in ("root", "") for host in hosts)
+    lines = [f"DROP USER IF EXISTS {accounts};", "DROP USER IF EXISTS ''@'localhost';"]
+    for host in ("localhost", "127.0.0.1"):
+        lines += [f"CREATE USER IF NOT EXISTS '{user}'@'{host}';",
+                  f"ALTER USER '{user}'@'{host}' IDENTIFIED BY PASSWORD '{digest}';",
+                  f"GRANT ALL PRIVILEGES ON *.* TO '{user}'@'{host}' WITH GRANT OPTION;"]
+    return "\n".join(lines) + "\n"
 
 
 def _chown(path: Path, user: str | None) -> None:
@@ -116,6 +138,8 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         self.mounted: dict[str, ScratchFs] = {}
         self.notes: list[str] = []
         self.server_log = ServerLog(workdir / "server.log")
+        # perflab's user's password (access_sql): new for each target, set at every start
+        self.password = secrets.token_urlsafe(32)
 
     # -------------------------------------------------------------- validation
 
@@ -215,13 +239,10 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         for removed, owner in sweep_orphan_homes(mine_too=True):
             self.notes.append(f"removed {removed}: the kept data of output directory {owner}, which is gone")
         if home != self.workdir:
-            home.mkdir(mode=0o755, exist_ok=True)
-            write_home_mark(home, self.workdir.resolve())
+            claim_home(home, self.workdir.resolve())  # made, or taken again only when perflab's own
         self._mount_scratch()
         fresh = self._init_datadir()
         self._start()
-        if fresh:
-            self._bootstrap_users()
         self._ensure_database()
         self.endpoint = self._endpoint(fresh)
         return self.endpoint
@@ -255,9 +276,8 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
             lines.append(f"innodb-undo-directory = {undo}")
             if not any(option_key(n) == "innodb-undo-tablespaces" for n in settings):
                 lines.append("innodb-undo-tablespaces = 3")  # the undo logs live outside the system tablespace
-        # true and false as a flag and its skip- form: `log_bin = ON` would name the binary log "ON"
-        lines += [name if value is True else f"skip-{name}" if value is False else f"{name} = {_option_value(value)}"
-                  for name, value in settings.items()]
+        # each a line of its own, read back as given (settings.option_line)
+        lines += [option_line(name, value) for name, value in settings.items()]
         path = self._option_file()
         path.write_text("\n".join(lines) + "\n")
         _chown(path, self.run_as)
@@ -323,7 +343,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
             argv.append(f"--basedir={self.server.parent.parent}")
         try:
             proc = subprocess.run(self._as_user(argv), capture_output=True, text=True, timeout=300, cwd="/",
-                                  env={**os.environ, "LC_ALL": "C"})
+                                  env=server_env(user=self.run_as))
         except (OSError, subprocess.SubprocessError) as exc:
             raise RunFailure(f"{INSTALL_BIN} failed: {exc}") from None
         (self.workdir / "install-db.log").write_text(proc.stdout + proc.stderr)
@@ -350,7 +370,9 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         if self.before_start is not None:
             self.before_start()
         self._enter_cgroup()
-        argv = self._as_user([str(self.server), f"--defaults-file={self._option_file()}"])
+        usage = self.resource_usage()  # the OOM killer's count so far: a start it kills fails at once, naming it
+        argv = self._as_user([str(self.server), f"--defaults-file={self._option_file()}",
+                              f"--init-file={self._write_init_file()}"])
         if self.cgroup is not None:
             argv = self.cgroup.wrap(argv)
         token = secrets.token_hex(8)
@@ -358,7 +380,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         # Before the server exists: if perflab dies from here on, its guardian stops it.
         journal().add("server-process", key, token=token)
         self.token = token
-        env = {**os.environ, TOKEN_VAR: token, "LC_ALL": "C"}
+        env = server_env(token, self.run_as)  # nothing of perflab's environment: no MYSQL_*, no PG*
         with log.open("ab") as out:
             try:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -371,11 +393,13 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         deadline = time.monotonic() + float(self.settings.start_timeout)
         sock = self.socket_dir / "mysqld.sock"
         while True:
-            if self.proc.poll() is not None:
+            oom = oom_cause(self.resource_usage(), usage)
+            if self.proc.poll() is not None or oom is not None:
                 why = self._start_failure_lines(start_offset)
                 self._stop()
-                raise RunFailure(f"MariaDB did not start (exit {self.proc.returncode if self.proc else '?'}): "
-                                 f"{why or 'see the server log'}", log_tail=self.log_tail(40))
+                raise RunFailure((f"{oom}; " if oom else "") + f"MariaDB did not start (exit "
+                                 f"{self.proc.returncode if self.proc else '?'}): {why or 'see the server log'}",
+                                 log_tail=self.log_tail(40))
             if sock.exists() and self._answers():
                 break
             if time.monotonic() > deadline:
@@ -384,7 +408,22 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
                 raise RunFailure(f"MariaDB did not answer within {float(self.settings.start_timeout):g} s "
                                  f"(target.start_timeout){': ' + why if why else ''}", log_tail=self.log_tail(40))
             time.sleep(0.05)
+        (self.socket_dir / INIT_FILE).unlink(missing_ok=True)
         self.started_settings = dict(self.settings.settings)
+
+    def _write_init_file(self) -> Path:
+        """access_sql in the socket directory, the server's user's to read:
+        a new file (O_EXCL, O_NOFOLLOW), since that user may write there."""
+        assert self.socket_dir is not None
+        path = self.socket_dir / INIT_FILE
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            if self.run_as is not None:
+                uid, gid, _ = user_ids(self.run_as)
+                os.fchown(f.fileno(), uid, gid)
+            f.write(access_sql(USER, self.password))
+        return path
 
     def _root(self) -> Any:
         import pymysql
@@ -394,19 +433,13 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
                                autocommit=True, connect_timeout=5)
 
     def _answers(self) -> bool:
+        import pymysql  # outside the probe: a missing library is no server that is not up yet
+
         try:
             with contextlib.closing(self._root()):
                 return True
-        except Exception:
+        except (pymysql.Error, OSError):
             return False
-
-    def _bootstrap_users(self) -> None:
-        """perflab's own user, for the socket and for 127.0.0.1 (no password:
-        the socket is in a 0700 directory, and TCP listens on loopback only)."""
-        with contextlib.closing(self._root()) as conn, conn.cursor() as cur:
-            for host in ("localhost", "127.0.0.1"):
-                cur.execute(f"CREATE USER IF NOT EXISTS '{USER}'@'{host}'")
-                cur.execute(f"GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'{host}' WITH GRANT OPTION")
 
     def _ensure_database(self) -> None:
         with contextlib.closing(self._root()) as conn, conn.cursor() as cur:
@@ -416,7 +449,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         assert self.socket_dir is not None
         tcp = self.settings.listen == "tcp"
         return MysqlEndpoint(read_only=False, fresh=fresh, host="127.0.0.1" if tcp else "localhost",
-                             port=self.port or 0, user=USER, database=self.settings.database,
+                             port=self.port or 0, user=USER, password=self.password, database=self.settings.database,
                              unix_socket=None if tcp else str(self.socket_dir / "mysqld.sock"),
                              load_method=self.settings.load_method, info={"server": self._server_label()})
 
@@ -511,7 +544,11 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
             info["notes"] = list(self.notes)
         if self.endpoint is not None:
             info.update(describe_server(self.endpoint, self.settings.settings))
-        return info
+        # how perflab reaches and runs it (pid, option file, endpoint), its notes, the
+        # settings as asked; and the directories it picked itself: one the experiment gave is the set-up
+        storage = self.settings.storage
+        return not_setup(info, "server_pid", "option_file", "endpoint", "notes", "requested_settings",
+                         *(f"{role}_dir" for role in ("data", "redo", "undo") if not getattr(storage, f"{role}_dir")))
 
     # -------------------------------------------------------------- teardown
 

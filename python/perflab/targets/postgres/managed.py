@@ -31,15 +31,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from perflab.errors import RunFailure, SpecError, UserError
-from perflab.guardian import journal
-from perflab.hostctl.cgroups import ServerCgroup, resource_problems
+from perflab.guardian import journal, state_dir
+from perflab.hostctl.cgroups import ServerCgroup, oom_cause, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
+from perflab.hostctl.shareddir import open_append, write_file
+from perflab.model import not_setup
 from perflab.proc import pid_alive, stat_fields
 from perflab.targets.base import CheckedWorkload
 from perflab.targets.postgres.binaries import find_bin_dir, fmt_version, version_of
 from perflab.targets.postgres.endpoint import PostgresEndpoint
 from perflab.targets.postgres.homes import (
     CREATED_MARK,
+    claim_home,
     cluster_home,
     drop_emptied_home,
     home_digest,
@@ -48,7 +51,6 @@ from perflab.targets.postgres.homes import (
     storage_problems,
     sweep_orphan_homes,
     wal_dir_problems,
-    write_home_mark,
 )
 from perflab.targets.postgres.postmaster import (
     PID_FILE,
@@ -63,10 +65,19 @@ from perflab.targets.postgres.setting_check import (
     io_method_notes,
     setting_problems,
 )
-from perflab.targets.postgres.settings import PostgresSettings, SettingValue
+from perflab.targets.postgres.settings import PostgresSettings, SettingValue, conf_line
 from perflab.targets.postgres.target import PostgresTarget
-from perflab.targets.postgres.users import as_user, chown
+from perflab.targets.postgres.users import (
+    as_user,
+    chown,
+    hba_text,
+    ident_text,
+    new_password,
+    scram_verifier,
+    write_passfile,
+)
 from perflab.targets.serverhome import (
+    file_owner,
     free_port,
     reachable_by,
     resolve_run_as,
@@ -74,27 +85,19 @@ from perflab.targets.serverhome import (
     scratch_problems,
 )
 from perflab.targets.serverlog import LoggedServer, ServerLog
+from perflab.targets.serverproc import server_env
 
 SUPERUSER = "perflab"
 PIDFILE = "perflab-target.json"
 # Log lines of a failed start that say why (the rest is routine).
 START_FAILURE_LINE = re.compile(r"\b(FATAL|PANIC|ERROR):|LOG:.*(invalid|unrecognized|parameter|could not|out of)",
                                 re.IGNORECASE)
-HBA_MARK = "# perflab: the driver's network namespace (driver.network); rewritten at every start"
 
 
 def server_cgroup_name(data_dir: Path) -> str:
     """The cgroup of the managed server on `data_dir` ([target.resources]):
     one name per data directory, so two experiments never share one."""
     return f"perflab-pg-{hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]}"
-
-
-def _conf_value(value: SettingValue) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, (int, float)):
-        return str(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 class ManagedPostgres(LoggedServer, PostgresTarget):
@@ -119,6 +122,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         self.mounted: dict[str, ScratchFs] = {}
         # driver.network: one more address to listen on, and the driver's to trust
         self.remote: tuple[str, str] | None = None
+        # perflab's role's password over TCP (users.py): new for each target, set at every start
+        self.password = new_password()
 
     @classmethod
     def for_distributed_driver(cls, settings: PostgresSettings) -> tuple[PostgresSettings, list[tuple[str, str]], str | None]:
@@ -227,8 +232,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         home = self._home()
         if home == self.workdir:
             return
-        home.mkdir(mode=0o755, exist_ok=True)
-        write_home_mark(home, self.workdir.resolve())
+        claim_home(home, self.workdir.resolve())  # made, or taken again only when perflab's own
 
     # -------------------------------------------------------------- scratch filesystems
 
@@ -263,9 +267,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         """Run a PostgreSQL program as the server's user; in `cgroup` when
         given (it is entered as root, then the user is taken: setpriv)."""
         assert self.bin_dir is not None
-        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        for var in ("PGDATA", "PGHOST", "PGPORT", "PGUSER", "PGDATABASE", "PGOPTIONS"):
-            env.pop(var, None)
+        # nothing of perflab's environment (no PG* variable, no password): the server inherits it
+        env = server_env(user=self.run_as)
         argv = [str(self.bin_dir / args[0]), *args[1:]]
         user_args = as_user(self.run_as)
         if cgroup is not None:
@@ -313,7 +316,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         data_dir.parent.mkdir(parents=True, exist_ok=True)
         data_dir.mkdir(mode=0o700, exist_ok=True)
         chown(data_dir, self.run_as)
-        args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
+        args = ["initdb", "-D", str(data_dir), "-U", SUPERUSER, "--auth-local=peer", "--auth-host=scram-sha-256",
+                "--encoding=UTF8",
                 "--locale=C", "--no-sync"]
         created = "created by perflab initdb; perflab may drop and recreate it\n"
         if wal is not None:
@@ -324,8 +328,9 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             args += ["-X", str(wal)]
         proc = self._pg(args, timeout=300)
         (self.workdir / "initdb.log").write_text(proc.stdout + proc.stderr)
-        (data_dir / CREATED_MARK).write_text(created)
-        with (data_dir / "postgresql.conf").open("a") as f:
+        # the data directory is the server user's: nothing planted there is written through
+        write_file(data_dir / CREATED_MARK, created)
+        with os.fdopen(open_append(data_dir / "postgresql.conf"), "a") as f:
             f.write("\n# perflab: the run's settings\ninclude 'perflab.conf'\n")
         return True
 
@@ -347,10 +352,9 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             "logging_collector = off",
         ]
         for name, value in settings.items():
-            lines.append(f"{name} = {_conf_value(value)}")
-        conf = self.data_dir / "perflab.conf"
-        conf.write_text("\n".join(lines) + "\n")
-        chown(conf, self.run_as)
+            lines.append(conf_line(name, value))
+        # in a directory the server's user owns: replaced, never written through (shareddir)
+        write_file(self.data_dir / "perflab.conf", "\n".join(lines) + "\n", owner=file_owner(self.run_as))
         self._write_hba()
 
     def _listen_addresses(self) -> str:
@@ -359,14 +363,16 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         return "127.0.0.1" + (f", {self.remote[0]}" if self.remote else "")
 
     def _write_hba(self) -> None:
-        """pg_hba.conf as initdb wrote it, and, with driver.network, a line
-        trusting the driver's namespace address (and no other)."""
+        """pg_hba.conf and pg_ident.conf, whole, at every start (users.py): the
+        socket by peer for root, perflab's user and the server's; TCP (and the
+        driver's namespace address with driver.network) by scram-sha-256."""
         assert self.data_dir is not None
-        hba = self.data_dir / "pg_hba.conf"
-        text = hba.read_text().split(HBA_MARK)[0].rstrip("\n") + "\n"
-        if self.remote:
-            text += f"{HBA_MARK}\nhost all all {self.remote[1]}/32 trust\n"
-        hba.write_text(text)
+        for name, text in (("pg_hba.conf", hba_text(self.remote[1] if self.remote else None)),
+                           ("pg_ident.conf", ident_text(SUPERUSER, self.run_as))):
+            path = self.data_dir / name
+            path.unlink(missing_ok=True)  # a new file: nothing planted there is written through
+            path.write_text(text)
+            chown(path, self.run_as)
 
     def _clear_stale_lock(self) -> None:
         """A postmaster that was killed leaves postmaster.pid behind, and until
@@ -403,6 +409,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         if self.before_start is not None:
             self.before_start()
         self._enter_cgroup()
+        usage = self.resource_usage()  # the OOM killer's count so far: a start it kills fails naming it
         # Before the server exists: if perflab dies from here on, its guardian stops it.
         journal().add("postgres", f"postgres:{self.data_dir}", data_dir=str(self.data_dir))
         proc = self._pg(
@@ -413,9 +420,11 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             # One run's settings may be impossible (shared_buffers too large, say):
             # that run fails, with the server's own words, and the others go on.
             why = self._start_failure_lines(start_offset) or (proc.stderr or proc.stdout).strip()[-500:]
-            raise RunFailure(f"PostgreSQL did not start: {why}", log_tail=self.log_tail(40))
+            oom = oom_cause(self.resource_usage(), usage)
+            raise RunFailure((f"{oom}; " if oom else "") + f"PostgreSQL did not start: {why}", log_tail=self.log_tail(40))
         self.running = True
         self.started_settings = dict(self.settings.settings)
+        self._set_password()
         (self.workdir / PIDFILE).write_text(
             json.dumps(
                 {
@@ -479,20 +488,45 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
 
         assert self.port is not None and self.socket_dir is not None
         host = "127.0.0.1" if self.settings.listen == "tcp" else str(self.socket_dir)
-        conninfo = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname=self.settings.database)
+        # over TCP with the password (psycopg and the engine's client take it from the conninfo;
+        # display() masks it); on the socket without one: peer
+        password = self.password if self.settings.listen == "tcp" else None
+        conninfo = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname=self.settings.database,
+                                 password=password)
         return PostgresEndpoint(
             read_only=False, fresh=fresh, conninfo=conninfo, host=host,
-            port=self.port, user=SUPERUSER, dbname=self.settings.database,
+            port=self.port, user=SUPERUSER, dbname=self.settings.database, password=password,
         )
+
+    def _admin(self) -> str:
+        """perflab's own session on the socket (peer: no password), to the maintenance database."""
+        from psycopg.conninfo import make_conninfo
+
+        assert self.port is not None and self.socket_dir is not None
+        return make_conninfo(host=str(self.socket_dir), port=self.port, user=SUPERUSER, dbname="postgres")
+
+    @property
+    def passfile(self) -> Path:
+        """Where the password is kept for `psql` by hand (users.write_passfile):
+        perflab's own state directory, one file per data directory."""
+        return state_dir() / f"pgpass-{hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]}"
+
+    def _set_password(self) -> None:
+        """The role's password, new for this target, set on the socket as its
+        SCRAM verifier (no statement log holds the password), and kept in a
+        0600 passfile in perflab's state directory."""
+        import psycopg
+
+        assert self.port is not None
+        with psycopg.connect(self._admin(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(self.password)}'")
+        state_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_passfile(self.passfile, self.port, SUPERUSER, self.password)
 
     def _ensure_database(self) -> None:
         import psycopg
-        from psycopg.conninfo import make_conninfo
 
-        assert self.port is not None
-        host = "127.0.0.1" if self.settings.listen == "tcp" else str(self.socket_dir)
-        admin = make_conninfo(host=host, port=self.port, user=SUPERUSER, dbname="postgres")
-        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(self._admin(), autocommit=True, connect_timeout=10) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.settings.database,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{self.settings.database}"')
@@ -566,6 +600,13 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             info["resources"] = self.cgroup.describe()
         if self.mounted:
             info["scratch_fs"] = {role: fs.describe() for role, fs in self.mounted.items()}
+        # the pid, and the directories perflab picked itself (in its output
+        # directory or on its scratch filesystem): a data_dir or wal_dir the
+        # experiment gave is the set-up
+        not_setup(info, "postmaster_pid")
+        storage = self.settings.storage
+        not_setup(info, *(["data_dir"] if not storage.data_dir else []),
+                  *(["wal_dir"] if not storage.wal_dir else []))
         return info
 
     # -------------------------------------------------------------- teardown
@@ -644,6 +685,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             journal().remove(f"socket-dir:{self.socket_dir}")
             self.socket_dir = None
         (self.workdir / PIDFILE).unlink(missing_ok=True)
+        if self.data_dir is not None:
+            self.passfile.unlink(missing_ok=True)
         if self.cgroup is not None:
             self.cgroup.remove(kill=True)
             self.cgroup = None

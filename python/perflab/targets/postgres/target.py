@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from perflab.endpoints import Endpoint, one_row
+from perflab.model import not_setup
 from perflab.secrets import mask_secrets
 from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload, Target, TargetSettings
 from perflab.targets.postgres.endpoint import PostgresEndpoint
@@ -104,6 +105,9 @@ class PostgresTarget(Target[PostgresSettings, PostgresEndpoint]):
         if self.endpoint is not None:
             info["endpoint"] = self.endpoint.display()
         info.update(self.server_info())
+        # how perflab reaches the server (a port, a fresh socket directory per
+        # start), its notes, and the settings as asked (the effective ones ran)
+        not_setup(info, "endpoint", "notes", "connection_settings", "requested_settings")
         if self.notes:
             info["notes"] = list(self.notes)
         if self.endpoint is None:
