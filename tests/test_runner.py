@@ -97,7 +97,9 @@ def test_run_show_export(workdir: Path, run_cli) -> None:
     assert counts == [(20.0,)] * 4
     # the settings of each run are the effective ones
     targets = [json.loads(r["target_json"]) for r in rows]
-    assert [t["effective_settings"]["synchronous_commit"] for t in targets] == ["on", "on", "off", "off"]
+    levels = [json.loads(r["factors_json"])["target.settings.synchronous_commit"] for r in rows]
+    assert sorted(levels) == ["off", "off", "on", "on"]  # two blocks of both levels, in the plan's order
+    assert [t["effective_settings"]["synchronous_commit"] for t in targets] == levels
     host = json.loads(conn.execute("SELECT host_json FROM experiment").fetchone()[0])
     assert host["cores"] and host["memory_bytes"] and host["kernel"].startswith("Linux")
     assert (out / "runs" / "001" / "server.log").exists()
@@ -107,7 +109,9 @@ def test_run_show_export(workdir: Path, run_cli) -> None:
     assert "4 runs, 4 done" in shown and "statements_per_s" in shown
     csv = run_cli("export", out, "--format", "csv").stdout.splitlines()
     assert csv[0].startswith("run,combination,repetition,status,target.settings.synchronous_commit,metric,value,unit")
-    assert any(line.startswith("3,2,1,done,off,ins.count,20.0,count") for line in csv)
+    off = next(r for r, level in zip(rows, levels, strict=True) if level == "off")
+    line = f"{off['id']},{off['combination']},{off['repetition']},done,off,ins.count,20.0,count"
+    assert any(x.startswith(line) for x in csv)
     data = json.loads(run_cli("export", out, "--format", "json").stdout)
     assert {d["run"] for d in data} == {1, 2, 3, 4}
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from perflab.errors import EXIT_USAGE, Interrupted, UserError
 from perflab.export import FORMATS, TABLES
+from perflab.units import plural
 
 if TYPE_CHECKING:
     from perflab import cache
@@ -74,8 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="registered targets, workloads and collectors")
 
+    ky = sub.add_parser("keys", help="the experiment file's keys: type, default, unit, allowed values, description")
+    ky.add_argument("section", nargs="?", metavar="SECTION",
+                    help="a section or kind: workload.http, target.postgres, search, host, collect, ... (default: all)")
+    ky.add_argument("--markdown", action="store_true", help="every section as Markdown (docs/keys.md)")
+
+    sc = sub.add_parser("schema", help="the JSON Schema of experiment files, for editors (`#:schema PATH` in a file)")
+    sc.add_argument("--output", type=Path, help="write to FILE instead of stdout")
+
     rp = sub.add_parser("report", help="write DIR/report.html and DIR/figures/")
     rp.add_argument("dir", type=Path)
+    rp.add_argument("--output", type=Path, metavar="OUT_DIR",
+                    help="write report.html and figures/ into OUT_DIR instead (a read-only DIR, say)")
 
     cl = sub.add_parser("clean", help="remove what an experiment made outside its results (its schemas in other "
                         "databases, a kept cluster, a database file perflab created)")
@@ -110,10 +121,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         s = exp.search
         print(f"ok: {exp.name}: a capacity search over {s.over} from {s.from_:g} to {s.to:g} for {s.goal}, "
               f"at most {s.max_probes} runs (each probe planned once the one before it is stored)")
+        print(_cost(exp))
         return 0
     combos = len(exp.combinations())
     reps = exp.meta.repetitions
-    print(f"ok: {exp.name}: {combos * reps} runs ({combos} combinations x {reps} repetitions)")
+    print(f"ok: {exp.name}: {plural(combos * reps, 'run')} ({plural(combos, 'combination')} x "
+          f"{plural(reps, 'repetition')})")
+    print(_cost(exp))
     return 0
 
 
@@ -125,13 +139,27 @@ def cmd_plan(args: argparse.Namespace) -> int:
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)
     factors = list(exp.factors)
-    print(f"# {exp.name}: {len(runs)} runs, order {exp.meta.order}" + (f", seed {seed}" if exp.meta.order == "random" else ""))
+    print(f"# {exp.name}: {plural(len(runs), 'run')}, order {exp.meta.order}"
+          + (f", seed {seed}" if exp.meta.order in ("random", "blocks") else ""))
+    print(f"# design: {plan.design(exp)}")
+    print(f"# {_cost(exp)}")
     rows = [[str(r.number), *(_cell(r.factors[f]) for f in factors), str(r.repetition)] for r in runs]
-    print(_table(["run", *factors, "rep"], rows))
+    print(_table(["run", *factors, "block" if exp.meta.order == "blocks" else "rep"], rows))
     if exp.search is not None:
         print(f"then: the capacity search's next probes, each planned from the runs before it "
               f"(at most {exp.search.max_probes} in all)")
     return 0
+
+
+def _cost(exp: Any) -> str:
+    """The plan's expected wall time (`check`, `plan`); a warning past an hour."""
+    from perflab import cost
+
+    estimate = cost.wall_time(exp)
+    warning = estimate.warning()
+    if warning:
+        print(f"perflab: warning: {warning}", file=sys.stderr)
+    return estimate.text()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -188,7 +216,7 @@ def _execute(session: Session, args: argparse.Namespace) -> int:
     return EXIT_FAILED_RUNS if outcome.failed_total else 0
 
 
-def _report(out_dir: Path, quiet: bool = False) -> Path | None:
+def _report(out_dir: Path, quiet: bool = False, output: Path | None = None) -> Path | None:
     try:
         from perflab.report import write_report
     except ImportError:
@@ -196,7 +224,7 @@ def _report(out_dir: Path, quiet: bool = False) -> Path | None:
             raise UserError("this perflab has no report module", "install a perflab with perflab.report") from None
         return None
     try:
-        path = write_report(out_dir)
+        path = write_report(out_dir, output)
     except UserError:
         raise
     except Exception as exc:
@@ -211,8 +239,8 @@ def _report(out_dir: Path, quiet: bool = False) -> Path | None:
 def cmd_report(args: argparse.Namespace) -> int:
     from perflab.store import Store
 
-    Store.open(args.dir).close()  # a clear message when DIR is not an experiment
-    _report(args.dir)
+    Store.open(args.dir, write=False).close()  # a clear message when DIR is not an experiment, or damaged
+    _report(args.dir, output=args.output)
     return 0
 
 
@@ -237,14 +265,16 @@ def _show(directory: Path) -> None:
     from perflab.progress import fmt_value
     from perflab.store import Store, writer_alive
 
-    store = Store.open(directory)
+    store = Store.open(directory, write=False)
     info = store.experiment()
     runs = store.runs()
     # A run marked running whose perflab is gone (no holder of the store's
     # lock) was interrupted: `resume` runs it again, so it counts as to run.
     orphaned = [r["id"] for r in runs if r["status"] == "running"] if not writer_alive(store.dir) else []
+    # So was a planned run whose last attempt was stopped (Ctrl-C, a refused start, a killed perflab).
+    stopped = {a["run_id"]: a["status"] for a in store.attempts()}
     for r in runs:
-        if r["id"] in orphaned:
+        if r["id"] in orphaned or (r["status"] == "planned" and stopped.get(r["id"]) in ("interrupted", "killed")):
             r["status"] = "interrupted"
     marks = store.run_marks()
     factors = info["factors"]
@@ -282,7 +312,7 @@ def _show(directory: Path) -> None:
     cols = [cols[i] for i in keep]
     rows = [[row[i] for i in keep] for row in rows]
     done = sum(r["status"] == "done" for r in runs)
-    print(f"# {info['name']}: {len(runs)} runs, {done} done, "
+    print(f"# {info['name']}: {plural(len(runs), 'run')}, {done} done, "
           f"{sum(r['status'] == 'failed' for r in runs)} failed, "
           f"{sum(r['status'] in ('planned', 'interrupted') for r in runs)} to run")
     print(_table(cols, rows))
@@ -291,6 +321,8 @@ def _show(directory: Path) -> None:
     found = search.answer(store)
     if found is not None:
         print(found.text())
+    if store.read_only:
+        print(f"note: {store.path} is read-only ({store.read_only}): shown as stored, nothing changed")
     if orphaned:
         print(f"interrupted: run {', '.join(map(str, orphaned))} was running when its perflab stopped (no perflab "
               f"holds {store.dir} now); continue with `perflab resume {store.dir}`")
@@ -299,8 +331,11 @@ def _show(directory: Path) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from perflab import export
     from perflab.store import Store
+    from perflab.store_check import EXPORT_READS
 
-    export.export(Store.open(args.dir), args.format, sys.stdout, table=args.table, output=args.output)
+    # checked before a row is written: a damaged store's intact tables are exported, no other
+    store = Store.open(args.dir, write=False, reads=EXPORT_READS.get(args.table, ()))
+    export.export(store, args.format, sys.stdout, table=args.table, output=args.output)
     return 0
 
 
@@ -417,8 +452,33 @@ def cmd_clean(args: argparse.Namespace) -> int:
         cleanup.store.close()
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from perflab import keys
+
+    if args.markdown and args.section:
+        raise UserError("keys: --markdown writes every section", "give either SECTION or --markdown")
+    print(keys.markdown() if args.markdown else keys.text(args.section))
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from perflab import keys
+
+    text = keys.schema_text()
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.output.write_text(text)
+    except OSError as exc:
+        raise UserError(f"schema: cannot write {args.output}: {exc.strerror}", "give a writable --output path") from None
+    print(f"schema: {args.output} (put `#:schema {args.output}` as an experiment file's first line)")
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from perflab.collectors import COLLECTORS
+    from perflab.extras import LIBRARIES, install_hint, missing
     from perflab.targets import TARGETS
     from perflab.workloads import WORKLOADS
 
@@ -426,7 +486,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{title}:")
         width = max((len(e.name) for e in registry.entries()), default=0)
         for e in registry.entries():
-            print(f"  {e.name.ljust(width)}  {e.description}")
+            absent = [LIBRARIES.get(m, (m, None))[0] for m in e.needs if missing(m)]
+            print(f"  {e.name.ljust(width)}  {e.description}"
+                  + (f" [cannot run here: needs {', '.join(absent)}, see libraries]" if absent else ""))
+    print("libraries (optional ones by their extra):")
+    width = max(len(dist) for dist, _ in LIBRARIES.values())
+    for module, (dist, _) in LIBRARIES.items():
+        print(f"  {dist.ljust(width)}  " + ("installed" if not missing(module) else f"missing: {install_hint(module)}"))
     return 0
 
 
@@ -440,8 +506,11 @@ def _cell(value: object) -> str:
 
 
 def _limit_notes(ms: dict[str, Any]) -> list[str]:
-    """A run's late and skipped transactions (latency_limit), where any."""
-    return [f"{name} {ms[name]['value']:.0f}" for name in ("late", "skipped") if ms.get(name, {}).get("value")]
+    """A run's late and skipped transactions (latency_limit), and its failed
+    requests by class (error_share.*: "5xx 10.0%"), where any."""
+    return [f"{name} {ms[name]['value']:.0f}" for name in ("late", "skipped") if ms.get(name, {}).get("value")] + [
+        f"{name.removeprefix('error_share.')} {m['value']:.1%}" for name, m in ms.items()
+        if name.startswith("error_share.") and m["value"]]
 
 
 def _seconds(text: str) -> float:
@@ -468,7 +537,7 @@ def _table(columns: list[str], rows: list[list[str]]) -> str:
 COMMANDS = {
     "run": cmd_run, "check": cmd_check, "plan": cmd_plan, "resume": cmd_resume, "show": cmd_show,
     "export": cmd_export, "list": cmd_list, "report": cmd_report, "compare": cmd_compare, "cache": cmd_cache,
-    "clean": cmd_clean,
+    "clean": cmd_clean, "keys": cmd_keys, "schema": cmd_schema,
 }
 
 

@@ -13,11 +13,14 @@ what was given, and what is allowed.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import math
 import re
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,6 +40,7 @@ from perflab.search import SearchSettings, rounded
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
+from perflab.units import FILE_CONTEXT
 from perflab.workloads import WORKLOADS
 
 if TYPE_CHECKING:
@@ -57,13 +61,33 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 MAX_PLAN_RUNS = 10_000
 # Ray actors of one distributed driver: each drives at least one client.
 MAX_DRIVER_WORKERS = 1_000
+# The validation context of the settings models: an experiment file's (a
+# duration carries its unit), or None for an experiment stored before that
+# rule (perflab.units.FILE_CONTEXT), which `resume` and `clean` read as it was.
+_CONTEXT: ContextVar[dict[str, Any] | None] = ContextVar("spec_context", default=FILE_CONTEXT)
+
+
+@contextlib.contextmanager
+def _validating(stored: bool) -> Iterator[None]:
+    token = _CONTEXT.set(None if stored else FILE_CONTEXT)
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
 
 
 class ExperimentSection(StrictModel):
-    name: str
+    # It names the output directory (results/NAME-TIMESTAMP).
+    name: str = Field(json_schema_extra={"pattern": NAME_PATTERN.pattern})
     description: str = ""
-    repetitions: int = 1
-    order: Literal["sequential", "random"] = "sequential"
+    # Runs of every factor combination.
+    repetitions: int = Field(default=1, json_schema_extra={"minimum": 1, "maximum": MAX_PLAN_RUNS})
+    # "blocks": each repetition is a block, every combination once in a fresh
+    # seeded random order (the analysis pairs levels within blocks); "random"
+    # shuffles the whole plan; "sequential" keeps each combination's runs
+    # together. Default: "blocks" when factors are compared (two or more
+    # combinations, two or more repetitions), else "sequential".
+    order: Literal["blocks", "sequential", "random"] | None = None
     seed: int | None = None
     # factor path -> the level the report compares the others with (default: the first)
     baseline: dict[str, Any] = Field(default_factory=dict)
@@ -156,6 +180,8 @@ class Experiment:
     factors: dict[str, list[Any]] = field(default_factory=dict)
     # [search]: the plan holds its first probe; the runner plans the next ones (perflab.search).
     search: SearchSettings | None = None
+    # Read from a store (load_text's `stored`): bare numbers are seconds, as they were.
+    stored: bool = False
 
     @property
     def name(self) -> str:
@@ -163,7 +189,8 @@ class Experiment:
 
     def resolve(self, combo: dict[str, Any]) -> RunSpec:
         """The settings of the run at one factor combination (already validated)."""
-        spec, problems = _resolve(self.raw, combo)
+        with _validating(self.stored):
+            spec, problems = _resolve(self.raw, combo)
         if problems or spec is None:  # validated at load; reaching here is a bug
             raise SpecError(problems or [("", "cannot resolve")])
         return spec
@@ -187,12 +214,12 @@ def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | N
     for part in loc:
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
-        f = current.model_fields.get(str(part))
+        f = next((f for name, f in current.model_fields.items() if (f.alias or name) == str(part)), None)
         if f is None:
             return None
         current = _model_in(f.annotation)
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
+        return [f.alias or name for name, f in current.model_fields.items()]  # as the file writes them
     return None
 
 
@@ -267,6 +294,9 @@ def pydantic_problems(
 def _validate_kind(
     section: str, raw: object, registry: Registry
 ) -> tuple[Any, list[tuple[str, str]]]:
+    if raw is None:
+        return None, [(section, f"missing; give a [{section}] table with its kind (or a factor on \"{section}\" "
+                       "whose levels give theirs)")]
     if not isinstance(raw, dict):
         return None, [(section, f"got {_short(raw)}; allowed: a table")]
     kind = raw.get("kind")
@@ -275,7 +305,7 @@ def _validate_kind(
         return None, [(f"{section}.kind", f"{given}; allowed: {', '.join(registry.names())}")]
     cls = registry.get(kind)
     try:
-        return cls.Settings.model_validate(raw), []
+        return cls.Settings.model_validate(raw, context=_CONTEXT.get()), []
     except ValidationError as exc:
         return None, pydantic_problems(exc, (section,), cls.Settings)
 
@@ -305,7 +335,7 @@ def _validate_collect(raw: object, provided: frozenset[Capability]) -> tuple[dic
             continue
         cls = COLLECTORS.get(name)
         try:
-            out[name] = cls.Settings.model_validate(conf)
+            out[name] = cls.Settings.model_validate(conf, context=_CONTEXT.get())
         except ValidationError as exc:
             problems += pydantic_problems(exc, ("collect", name), cls.Settings)
     return out, problems
@@ -323,7 +353,7 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
     workload, p2 = _validate_kind("workload", resolved.get("workload"), WORKLOADS)
     problems = p1 + p2
     if target is None or workload is None:
-        return None, problems
+        return None, problems + _other_sections(resolved)
     target_cls = TARGETS.get(target.kind)
     workload_cls = WORKLOADS.get(workload.kind)
     provided = target_cls.endpoint_type.capabilities
@@ -337,7 +367,7 @@ def _resolve(raw: dict[str, Any], combo: dict[str, Any]) -> tuple[RunSpec | None
                 f"{missing}, or another workload",
             )
         )
-        return None, problems
+        return None, problems + _other_sections(resolved)
     problems += target_cls.validate_for_workload(target, workload_cls(workload))
     collect, p3 = _validate_collect(resolved.get("collect"), provided)
     problems += p3
@@ -386,13 +416,22 @@ def _distributed(target_cls: type[Target], target: TargetSettings, workload_cls:
     return target, problems + more, note
 
 
+def _other_sections(resolved: dict[str, Any]) -> list[tuple[str, str]]:
+    """The problems of [collect], [host] and [driver] alone, when the target
+    or workload has its own: every error of a file is reported in one pass."""
+    collect = resolved.get("collect")
+    problems = _validate_collect(collect, frozenset())[1] if collect is not None else []
+    problems += _validate_section("host", resolved.get("host"), HostSettings)[1]
+    return problems + _validate_section("driver", resolved.get("driver"), DriverSettings)[1]
+
+
 def _validate_section(section: str, raw: object, model: type[StrictModel]) -> tuple[Any, list[tuple[str, str]]]:
     if raw is None:
         return model(), []
     if not isinstance(raw, dict):
         return None, [(section, f"got {_short(raw)}; allowed: a table")]
     try:
-        return model.model_validate(raw), []
+        return model.model_validate(raw, context=_CONTEXT.get()), []
     except ValidationError as exc:
         return None, pydantic_problems(exc, (section,), model)
 
@@ -444,7 +483,16 @@ def set_path(doc: dict[str, Any], path: str, value: object) -> list[tuple[str, s
 # ---------------------------------------------------------------- loading
 
 
-def load_text(text: str, path: Path | None = None) -> Experiment:
+def load_text(text: str, path: Path | None = None, stored: bool = False) -> Experiment:
+    """The experiment of a file's text; `stored`: a text from a store, whose
+    durations may be bare numbers of seconds (the rule before they carried units)."""
+    with _validating(stored):
+        exp = _load_text(text, path)
+    exp.stored = stored
+    return exp
+
+
+def _load_text(text: str, path: Path | None) -> Experiment:
     source = str(path) if path else "experiment file"
     try:
         raw, problems = tomldoc.parse(text)
@@ -478,9 +526,8 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
     if model is None or problems:
         # Report the target's and workload's problems too, not only the first section's.
         reported = {p for p, _ in problems}
-        if isinstance(raw.get("target"), dict) and isinstance(raw.get("workload"), dict):
-            _, more = _resolve(raw, {p: v[0] for p, v in factors.items()})
-            problems += [(p, t) for p, t in more if p not in reported]
+        _, more = _resolve(raw, {p: v[0] for p, v in factors.items()})
+        problems += [(p, t) for p, t in more if p not in reported]
         raise SpecError(list(dict.fromkeys(problems)), source)
     assert model is not None
     combinations = math.prod(len(v) for v in factors.values())
@@ -524,7 +571,11 @@ def load_text(text: str, path: Path | None = None) -> Experiment:
         raise SpecError(list(dict.fromkeys(problems)), source)
     # every table level carries its label from here on: the plan, the store and every reader show it
     labelled = {fpath: labelled_levels(values, _leaf_namer(raw, fpath), fpath) for fpath, values in factors.items()}
-    exp = Experiment(path=path, text=text, raw=raw, meta=model.experiment, factors=labelled, search=search)
+    meta = model.experiment
+    if meta.order is None:  # blocks whenever factors are compared
+        compared = meta.repetitions > 1 and math.prod(len(v) for v in labelled.values()) > 1
+        meta = meta.model_copy(update={"order": "blocks" if compared else "sequential"})
+    exp = Experiment(path=path, text=text, raw=raw, meta=meta, factors=labelled, search=search)
     # Every combination, for constraints between factors; each problem once.
     for combo in exp.combinations():
         _, errs = _resolve(raw, combo)
@@ -539,12 +590,15 @@ def _search(raw: dict[str, Any], model: FileModel | None,
             factors: dict[str, list[Any]]) -> tuple[SearchSettings | None, list[tuple[str, str]]]:
     """[search]: its settings, and its path made the one factor, its first
     probe the one level (`to` is validated too, as a level of its own)."""
-    if model is None or model.search is None:
+    given = raw.get("search") if model is None else model.search
+    if not isinstance(given, dict):  # none, or not a table (FileModel says so)
         return None, []
     try:
-        search = SearchSettings.model_validate(model.search)
+        search = SearchSettings.model_validate(given)
     except ValidationError as exc:
         return None, pydantic_problems(exc, ("search",), SearchSettings)
+    if model is None:  # the file's other problems first; the search's own are reported with them
+        return None, []
     problems = []
     if factors:
         problems.append(("factors", f"got {', '.join(json.dumps(f) for f in factors)} with [search]; allowed: no "
@@ -557,9 +611,16 @@ def _search(raw: dict[str, Any], model: FileModel | None,
         at = fmt_path(split_factor_path(search.over))
         for value in (search.to, search.from_):
             _, errs = _resolve(raw, {search.over: rounded(value)})
+            if errs and float(value).is_integer() and not _resolve(raw, {search.over: int(value)})[1]:
+                # a path of whole numbers (workload.clients): the bisection's probes fall between them
+                problems = [("search.over", f"got {search.over!r}, which takes whole numbers only, and a search "
+                             "bisects between its probes (1.5 between 1 and 2); allowed: a numeric path that "
+                             "takes any number, a rate such as workload.rate")]
+                break
             problems += [("search.over" if p == at or "names nothing" in t else p,
                           f"{t} (with {search.over} = {rounded(value):g})") for p, t in errs]
-        factors[search.over] = [rounded(search.from_)]
+        if not problems:
+            factors[search.over] = [rounded(search.from_)]
     return search, list(dict.fromkeys(problems))
 
 
@@ -633,6 +694,8 @@ def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[st
                 # DuckDB with pgstat), and the other runs still want it.
                 reason = (f"it needs {describe(cls.needs)} and the target provides {describe(provided)}"
                           if not cls.needs <= provided else cls.preflight(settings, provided))
+                if not reason:  # a run would start it: a library it imports must be there
+                    problems += [(fmt_path(("collect", name)), p) for p in COLLECTORS.library_problems(name)]
                 if reason:
                     warnings.append(f"{fmt_path(('collect', name))}: a run would skip it: {reason}")
         key = f"host:{run.host.model_dump_json()}"
@@ -654,8 +717,10 @@ def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[st
             if key not in seen:
                 seen.add(key)
                 kind = registry.get(settings.kind)
+                # a library the kind imports, before any check that would import it (reach)
+                found = [(f"{registry.what}.kind", p) for p in registry.library_problems(settings.kind)]
                 try:
-                    found = kind.preflight(settings, base_dir)
+                    found = found or kind.preflight(settings, base_dir)
                 except (OSError, ValueError) as exc:  # a path the OS refuses outright (too long, ...)
                     found = [(registry.what, f"cannot check its paths: {_short(str(exc))}; "
                               "allowed: paths this system takes")]
@@ -700,11 +765,14 @@ def _driver_preflight(run: RunSpec) -> tuple[list[tuple[str, str]], list[str]]:
     is out of reach of workers on other machines (a warning: the cluster at
     `address` may be this machine alone)."""
     from perflab.drivers import RAY_EXTRA_HINT, ray_installed
+    from perflab.extras import problem
 
     if run.driver.kind != "ray":
         return [], []
     if not ray_installed():
         return [("driver.kind", f"got \"ray\", which needs Ray, and Ray is not installed; fix: {RAY_EXTRA_HINT}")], []
+    if (broken := problem("ray", 'driver.kind = "ray"')) is not None:
+        return [("driver.kind", broken)], []
     notes = list(run.notes)
     if run.driver.address != "local" and not TARGETS.get(run.target.kind).reachable_off_host(run.target):
         notes.append(f"driver.address: workers of the cluster at {run.driver.address!r} on other machines cannot "
