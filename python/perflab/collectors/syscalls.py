@@ -86,6 +86,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -460,8 +461,11 @@ class SyscallsCollector(Collector):
         try:
             path.write_text(script)
         except OSError:
-            path = Path(f"/tmp/perflab-syscalls-{os.getpid()}.bt")
-            path.write_text(script)
+            # a name no other user can make first (mkstemp: O_EXCL, 0600), removed with the run's end
+            fd, name = tempfile.mkstemp(prefix="perflab-syscalls-", suffix=".bt")
+            with os.fdopen(fd, "w") as f:
+                f.write(script)
+            path = Path(name)
         before_ns = time.monotonic_ns()
         # room for a busy interval's syncs in the record maps
         env = {**os.environ, "BPFTRACE_MAP_KEYS_MAX": str(RECORD_MAP_KEYS)}
@@ -470,7 +474,10 @@ class SyscallsCollector(Collector):
         threading.Thread(target=self._drain_stderr, daemon=True, name="syscalls-stderr").start()
         self._thread = threading.Thread(target=self._read_bpftrace, daemon=True, name=f"collector-{self.name}")
         self._thread.start()
-        if not self._begin.wait(ATTACH_TIMEOUT_S) or self._proc.poll() is not None:
+        begun = self._begin.wait(ATTACH_TIMEOUT_S)
+        if path.parent != ctx.run_dir:
+            path.unlink(missing_ok=True)  # read once bpftrace has begun (or failed)
+        if not begun or self._proc.poll() is not None:
             self._kill()
             err = " ".join(line for line in self._stderr if "RLIMIT" not in line)[-400:]
             raise CollectorUnavailable(f"bpftrace did not start: {err or 'no output'}")

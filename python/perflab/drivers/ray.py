@@ -43,6 +43,7 @@ from perflab.drivers import RAY_EXTRA_HINT, EngineDriver, split_evenly
 from perflab.drivers.merge import MergedResult, WorkerResult, merge
 from perflab.errors import RunFailure, UserError
 from perflab.guardian import journal, register_undo
+from perflab.hostctl.shareddir import own_dir
 from perflab.model import Event, RunResult
 from perflab.proc import pid_alive
 
@@ -213,7 +214,7 @@ class RayDriver(EngineDriver):
                 journal().add("remove-dir", f"remove-dir:{self.temp_dir}", path=str(self.temp_dir))
                 journal().add("ray-cluster", f"ray-cluster:{self.token}", token=self.token,
                               temp_dir=str(self.temp_dir))
-                self.temp_dir.mkdir(mode=0o700)
+                own_dir(self.temp_dir, 0o700, reuse=False)  # a random name, made afresh and checked
                 os.environ[CLUSTER_ENV] = self.token
                 try:
                     self.say(f"starting a private Ray cluster on this machine ({self.n} worker(s))")

@@ -17,10 +17,13 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from perflab.errors import UserError
 from perflab.hostctl.scratchfs import ScratchFs, fs_problems
+from perflab.hostctl.shareddir import private_dir_problem
 from perflab.settings_model import StrictModel
 
 # Who runs a server perflab starts when perflab is root and `run_as` does not say.
 DEFAULT_RUN_AS = "nobody"
+# perflab's own directory (0700) in a scratch filesystem's backing_dir, where its images go.
+SCRATCH_DIR = "perflab-scratch"
 
 
 def free_port() -> int:
@@ -47,6 +50,14 @@ def resolve_run_as(run_as: str | None) -> str | None:
         raise UserError(f"target.run_as: {user} is root, and perflab runs no server as root",
                         "give an unprivileged user, e.g. nobody")
     return user
+
+
+def file_owner(user: str | None) -> tuple[int, int] | None:
+    """(uid, gid) to give a file the server's `user` owns (None: this user's own)."""
+    if user is None:
+        return None
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid
 
 
 def reachable_by(path: Path, user: str | None) -> bool:
@@ -100,8 +111,13 @@ def scratch_problems(storage: RoleStorage, base_dir: Path) -> list[tuple[str, st
     for role in storage.ROLES:
         fs = getattr(storage, f"{role}_fs")
         if fs is not None:
+            key = f"target.storage.{role}_fs"
             backing = (base_dir / Path(fs.backing_dir).expanduser()).resolve() if fs.backing_dir else None
-            problems += fs_problems(f"target.storage.{role}_fs", fs, backing or Path.cwd())
+            problems += fs_problems(key, fs, backing or Path.cwd())
+            own = backing / SCRATCH_DIR if backing is not None else None
+            if own is not None and os.path.lexists(own) and (problem := private_dir_problem(own)):
+                problems.append((f"{key}.backing_dir", f"{own} {problem}: perflab keeps its images only in a "
+                                 f"directory no other user can write; fix: remove {own} if it is not perflab's"))
     return problems
 
 
@@ -109,14 +125,16 @@ def scratch_filesystems(storage: RoleStorage, home: Callable[[], Path], workdir:
                         path_from_file: Callable[[str], Path], tag: str = "") -> dict[str, ScratchFs]:
     """The filesystems `storage` asks for (not yet mounted), by role: each is
     perflab-<digest>-<tag><role>, mounted at <home>/perflab-<role>-fs, its
-    image (when loop-backed) in its backing_dir (`path_from_file`) or in the
-    target's directory `workdir`."""
+    image (when loop-backed) in the target's directory `workdir`, or in
+    SCRATCH_DIR, a directory of perflab's (0700) in its backing_dir
+    (`path_from_file`): that may be shared (/var/tmp), and an image is kept
+    only where no other user can write (ScratchFs)."""
     out = {}
     for role in storage.ROLES:
         fs = getattr(storage, f"{role}_fs")
         if fs is None:
             continue
-        backing_dir = path_from_file(fs.backing_dir) if fs.backing_dir else workdir
+        backing_dir = path_from_file(fs.backing_dir) / SCRATCH_DIR if fs.backing_dir else workdir
         name = f"perflab-{digest}-{tag}{role}"
         out[role] = ScratchFs(name, fs, home() / f"perflab-{role}-fs", backing_dir / f"{name}.img")
     return out

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perflab.hostctl.scratchfs import mounts_under
+from perflab.hostctl.shareddir import own_dir, write_file
 from perflab.proc import start_time
 from perflab.targets.base import creatable_problems
 from perflab.targets.postgres.postmaster import processes_in, server_alive
@@ -76,11 +77,21 @@ def _read_home_mark(home: Path) -> tuple[str, int | None, str | None] | None:
 
 def write_home_mark(home: Path, owner: Path) -> None:
     """Mark `home` as the kept cluster of output directory `owner`, in use by
-    this process (pid and start time: a live perflab's home is never swept)."""
-    mark = home / HOME_OWNER
-    tmp = home / f".{HOME_OWNER}.{os.getpid()}"
-    tmp.write_text(f"{owner}\n{os.getpid()} {start_time(os.getpid())}\n")
-    os.replace(tmp, mark)
+    this process (pid and start time: a live perflab's home is never swept).
+    Written under a fresh name (O_EXCL, O_NOFOLLOW) and renamed: nothing
+    planted in the home is written through."""
+    write_file(home / HOME_OWNER, f"{owner}\n{os.getpid()} {start_time(os.getpid())}\n")
+
+
+def claim_home(home: Path, owner: Path) -> None:
+    """Make the home under /tmp of output directory `owner`'s cluster, or
+    take it again (a later run, a resume: it is found by its name). Its name
+    is predictable, so another user may have made it first: it is taken
+    only when it is a real directory of perflab's user, writable by no one
+    else (own_dir), else refused with the path and the fix, never followed.
+    Then marked with `owner` (write_home_mark)."""
+    own_dir(home, 0o755)
+    write_home_mark(home, owner)
 
 
 def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
