@@ -63,7 +63,7 @@ def test_plan_command_prints_every_run(run_cli, tmp_path: Path) -> None:
     out = run_cli("plan", f).stdout
     assert "18 runs, order random, seed 7" in out
     assert len([line for line in out.splitlines() if line.strip()[:1].isdigit()]) == 18
-    assert run_cli("check", f).stdout.strip() == "ok: p: 18 runs (6 combinations x 3 repetitions)"
+    assert run_cli("check", f).stdout.splitlines()[0] == "ok: p: 18 runs (6 combinations x 3 repetitions)"
 
 
 def test_blocks_are_the_default_each_repetition_every_combination_once() -> None:
