@@ -347,7 +347,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         let t = Instant::now();
         relay.stop();
-        assert!(t.elapsed() < Duration::from_secs(2));
+        // A stop that waited for the open connection would never return:
+        // the bound only tells a hang from a slow machine.
+        assert!(t.elapsed() < Duration::from_secs(30));
         drop(c);
     }
 }

@@ -123,6 +123,28 @@ mod tests {
     }
 
     #[test]
+    fn the_schedule_timer_wakes_at_each_deadline_never_before() {
+        // The mechanism of a small lag: an absolute deadline on the clock the
+        // harness reads. How late it wakes is the machine's (a benchmark's
+        // figure: benchmarks/open_loop_lag.py), never early.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let timer = ScheduleTimer::new().unwrap();
+            let mut deadline = crate::sys::monotonic_ns();
+            for _ in 0..20 {
+                deadline += 1_000_000;
+                timer.wait_until_ns(deadline).await.unwrap();
+                assert!(crate::sys::monotonic_ns() >= deadline);
+            }
+            // A deadline already past returns at once rather than never.
+            timer.wait_until_ns(deadline).await.unwrap();
+        });
+    }
+
+    #[test]
     fn constant_gaps_are_equal() {
         let start = Instant::now();
         let mut rng = Prng::seeded(3);

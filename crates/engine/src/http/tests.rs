@@ -170,8 +170,11 @@ fn a_request_times_out_after_its_own_timeout_and_the_next_reconnects() {
             let err = p.execute(&mut c, 0, &FIRST).await.unwrap_err();
             let waited = started.elapsed();
             assert!(matches!(err, HttpError::Timeout), "round {round}: {err}");
+            // Its own whole timeout (from the connection's first request it
+            // would be 200 ms less), not the default 30 s; a busy machine may
+            // fire the timer late, so the upper bound is loose.
             assert!(
-                waited >= Duration::from_millis(300) && waited < Duration::from_millis(1500),
+                waited >= Duration::from_millis(300) && waited < Duration::from_secs(10),
                 "round {round}: timed out after {waited:?}"
             );
             assert!(c.conn.is_none(), "a timed-out connection is dropped");
