@@ -31,7 +31,7 @@ from perflab.hostctl.scratchfs import FsSettings, ScratchFs
 from perflab.hostctl.shareddir import own_dir, write_file
 from perflab.targets.mariadb import MariadbSettings, MariadbTarget
 from perflab.targets.postgres import CREATED_MARK, PostgresSettings, PostgresTarget
-from perflab.targets.postgres.homes import home_name
+from perflab.targets.postgres.homes import home_name, sweep_orphan_homes
 from perflab.targets.process import ProcessSettings, ProcessTarget
 from perflab.targets.serverhome import scratch_filesystems
 from test_hostctl_scratchfs import force_undo, losetup_j
@@ -157,6 +157,23 @@ def test_a_cluster_home_another_user_made_first_is_refused(kind: str, trap: str,
     assert sorted(p.name for p in decoys[0].path.parent.iterdir()) == sorted(d.path.name for d in decoys)
     assert (decoys[0].path.parent.stat().st_mode & 0o777) == 0o700
     assert isinstance(refused, UserError) and str(home) in str(refused), refused
+
+
+@as_root
+def test_a_home_another_user_made_is_never_swept(tmp_path: Path) -> None:
+    """A directory of nobody's named as a home and marked for an output
+    directory that is gone: the sweep neither reads it nor removes it (it
+    removes perflab's own, made alike, beside it)."""
+    gone = tmp_path / "gone" / "t"
+    theirs, ours = (tmp_path / where / home_name(gone) for where in ("a", "b"))
+    for home in (theirs, ours):
+        home.mkdir(mode=0o755, parents=True)
+        (home / "perflab-owner").write_text(f"{gone}\n")
+    nobodys(theirs / "perflab-owner")
+    nobodys(theirs)
+    assert [h for h, _ in sweep_orphan_homes(tmp_path / "a")] == []
+    assert [h for h, _ in sweep_orphan_homes(tmp_path / "b")] == [ours]
+    assert theirs.is_dir() and (theirs / "perflab-owner").read_text() == f"{gone}\n"
 
 
 # ------------------------------------------------------------ web servers

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perflab.hostctl.scratchfs import mounts_under
-from perflab.hostctl.shareddir import own_dir, write_file
+from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
 from perflab.proc import start_time
 from perflab.targets.base import creatable_problems
 from perflab.targets.postgres.postmaster import processes_in, server_alive
@@ -111,6 +111,8 @@ def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
     # name is the one its owner's directory gives (cluster_home): never by
     # a pattern of names another program's directories could match.
     for home in sorted((tmp or Path(tempfile.gettempdir())).iterdir()):
+        if private_dir_problem(home) is not None:
+            continue  # not perflab's own (another user's, a symlink): never read, never removed
         mark = _read_home_mark(home)
         if mark is None:
             continue  # not ours to judge (or made by a perflab before the mark)
