@@ -7,26 +7,32 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from perflab.hostctl.cgroups import ResourceSettings
 from perflab.hostctl.scratchfs import FsSettings
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText
 from perflab.targets.base import TargetSettings
+from perflab.targets.config_values import one_line, option_file_value, option_line_problem
 from perflab.targets.serverhome import RoleStorage
 from perflab.units import Duration
 
 # Options perflab sets itself to place and reach the server; a user value would break that.
 RESERVED = ("datadir", "socket", "port", "bind-address", "skip-networking", "pid-file", "user", "log-error",
             "innodb-log-group-home-dir", "innodb-undo-directory", "basedir", "defaults-file", "no-defaults")
+# Options that would open the server to anyone who reaches it: perflab's
+# servers keep their grant tables (no server without authentication).
+OPEN_OPTIONS = ("skip-grant-tables", "grant-tables")
 NAME = re.compile(r"^(loose[-_])?[a-z][a-z0-9_-]*$")
 SIZE_SUFFIX = re.compile(r"^\s*\d+(\.\d+)?\s*[kmgtpe]?\s*$", re.IGNORECASE)
 BOOLEAN_WORDS = ("on", "off", "true", "false", "1", "0", "yes", "no")
 
 SettingValue = str | int | float | bool
+# A value as the option file holds it: one value on its line (config_values).
+OptionValue = Annotated[SettingValue, AfterValidator(lambda v: one_line(v, "option file"))]
 # How a generated data set is loaded: LOAD DATA LOCAL INFILE from a pipe, or
 # multi-row INSERTs of the same rows (benchmarks/README.md measures both).
 LoadMethod = Literal["load-data", "insert"]
@@ -35,6 +41,17 @@ LoadMethod = Literal["load-data", "insert"]
 def option_key(name: str) -> str:
     """An option's name as mariadbd compares it: lower case, with hyphens."""
     return name.strip().lower().replace("_", "-")
+
+
+def option_line(name: str, value: SettingValue) -> str:
+    """One setting as a line of the server's option file, read back as
+    given: true and false as the flag and its skip- form (`log_bin = ON`
+    would name the binary log "ON"), a string quoted by the file's rules."""
+    if value is True:
+        return name
+    if value is False:
+        return f"skip-{name}"
+    return f"{name} = {option_file_value(str(value))}"
 
 
 class Storage(RoleStorage):
@@ -56,7 +73,7 @@ class MariadbSettings(TargetSettings):
     kind: Literal["mariadb"]
     bin_dir: OsText | None = None
     # Server options, by their option-file names (innodb_buffer_pool_size = "1G").
-    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    settings: dict[str, OptionValue] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
     restart: Literal["on-change", "always"] = "on-change"
     listen: Literal["unix", "tcp"] = "unix"
@@ -81,6 +98,13 @@ class MariadbSettings(TargetSettings):
                 raise ValueError(f"got {name!r}; perflab sets it to place and reach the server; allowed: any "
                                  "other option (target.storage places the data, redo and undo; "
                                  "`listen = \"tcp\"` for TCP)")
+            if option_key(name).removeprefix("loose-") in OPEN_OPTIONS:
+                raise ValueError(f"got {name!r}; a server without its grant tables lets anyone who reaches it "
+                                 "in without a password; allowed: any other option")
+            too_long = option_line_problem(option_line(name, value[name]))
+            if too_long:
+                raise ValueError(f"got {name} = a value of {len(str(value[name]))} characters: {too_long}; "
+                                 "allowed: a shorter value")
         return value
 
 

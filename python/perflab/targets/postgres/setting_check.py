@@ -157,24 +157,40 @@ NEWER_SETTINGS = {"debug_io_direct": 16, "vacuum_buffer_usage_limit": 16, "io_co
                   "io_max_concurrency": 18, "io_max_combine_limit": 18}
 
 
-# Developer options a performance study may set (PostgreSQL's "Developer
-# Options"), offered as "did you mean" where the server knows them: they are
-# not in `postgres --describe-config`, so a misspelling has nothing else to match.
-DEVELOPER_OPTIONS = ("debug_io_direct", "debug_discard_caches", "debug_parallel_query", "trace_notify",
-                     "trace_locks", "trace_sort", "ignore_system_indexes", "jit_debugging_support",
-                     "jit_profiling_support", "wal_consistency_checking", "zero_damaged_pages")
+# PostgreSQL's "Developer Options" (the documentation's section of that
+# name, through version 18), offered as "did you mean" where the server knows
+# them: they are not in `postgres --describe-config`, so a misspelling has
+# nothing else to match. Other settings are left out of that list too
+# (application_name, ...: not in the sample file), and are no developer options.
+DEVELOPER_OPTIONS = ("allow_in_place_tablespaces", "allow_system_table_mods", "backtrace_functions",
+                     "debug_copy_parse_plan_trees", "debug_deadlocks", "debug_discard_caches",
+                     "debug_io_direct", "debug_logical_replication_streaming", "debug_parallel_query",
+                     "debug_raw_expression_coverage_test", "debug_write_read_parse_plan_trees",
+                     "force_parallel_mode", "ignore_checksum_failure", "ignore_invalid_pages",
+                     "ignore_system_indexes", "jit_debugging_support", "jit_dump_bitcode", "jit_expressions",
+                     "jit_profiling_support", "jit_tuple_deforming", "log_btree_build_stats", "post_auth_delay",
+                     "pre_auth_delay", "remove_temp_files_after_crash", "send_abort_for_crash",
+                     "send_abort_for_kill", "trace_lock_oidmin", "trace_lock_table", "trace_locks",
+                     "trace_lwlocks", "trace_notify", "trace_recovery_messages", "trace_sort", "trace_userlocks",
+                     "wal_consistency_checking", "wal_debug", "zero_damaged_pages")
+
+
+def is_developer_option(name: str) -> bool:
+    """Whether `name` is one of PostgreSQL's developer options (by the
+    documentation's list; a newer one by its debug_ or trace_ prefix)."""
+    return name in DEVELOPER_OPTIONS or name.startswith(("debug_", "trace_"))
 
 
 def developer_options(settings: PostgresSettings) -> list[str]:
     """The names in target.settings that this PostgreSQL knows only as
     developer options (absent from `postgres --describe-config`, known to
-    `postgres -C`): `check` says so, since they are meant for testing the
-    server and may change between versions."""
+    `postgres -C`, and of that group): `check` says so, since they are meant
+    for testing the server and may change between versions."""
     server = _server_for(settings)
     if server is None:
         return []
     return [name for name, value in settings.settings.items()
-            if "." not in name and name not in server.known
+            if "." not in name and name not in server.known and is_developer_option(name)
             and probe_setting(server.bin_dir, server.run_as, name, _probe_value(value))[0] == "ok"]
 
 

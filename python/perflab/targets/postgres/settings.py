@@ -4,23 +4,40 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from perflab.hostctl.cgroups import ResourceSettings
 from perflab.hostctl.scratchfs import FsSettings
 from perflab.secrets import mask_secrets
 from perflab.settings_model import OsText
 from perflab.targets.base import TargetSettings
+from perflab.targets.config_values import one_line, postgres_quoted
 from perflab.targets.serverhome import RoleStorage
 from perflab.units import Duration
 
 SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$")
 # Settings perflab sets itself to reach the server; a user value would break that.
 RESERVED_SETTINGS = ("port", "listen_addresses", "unix_socket_directories", "unix_socket_permissions")
+# Names that place the server's files or read another file: postgresql.conf's
+# include directives, and the files perflab writes (pg_hba.conf: who may connect).
+FILE_SETTINGS = ("include", "include_dir", "include_if_exists", "config_file", "hba_file", "ident_file",
+                 "data_directory")
 
 SettingValue = str | int | float | bool
+# A value as perflab.conf holds it: one value on its line (config_values).
+ConfValue = Annotated[SettingValue, AfterValidator(lambda v: one_line(v, "perflab.conf"))]
+
+
+def conf_line(name: str, value: SettingValue) -> str:
+    """One setting as a line of perflab.conf: a string in single quotes by
+    the file's own rules, a number or boolean as it is."""
+    if isinstance(value, bool):
+        return f"{name} = {'on' if value else 'off'}"
+    if isinstance(value, (int, float)):
+        return f"{name} = {value}"
+    return f"{name} = {postgres_quoted(value)}"
 
 
 class Storage(RoleStorage):
@@ -42,7 +59,7 @@ class PostgresSettings(TargetSettings):
     # The server's version ("15", "18", "18.6"): perflab finds a matching
     # server (binaries), and each version is its own cluster (identity).
     version: str | None = Field(default=None, pattern=r"^[0-9]{1,3}(\.[0-9]{1,4})?$")
-    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    settings: dict[str, ConfValue] = Field(default_factory=dict)
     storage: Storage = Field(default_factory=Storage)
     restart: Literal["on-change", "always"] = "on-change"
     listen: Literal["unix", "tcp"] = "unix"
@@ -72,6 +89,9 @@ class PostgresSettings(TargetSettings):
                     f"got {name!r}; perflab sets it to reach the server; allowed: any other setting "
                     "(use `listen = \"tcp\"` for TCP)"
                 )
+            if name in FILE_SETTINGS:
+                raise ValueError(f"got {name!r}; perflab writes the server's configuration and places its files "
+                                 "(target.storage places the data); allowed: any other setting")
         return value
 
     @field_validator("dsn")
