@@ -1,11 +1,13 @@
 """Energy per query and per component: the sharing arithmetic, perf's
-interval lines (the fake powercap tree is in test_collectors.py), the model on the real /proc (a busy query against an idle
+interval lines (the fake powercap tree is in test_collectors.py), counters
+that do not count (a fake `perf` on PATH, a powercap tree that stays), the model on the real /proc (a busy query against an idle
 sleep of the same length), the idle baseline, and per-query energy stored
 by TPC-H, SSB and `queries` runs through the CLI."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -21,8 +23,8 @@ from perflab.collectors.energy import (
     parse_perf_interval_line,
     share_out,
 )
-from perflab.context import RunContext
-from perflab.model import QueryTime, RunResult
+from perflab.context import NullSink, RunContext, SeriesSink
+from perflab.model import Flag, QueryTime, RunResult
 
 
 def test_sharing_splits_concurrent_queries_and_leaves_the_gaps() -> None:
@@ -187,3 +189,107 @@ def test_an_idle_baseline_can_be_left_out() -> None:
     time.sleep(0.2)
     result: RunResult = collector.stop()
     assert "energy.joules" in result.metrics and "energy.idle_watts" not in result.metrics
+
+
+# perf stat -a -x, -I MS -e power/energy-psys/, as a VM without RAPL gives it:
+# an interval line every 50 ms, each JOULES joules, until SIGINT.
+FAKE_PERF = """#!/bin/sh
+trap 'exit 0' INT TERM
+i=0
+while :; do
+  sleep 0.05
+  i=$((i + 1))
+  echo "$i.0,JOULES,Joules,power/energy-psys/,50000000,100.00,," >&2
+done
+"""
+
+
+def _fake_perf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, joules: str) -> dict[str, str]:
+    """A `perf` first on PATH whose power/energy-psys/ reads `joules` per
+    interval, a power PMU with that one event, and no RAPL: the settings."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    perf = bin_dir / "perf"
+    perf.write_text(FAKE_PERF.replace("JOULES", joules))
+    perf.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    events = tmp_path / "power-events"
+    events.mkdir()
+    (events / "energy-psys").write_text("event=0x05\n")
+    return {"rapl_root": str(tmp_path / "no-powercap"), "perf_events": str(events)}
+
+
+class _Sink(SeriesSink):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def add(self, source: str, name: str, t: float, value: float | None) -> None:
+        self.names.append(name)
+
+
+def _run_for(collector: EnergyCollector, seconds: float, sink: SeriesSink | None = None) -> RunResult:
+    ctx = RunContext(run_number=1, run_dir=Path("."), t0_ns=time.monotonic_ns(), series=sink or NullSink())
+    collector.start(CollectorContext(run=ctx, endpoint=None, target=None))
+    time.sleep(seconds)
+    return collector.stop()
+
+
+def test_a_perf_counter_that_reads_zero_is_no_measurement_the_model_stands_in_and_the_run_is_flagged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: a VM's energy-psys read 0 J and was stored as a measurement."""
+    settings = EnergySettings(interval=0.1, idle_baseline=0.2, **_fake_perf(tmp_path, monkeypatch, "0.00"))
+    sink = _Sink()
+    result = _run_for(EnergyCollector("energy", settings), 0.5, sink)
+    assert "watts" not in sink.names  # the counter's zeros were never the run's power
+    joules = result.metrics["energy.joules"]
+    assert joules.method.startswith("model: ") and joules.value > 0
+    assert result.metrics["energy.idle_watts"].method == joules.method
+    assert Flag.COUNTER_STALLED in result.flags
+    [stalled] = [e for e in result.events if e.kind == "counter-stalled"]
+    assert "power/energy-psys/" in stalled.message and "collect.energy.source" in stalled.message
+    # the stored power is the model's, not the counter's zeros
+    watts = [p.value for p in result.series if p.name == "watts"]
+    assert watts and all(w > 0 for w in watts)
+    assert {p.name for p in result.series} >= {"model.cpu.watts", "model.dram.watts"}
+
+
+def test_a_perf_counter_that_advances_is_the_measurement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """energy-psys alone (no energy-pkg, no energy-ram) is the total, not 0 J."""
+    settings = EnergySettings(interval=0.1, idle_baseline=0, **_fake_perf(tmp_path, monkeypatch, "0.50"))
+    sink = _Sink()
+    result = _run_for(EnergyCollector("energy", settings), 1.0, sink)
+    m = result.metrics
+    assert m["energy.joules"].method == "perf"
+    assert m["energy.joules"].value > 0
+    assert m["energy.joules"].value == pytest.approx(m["energy.component.psys.joules"].value)
+    assert Flag.COUNTER_STALLED not in result.flags
+    assert not [e for e in result.events if e.kind == "counter-stalled"]
+    assert "watts" in sink.names and "psys.watts" in sink.names  # live, as the counter advanced
+
+
+def test_a_rapl_package_that_stays_put_is_no_measurement(tmp_path: Path) -> None:
+    zone = tmp_path / "powercap" / "intel-rapl:0"
+    zone.mkdir(parents=True)
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    (zone / "energy_uj").write_text("123456789\n")  # never moves
+    settings = EnergySettings(interval=0.1, idle_baseline=0, rapl_root=str(tmp_path / "powercap"))
+    result = _run_for(EnergyCollector("energy", settings), 0.4)
+    assert result.metrics["energy.joules"].method.startswith("model: ")
+    assert "energy.package-0.joules" not in result.metrics
+    assert Flag.COUNTER_STALLED in result.flags
+    [stalled] = [e for e in result.events if e.kind == "counter-stalled"]
+    assert str(zone / "energy_uj") in stalled.message
+
+
+def test_a_model_asked_for_says_so_on_a_machine_with_power_events(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: source = "model" said "no perf power events" where perf had them."""
+    settings = EnergySettings(source="model", interval=0.1, idle_baseline=0,
+                              **_fake_perf(tmp_path, monkeypatch, "0.50"))
+    result = _run_for(EnergyCollector("energy", settings), 0.2)
+    notes = [e.message for e in result.events if e.kind == "collector-info"]
+    assert notes and all('source = "model"' in n for n in notes), notes
+    assert not any("no perf power events" in n for n in notes), notes
+    assert result.metrics["energy.joules"].method.startswith("model: ")
+    assert Flag.COUNTER_STALLED not in result.flags

@@ -57,12 +57,9 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
-import signal
-import subprocess
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,40 +71,33 @@ from perflab.collectors.base import (
     CollectorUnavailable,
     SamplingCollector,
 )
-from perflab.collectors.diskstats import SECTOR_BYTES, parse_diskstats, whole_disks
-from perflab.collectors.process import read_proc
-from perflab.collectors.procfs import (
-    CLOCK_TICKS_PER_S,
-    cpu_busy_fraction,
-    parse_kib_table,
-    parse_stat,
-    read_text,
+from perflab.collectors.energy_meters import (
+    ASSUMED_DISK_JOULES_PER_BYTE,
+    ASSUMED_DISK_JOULES_PER_OP,
+    CCF_MAX_WATTS_PER_VCPU,
+    CCF_MEMORY_WATTS_PER_GB,
+    CCF_MIN_WATTS_PER_VCPU,
+    DEFAULT_IDLE_BASELINE_S,
+    DEFAULT_IDLE_FRACTION,
+    PERF_POWER_EVENTS,
+    POWERCAP_ROOT,
+    Meter,
+    ModelMeter,
+    PerfMeter,
+    RaplMeter,
+    RaplZone,
+    find_rapl_zones,
+    parse_perf_interval_line,
+    perf_power_events,
 )
+from perflab.context import RunContext
 from perflab.endpoints import Capability
-from perflab.model import Event, Flag, Metric, QueryTime, RunResult
+from perflab.model import Event, Flag, Metric, QueryTime, RunResult, SeriesPoint
 from perflab.section import RunGroup, Section
 from perflab.units import Duration
 
-# A rough mid-range figure for a server CPU's TDP per hardware thread, for the
-# Fan et al. model when tdp_watts is not given but idle_fraction is used.
-DEFAULT_TDP_WATTS_PER_CPU = 6.0
-DEFAULT_IDLE_FRACTION = 0.3
-POWERCAP_ROOT = "/sys/class/powercap"
-PERF_POWER_EVENTS = "/sys/bus/event_source/devices/power/events"
-# Cloud Carbon Footprint, Methodology, Appendix I: Energy Coefficients (AWS):
-# average minimum watts (0% CPU) and maximum watts (100% CPU) per vCPU, and
-# memory at 0.000392 kWh per GB-hour.
-CCF_MIN_WATTS_PER_VCPU = 0.74
-CCF_MAX_WATTS_PER_VCPU = 3.5
-CCF_MEMORY_WATTS_PER_GB = 0.392
-# perflab's assumption, not a published figure (see the module's notes).
-ASSUMED_DISK_JOULES_PER_BYTE = 5e-9
-ASSUMED_DISK_JOULES_PER_OP = 25e-6
-DEFAULT_IDLE_BASELINE_S = 5.0
-# perf's power events and the component each measures.
-PERF_COMPONENTS = {"energy-pkg": "package", "energy-cores": "core", "energy-gpu": "uncore",
-                   "energy-ram": "dram", "energy-psys": "psys"}
-MEASURED_TOTAL = ("package", "dram")
+__all__ = ["EnergyCollector", "EnergySettings", "Span", "parse_perf_interval_line", "per_work_metrics", "share_out"]
+
 
 
 class EnergySettings(CollectorSettings):
@@ -125,55 +115,6 @@ class EnergySettings(CollectorSettings):
     cpu_scope: Literal["host", "target"] = "host"
     rapl_root: str = POWERCAP_ROOT
     perf_events: str = PERF_POWER_EVENTS
-
-
-@dataclass
-class RaplZone:
-    label: str  # "package-0", "core-0", "uncore-0", "dram-0", "psys"
-    energy_path: Path
-    max_range_uj: int
-    counted: bool  # summed into the total (package and dram)
-
-    @property
-    def component(self) -> str:
-        return self.label.split("-")[0]
-
-
-def find_rapl_zones(root: Path) -> list[RaplZone]:
-    """Package, core, uncore and DRAM zones (and psys) under a powercap root.
-    Raises PermissionError when a counter exists but cannot be read."""
-    zones: list[RaplZone] = []
-    if not root.is_dir():
-        return zones
-    for zone in sorted(root.glob("intel-rapl:*")):
-        try:
-            name = read_text(zone / "name").strip()
-        except OSError:
-            continue
-        depth = zone.name.count(":")
-        socket = zone.name.split(":")[1]
-        if depth == 1 and name.startswith("package"):
-            label, counted = name, True
-        elif depth == 2 and name in ("dram", "core", "uncore"):
-            label, counted = f"{name}-{socket}", name == "dram"
-        elif depth == 1 and name == "psys":
-            label, counted = "psys", False
-        else:
-            continue
-        energy = zone / "energy_uj"
-        int(read_text(energy))  # PermissionError when root-only
-        max_range_uj = int(read_text(zone / "max_energy_range_uj"))
-        zones.append(RaplZone(label, energy, max_range_uj, counted))
-    return zones
-
-
-def counter_delta_uj(before: int, after: int, max_range_uj: int) -> int:
-    """Energy between two readings of a counter that wraps at max_range_uj
-    (at most one wrap: a package drawing 200 W wraps a 2^32 uJ range in ~6 h,
-    a 2^36 range in days, far longer than a sampling interval)."""
-    if after >= before:
-        return after - before
-    return max_range_uj - before + after
 
 
 def per_work_metrics(metrics: dict[str, Metric], prefix: str = "energy") -> dict[str, Metric]:
@@ -200,218 +141,6 @@ def per_work_metrics(metrics: dict[str, Metric], prefix: str = "energy") -> dict
         out[name] = Metric(name, value, "J", f"energy per {unit_name} ({how})", higher_is_better=False,
                            method=joules.method)
     return out
-
-
-# ------------------------------------------------------------------ meters
-
-
-class Meter:
-    """One source of power figures: `read()` a state, `watts(before, after,
-    dt_s)` the power of each label between two states (None: nothing to say
-    for that span), each label's component, and which components make the
-    total."""
-
-    source = ""
-    method = ""
-    total_of: tuple[str, ...] = ()
-
-    def read(self) -> Any:
-        raise NotImplementedError
-
-    def watts(self, before: Any, after: Any, dt_s: float) -> dict[str, float] | None:
-        raise NotImplementedError
-
-    def component(self, label: str) -> str:
-        return label
-
-    def close(self) -> None:
-        pass
-
-
-class RaplMeter(Meter):
-    source = "rapl"
-    method = "rapl"
-    total_of = MEASURED_TOTAL
-
-    def __init__(self, zones: list[RaplZone]) -> None:
-        self.zones = zones
-
-    def read(self) -> dict[str, int]:
-        return {z.label: int(read_text(z.energy_path)) for z in self.zones}
-
-    def watts(self, before: dict[str, int], after: dict[str, int], dt_s: float) -> dict[str, float]:
-        return {z.label: counter_delta_uj(before[z.label], after[z.label], z.max_range_uj) / 1e6 / dt_s
-                for z in self.zones}
-
-    def component(self, label: str) -> str:
-        return label.split("-")[0]
-
-
-def perf_power_events(events_dir: Path) -> list[str]:
-    """The power PMU's energy events perf can count (energy-pkg, ...)."""
-    if not events_dir.is_dir():
-        return []
-    return sorted(p.name for p in events_dir.iterdir() if p.name in PERF_COMPONENTS)
-
-
-def parse_perf_interval_line(line: str) -> tuple[float, str, float] | None:
-    """One line of `perf stat -I ms -x,`: (seconds since perf started, event,
-    joules); None for anything else (headers, "<not counted>")."""
-    fields = line.strip().split(",")
-    if len(fields) < 4:
-        return None
-    try:
-        t = float(fields[0])
-        value = float(fields[1])
-    except ValueError:
-        return None
-    event = fields[3].removeprefix("power/").rstrip("/")
-    if event not in PERF_COMPONENTS or fields[2] != "Joules":
-        return None
-    return t, event, value
-
-
-class PerfMeter(Meter):
-    """`perf stat -a -I interval -x,` running beside the run; its interval
-    counts are summed per event into cumulative joules that `read` returns."""
-
-    source = "perf"
-    method = "perf"
-    total_of = MEASURED_TOTAL
-
-    def __init__(self, events: list[str], interval_s: float) -> None:
-        self.events = events
-        self._joules = dict.fromkeys(events, 0.0)
-        self._lock = threading.Lock()
-        argv = ["perf", "stat", "-a", "-x,", "-I", str(max(10, int(interval_s * 1000))),
-                "-e", ",".join(f"power/{e}/" for e in events)]
-        self._proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True)
-        self._thread = threading.Thread(target=self._pump, name="energy-perf", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        assert self._proc.stderr is not None
-        for line in self._proc.stderr:
-            parsed = parse_perf_interval_line(line)
-            if parsed is not None:
-                with self._lock:
-                    self._joules[parsed[1]] += parsed[2]
-
-    def read(self) -> dict[str, float]:
-        with self._lock:
-            return dict(self._joules)
-
-    def watts(self, before: dict[str, float], after: dict[str, float], dt_s: float) -> dict[str, float]:
-        return {PERF_COMPONENTS[e]: (after[e] - before[e]) / dt_s for e in self.events}
-
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._thread.join(timeout=5)
-
-
-@dataclass
-class _ModelReading:
-    stat: dict[str, int]
-    used_gb: float
-    disk_bytes: int
-    disk_ops: int
-    # cpu_scope "target": pid -> (start time, utime + stime) in clock ticks
-    procs: dict[int, tuple[int, int]]
-
-
-def _target_cpu_ticks(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> int:
-    """CPU ticks the processes used between two readings; a process new since
-    the first (or a reused pid) counts from its start."""
-    ticks = 0
-    for pid, (start, used) in after.items():
-        old = before.get(pid)
-        ticks += used - old[1] if old is not None and old[0] == start else used
-    return max(0, ticks)
-
-
-class ModelMeter(Meter):
-    source = "model"
-    total_of = ("cpu", "dram", "disk")
-
-    def __init__(self, s: EnergySettings, cpus: int, processes: Callable[[], dict[int, str]] | None = None) -> None:
-        self.s = s
-        self.cpus = cpus
-        self.disks = whole_disks()
-        self.busy: float | None = None
-        self.processes = processes if s.cpu_scope == "target" else None
-        if s.cpu_scope == "target" and processes is None:
-            raise CollectorUnavailable("cpu_scope = \"target\" needs a target whose processes perflab knows")
-        u_text = ("u = CPU time of the target's processes (/proc/PID/stat) over all CPUs"
-                  if self.processes is not None else "u = busy CPU share from /proc/stat")
-        if s.tdp_watts is not None:
-            self._cpu_max = s.tdp_watts
-            self._cpu_min = s.idle_fraction * s.tdp_watts
-            cpu_text = (f"cpu = P_idle + (TDP - P_idle) x u, {u_text}, "
-                        f"P_idle = {s.idle_fraction:g} x TDP, TDP {s.tdp_watts:g} W (given); CPU packages only "
-                        "(Fan et al., ISCA 2007)")
-        else:
-            self._cpu_min = s.min_watts_per_cpu * cpus
-            self._cpu_max = s.max_watts_per_cpu * cpus
-            given = (s.min_watts_per_cpu, s.max_watts_per_cpu) != (CCF_MIN_WATTS_PER_VCPU, CCF_MAX_WATTS_PER_VCPU)
-            cite = "given" if given else "Cloud Carbon Footprint, Appendix I, AWS average per vCPU"
-            cpu_text = (f"cpu = {cpus} CPUs x ({s.min_watts_per_cpu:g} W + ({s.max_watts_per_cpu:g} - "
-                        f"{s.min_watts_per_cpu:g}) W x u), {u_text} ({cite})")
-        dram_cite = ("given" if s.dram_watts_per_gb != CCF_MEMORY_WATTS_PER_GB
-                     else "Cloud Carbon Footprint, Appendix I: 0.000392 kWh/GB-h")
-        disk_cite = ("given" if (s.disk_joules_per_byte, s.disk_joules_per_op)
-                     != (ASSUMED_DISK_JOULES_PER_BYTE, ASSUMED_DISK_JOULES_PER_OP)
-                     else "assumed by perflab, not published: set collect.energy.disk_joules_per_byte/_per_op")
-        self.method = (f"model: {cpu_text}; dram = {s.dram_watts_per_gb:g} W/GB x memory in use "
-                       f"(MemTotal - MemAvailable) ({dram_cite}); disk = {s.disk_joules_per_byte:g} J/byte x bytes "
-                       f"+ {s.disk_joules_per_op:g} J/op x operations on {', '.join(self.disks) or 'no disks'} "
-                       f"({disk_cite})")
-
-    def read(self) -> _ModelReading:
-        mem = parse_kib_table(read_text("/proc/meminfo"))
-        used_kib = mem.get("MemTotal", 0) - mem.get("MemAvailable", mem.get("MemFree", 0))
-        disks = parse_diskstats(read_text("/proc/diskstats"))
-        nbytes = ops = 0
-        for name in self.disks:
-            d = disks.get(name)
-            if d is not None:
-                nbytes += (d.get("rd_sectors", 0) + d.get("wr_sectors", 0)) * SECTOR_BYTES
-                ops += d.get("rd_ios", 0) + d.get("wr_ios", 0)
-        procs: dict[int, tuple[int, int]] = {}
-        if self.processes is not None:
-            for pid in self.processes():
-                p = read_proc(pid, False)
-                if p is not None:
-                    procs[pid] = (p.start_ticks, p.user_ticks + p.system_ticks)
-        return _ModelReading(parse_stat(read_text("/proc/stat")), used_kib / 2**20, nbytes, ops, procs)
-
-    def watts(self, before: _ModelReading, after: _ModelReading, dt_s: float) -> dict[str, float] | None:
-        busy = cpu_busy_fraction(before.stat, after.stat)
-        if busy is not None and self.processes is not None:
-            used_s = _target_cpu_ticks(before.procs, after.procs) / CLOCK_TICKS_PER_S
-            busy = min(1.0, used_s / dt_s / self.cpus)
-        if busy is None:
-            # no clock tick since the last sample (the stop sample can come a
-            # moment after a regular one): keep the last reading as the
-            # baseline rather than count this span with no energy in it
-            return None
-        self.busy = busy
-        disk_j = ((after.disk_bytes - before.disk_bytes) * self.s.disk_joules_per_byte
-                  + (after.disk_ops - before.disk_ops) * self.s.disk_joules_per_op)
-        return {
-            "cpu": self._cpu_min + (self._cpu_max - self._cpu_min) * busy,
-            "dram": after.used_gb * self.s.dram_watts_per_gb,
-            "disk": max(0.0, disk_j) / dt_s,
-        }
 
 
 # ------------------------------------------------------------------ per query
@@ -485,28 +214,125 @@ def _perf_reason(s: EnergySettings) -> str | None:
     return None
 
 
+@dataclass
+class _Track:
+    """One meter over a run: its power by component in spans on the run's
+    clock, its joules by label, its idle baseline, and its energy inside the
+    measured window."""
+
+    meter: Meter
+    last: Any = None
+    first_t_ns: int = 0
+    last_t_ns: int = 0
+    spans: list[Span] = field(default_factory=list)
+    joules: dict[str, float] = field(default_factory=dict)
+    measured_j: float = 0.0
+    measured_s: float = 0.0
+    idle_watts: dict[str, float] | None = None
+    idle_label_watts: dict[str, float] = field(default_factory=dict)
+    idle_s: float = 0.0
+
+    def by_component(self, watts: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for label, w in watts.items():
+            c = self.meter.component(label)
+            out[c] = out.get(c, 0.0) + w
+        return out
+
+    def total(self, components: dict[str, float]) -> float:
+        return sum(components.get(c, 0.0) for c in self.meter.total_of)
+
+    def end_idle(self, before: Any, t0_ns: int, seconds: float) -> None:
+        watts = self.meter.watts(before, self.meter.read(), (time.monotonic_ns() - t0_ns) / 1e9)
+        if watts is not None:
+            self.idle_label_watts = watts
+            self.idle_watts = self.by_component(watts)
+            self.idle_s = seconds
+
+    def step(self, t_ns: int, stopping: bool, run: RunContext | None) -> dict[str, float] | None:
+        """Read the meter at `t_ns`: the power by label since the last reading.
+        None at the first reading, and while the meter has nothing to say
+        (the last reading stays the baseline)."""
+        now = self.meter.read()
+        if not self.last_t_ns:
+            self.first_t_ns = self.last_t_ns = t_ns
+            self.last = now
+            return None
+        dt_s = (t_ns - self.last_t_ns) / 1e9
+        watts = self.meter.watts(self.last, now, dt_s)
+        # A run shorter than the kernel's clock tick (a few fast queries)
+        # has no tick between its first and its stop sample, so the model
+        # sees no CPU time at all. Rather than give such a run no energy,
+        # wait for the next tick (at most 0.1 s): its span then ends a moment
+        # after the run and its mean power is diluted by that moment of idle,
+        # which is the estimate's stated limit.
+        deadline_ns = t_ns + 100_000_000
+        while watts is None and stopping and not self.spans and time.monotonic_ns() < deadline_ns:
+            time.sleep(0.005)
+            t_ns, now = time.monotonic_ns(), self.meter.read()
+            dt_s = (t_ns - self.last_t_ns) / 1e9
+            watts = self.meter.watts(self.last, now, dt_s)
+        if watts is None:
+            return None
+        for label, w in watts.items():
+            self.joules[label] = self.joules.get(label, 0.0) + w * dt_s
+        components = self.by_component(watts)
+        t0_ns = run.t0_ns if run is not None else 0
+        self.spans.append(Span((self.last_t_ns - t0_ns) / 1e9, (t_ns - t0_ns) / 1e9, components))
+        self._count_measured(self.total(components), dt_s, run)
+        self.last, self.last_t_ns = now, t_ns
+        return watts
+
+    def _count_measured(self, watts: float, dt_s: float, run: RunContext | None) -> None:
+        """Energy inside the workload's measured window (warm-up excluded), for
+        the mean power that joules per transaction are computed from."""
+        if run is None or run.measure_start_s is None:
+            return
+        t = run.now_s()
+        if t - dt_s >= run.measure_start_s and (run.measure_end_s is None or t <= run.measure_end_s + dt_s / 2):
+            self.measured_j += watts * dt_s
+            self.measured_s += dt_s
+
+    def watts_series(self, name: str, prefix: str) -> list[SeriesPoint]:
+        """The total power, and each component's under `prefix`, at the end
+        of each span; the idle power at the first reading."""
+        points: list[SeriesPoint] = []
+        if self.spans and self.idle_watts is not None:
+            points.append(SeriesPoint(name, "watts", self.spans[0].t0, self.total(self.idle_watts)))
+        for span in self.spans:
+            points.append(SeriesPoint(name, "watts", span.t1, self.total(span.watts)))
+            points += [SeriesPoint(name, f"{prefix}{c}.watts", span.t1, w) for c, w in span.watts.items()]
+        return points
+
+
 class EnergyCollector(SamplingCollector):
     Settings = EnergySettings
     settings: EnergySettings
 
     def __init__(self, name: str, settings: EnergySettings) -> None:
         super().__init__(name, settings)
-        self.meter: Meter | None = None
+        self.track: _Track | None = None
+        # Beside a counter (RAPL, perf), the model runs too: a counter that
+        # does not advance over the run is no measurement, and the run falls
+        # back to the model's figures (`_judge_counters`).
+        self.shadow: _Track | None = None
+        self._shadow_missing = ""
+        self._advanced = False
+        self._held: list[tuple[float, float]] = []
         self.method = ""
         self._notes: list[str] = []
-        self._reset()
 
-    def _reset(self) -> None:
-        self._last: Any = None
-        self._last_t_ns = 0
-        self._first_t_ns = 0
-        self._joules: dict[str, float] = {}
-        self._measured_j = 0.0
-        self._measured_s = 0.0
-        self.spans: list[Span] = []
-        self.idle_watts: dict[str, float] | None = None
-        self._idle_label_watts: dict[str, float] = {}
-        self._idle_s = 0.0
+    @property
+    def meter(self) -> Meter | None:
+        return self.track.meter if self.track is not None else None
+
+    @property
+    def spans(self) -> list[Span]:
+        return self.track.spans if self.track is not None else []
+
+    @property
+    def idle_watts(self) -> dict[str, float] | None:
+        return self.track.idle_watts if self.track is not None else None
 
     @classmethod
     def preflight(cls, settings: EnergySettings, provided: frozenset[Capability]) -> str | None:
@@ -519,115 +345,133 @@ class EnergyCollector(SamplingCollector):
     def open(self, ctx: CollectorContext) -> None:
         s = self.settings
         self._notes = []
-        self._reset()
-        self.meter = self._choose_meter(s)
-        self.method = self.meter.method
+        self.shadow, self._shadow_missing = None, ""
+        self._advanced, self._held = False, []
+        meter = self._choose_meter(s)
+        self.track = _Track(meter)
+        self.method = meter.method
+        if not isinstance(meter, ModelMeter):
+            try:
+                self.shadow = _Track(self._model(s))
+            except CollectorUnavailable as exc:
+                self._shadow_missing = str(exc)
         if s.idle_baseline > 0:
-            self._idle_baseline(float(s.idle_baseline))
+            tracks = [t for t in (self.track, self.shadow) if t is not None]
+            before, t0 = [t.meter.read() for t in tracks], time.monotonic_ns()
+            time.sleep(float(s.idle_baseline))
+            for t, b in zip(tracks, before, strict=True):
+                t.end_idle(b, t0, float(s.idle_baseline))
 
-    def _choose_meter(self, s: EnergySettings) -> Meter:
-        if s.source in ("auto", "rapl"):
-            zones, reason, denied = _read_rapl(s)
-            if reason is None:
-                return RaplMeter(zones)
-            if s.source == "rapl":
-                raise CollectorUnavailable(reason)
-            if denied:
-                self._notes.append(reason)
-        if s.source in ("auto", "perf"):
-            reason = _perf_reason(s)
-            if reason is None:
-                meter = PerfMeter(perf_power_events(Path(s.perf_events)), float(s.interval))
-                time.sleep(min(1.0, 2 * float(s.interval)) + 0.05)
-                if meter.alive():
-                    return meter
-                meter.close()
-                reason = "perf stat could not count the power events (perf_event_paranoid, or no permission)"
-            if s.source == "perf":
-                raise CollectorUnavailable(reason)
-            self._notes.append(reason)
-        self._notes.append(f"no RAPL under {s.rapl_root} and no perf power events: energy is estimated (model)")
+    def _model(self, s: EnergySettings) -> ModelMeter:
         target = self._ctx.target if self._ctx is not None else None
         return ModelMeter(s, os.cpu_count() or 1, target.processes if target is not None else None)
 
-    def _idle_baseline(self, seconds: float) -> None:
-        assert self.meter is not None
-        before, t0 = self.meter.read(), time.monotonic_ns()
-        time.sleep(seconds)
-        watts = self.meter.watts(before, self.meter.read(), (time.monotonic_ns() - t0) / 1e9)
-        if watts is None:
-            return
-        self._idle_label_watts = watts
-        self.idle_watts = self._by_component(watts)
-        self._idle_s = seconds
-
-    def _by_component(self, watts: dict[str, float]) -> dict[str, float]:
-        assert self.meter is not None
-        out: dict[str, float] = {}
-        for label, w in watts.items():
-            c = self.meter.component(label)
-            out[c] = out.get(c, 0.0) + w
-        return out
+    def _choose_meter(self, s: EnergySettings) -> Meter:
+        if s.source == "model":
+            self._notes.append('source = "model" was asked: energy is estimated (model), not measured')
+            return self._model(s)
+        zones, reason, denied = _read_rapl(s)
+        if reason is None:
+            return RaplMeter(zones)
+        if s.source == "rapl":
+            raise CollectorUnavailable(reason)
+        if denied:
+            self._notes.append(reason)
+        reason = _perf_reason(s)
+        if reason is None:
+            meter = PerfMeter(perf_power_events(Path(s.perf_events)), float(s.interval))
+            time.sleep(min(1.0, 2 * float(s.interval)) + 0.05)
+            if meter.alive():
+                return meter
+            meter.close()
+            reason = "perf stat could not count the power events (perf_event_paranoid, or no permission)"
+        if s.source == "perf":
+            raise CollectorUnavailable(reason)
+        self._notes.append(reason)
+        self._notes.append(f"no RAPL under {s.rapl_root} and no perf power events: energy is estimated (model)")
+        return self._model(s)
 
     def close(self) -> None:
         if self.meter is not None:
             self.meter.close()
 
     def sample(self) -> dict[str, float]:
-        assert self.meter is not None
+        assert self.track is not None
         t_ns = time.monotonic_ns()
-        now = self.meter.read()
+        run = self._ctx.run if self._ctx is not None else None
+        first = not self.track.last_t_ns
+        watts = self.track.step(t_ns, self.stopping, run)
+        if self.shadow is not None:
+            self.shadow.step(t_ns, self.stopping, run)
         values: dict[str, float] = {}
-        if self._last_t_ns:
-            dt_s = (t_ns - self._last_t_ns) / 1e9
-            watts = self.meter.watts(self._last, now, dt_s)
-            # A run shorter than the kernel's clock tick (a few fast queries)
-            # has no tick between its first and its stop sample, so the
-            # model sees no CPU time at all. Rather than give such a run no
-            # energy, wait for the next tick (at most 0.1 s): its span then
-            # ends a moment after the run and its mean power is diluted by
-            # that moment of idle, which is the estimate's stated limit.
-            deadline_ns = t_ns + 100_000_000
-            while watts is None and self.stopping and not self.spans and time.monotonic_ns() < deadline_ns:
-                time.sleep(0.005)
-                t_ns, now = time.monotonic_ns(), self.meter.read()
-                dt_s = (t_ns - self._last_t_ns) / 1e9
-                watts = self.meter.watts(self._last, now, dt_s)
-            if watts is None:
-                return values
-            for label, w in watts.items():
-                self._joules[label] = self._joules.get(label, 0.0) + w * dt_s
-                values[f"{label}.watts"] = w
-            components = self._by_component(watts)
-            total_w = sum(components.get(c, 0.0) for c in self.meter.total_of)
-            values["watts"] = total_w
-            if isinstance(self.meter, ModelMeter) and self.meter.busy is not None:
-                values["cpu_busy_pct"] = 100.0 * self.meter.busy
-            t0_ns = self._ctx.run.t0_ns if self._ctx is not None else 0
-            self.spans.append(Span((self._last_t_ns - t0_ns) / 1e9, (t_ns - t0_ns) / 1e9, components))
-            self._count_measured(total_w, dt_s)
-        else:
-            self._first_t_ns = t_ns
+        if first:
             # the idle baseline's interval ends at this first sample: its
             # power is this point's, so the series starts with the idle power
-            for label, w in self._idle_label_watts.items():
+            for label, w in self.track.idle_label_watts.items():
                 values[f"{label}.watts"] = w
-            if self.idle_watts is not None:
-                values["watts"] = sum(self.idle_watts.get(c, 0.0) for c in self.meter.total_of)
-        self._last = now
-        self._last_t_ns = t_ns
+            if self.track.idle_watts is not None:
+                self._total_point(values, self.track.total(self.track.idle_watts), t_ns)
+            return values
+        if watts is None:
+            return values
+        for label, w in watts.items():
+            values[f"{label}.watts"] = w
+        self._total_point(values, self.track.total(self.track.spans[-1].watts), t_ns)
+        meter = self.track.meter
+        if isinstance(meter, ModelMeter) and meter.busy is not None:
+            values["cpu_busy_pct"] = 100.0 * meter.busy
         return values
 
-    def _count_measured(self, watts: float, dt_s: float) -> None:
-        """Energy inside the workload's measured window (warm-up excluded), for
-        the mean power that joules per transaction are computed from."""
-        run = self._ctx.run if self._ctx is not None else None
-        if run is None or run.measure_start_s is None:
+    def _total_point(self, values: dict[str, float], total_w: float, t_ns: int) -> None:
+        """The run's power at this sample, live; a counter's is held back until
+        one of its total's counters has advanced (its zeros are not the run's
+        power: `_judge_counters` stores the model's then)."""
+        if self.shadow is None or self._advanced:
+            values["watts"] = total_w
             return
-        t = run.now_s()
-        if t - dt_s >= run.measure_start_s and (run.measure_end_s is None or t <= run.measure_end_s + dt_s / 2):
-            self._measured_j += watts * dt_s
-            self._measured_s += dt_s
+        assert self.track is not None and self._ctx is not None
+        run = self._ctx.run
+        self._held.append(((t_ns - run.t0_ns) / 1e9, total_w))
+        meter = self.track.meter
+        if any(j > 0 for label, j in self.track.joules.items() if meter.component(label) in meter.total_of):
+            self._advanced = True
+            for t, w in self._held:
+                run.series.add(self.name, "watts", t, w)
+            self._held.clear()
+
+    def _judge_counters(self, result: RunResult) -> None:
+        """A counter that does not advance over the run is not a measurement:
+        the run falls back to the model (which ran beside it), says which
+        counter and why, and is flagged. A counter of the total that stayed
+        while the others advanced is named and flagged too."""
+        track, p = self.track, self.name
+        if track is None or self.shadow is None:
+            return
+        meter = track.meter
+        counted = {label: j for label, j in track.joules.items() if meter.component(label) in meter.total_of}
+        dead = [label for label, j in sorted(counted.items()) if j <= 0]
+        if counted and not dead:
+            return
+        seconds = (self.shadow.last_t_ns - self.shadow.first_t_ns) / 1e9
+        names = ", ".join(meter.counter(label) for label in dead) or f"{meter.source} (no reading)"
+        result.flags.append(Flag.COUNTER_STALLED)
+        if len(dead) < len(counted):
+            result.events.append(Event(0.0, "counter-stalled", (
+                f"{p}: {names} read 0 J over the run ({seconds:.1f} s) while the other counters advanced: a counter "
+                f"that does not advance is not a measurement; the total ({' + '.join(meter.total_of)}) holds "
+                "only the counters that did")))
+            return
+        if self.shadow.spans:
+            fallback = "energy is estimated by the model instead (each figure's method says how)"
+            self.track, self.shadow = self.shadow, None
+            self.method = self.track.meter.method
+            result.series += self.track.watts_series(p, prefix="model.")
+        else:
+            fallback = f"no energy figure: the model cannot stand in ({self._shadow_missing or 'no reading'})"
+            track.spans.clear()
+        result.events.append(Event(0.0, "counter-stalled", (
+            f"{p}: {names} read 0 J over the run ({seconds:.1f} s): a counter that does not advance is not a "
+            f"measurement; {fallback}. Set collect.{p}.source to choose the source")))
 
     def component_joules(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -640,37 +484,42 @@ class EnergyCollector(SamplingCollector):
         result = RunResult()
         for note in self._notes:
             result.events.append(Event(0.0, "collector-info", f"{self.name}: {note}"))
-        seconds = (self._last_t_ns - self._first_t_ns) / 1e9
-        if seconds <= 0 or self.meter is None:
+        self._judge_counters(result)
+        track = self.track
+        if track is None:
             return result
+        seconds = (track.last_t_ns - track.first_t_ns) / 1e9
+        if seconds <= 0 or not track.spans:
+            return result
+        meter = track.meter
         p, method = self.name, self.method
         components = self.component_joules()
-        joules = sum(components.get(c, 0.0) for c in self.meter.total_of)
-        result.add_metric(f"{p}.joules", joules, "J", f"energy over the run ({' + '.join(self.meter.total_of)})",
+        joules = sum(components.get(c, 0.0) for c in meter.total_of)
+        result.add_metric(f"{p}.joules", joules, "J", f"energy over the run ({' + '.join(meter.total_of)})",
                           higher_is_better=False, method=method)
         result.headline.append(f"{p}.joules")  # Results and Effects show it, with its interval
         result.add_metric(f"{p}.seconds", seconds, "s", "the span the energy figures cover", method=method)
-        if self._measured_s > 0:
-            result.add_metric(f"{p}.watts_mean", self._measured_j / self._measured_s, "W",
+        if track.measured_s > 0:
+            result.add_metric(f"{p}.watts_mean", track.measured_j / track.measured_s, "W",
                               "mean power over the measured window (warm-up excluded)",
                               higher_is_better=False, method=method)
         else:
             result.add_metric(f"{p}.watts_mean", joules / seconds, "W", "mean power over the run",
                               higher_is_better=False, method=method)
         for c, j in sorted(components.items()):
-            result.add_metric(f"{p}.component.{c}.joules", j, "J", f"{c} energy over the run ({self.meter.source})",
+            result.add_metric(f"{p}.component.{c}.joules", j, "J", f"{c} energy over the run ({meter.source})",
                               higher_is_better=False, method=method)
-        if isinstance(self.meter, RaplMeter):
-            for label, j in sorted(self._joules.items()):
+        if isinstance(meter, RaplMeter):
+            for label, j in sorted(track.joules.items()):
                 result.add_metric(f"{p}.{label}.joules", j, "J", f"RAPL {label} energy over the run",
                                   higher_is_better=False, method=method)
-        if self.idle_watts is not None:
-            idle_w = sum(self.idle_watts.get(c, 0.0) for c in self.meter.total_of)
-            result.add_metric(f"{p}.idle_baseline_s", self._idle_s, "s", "idle baseline measured before the run",
+        if track.idle_watts is not None:
+            idle_w = track.total(track.idle_watts)
+            result.add_metric(f"{p}.idle_baseline_s", track.idle_s, "s", "idle baseline measured before the run",
                               method=method)
             result.add_metric(f"{p}.idle_watts", idle_w, "W", "power at idle (baseline before the run)",
                               higher_is_better=False, method=method)
-            for c, w in sorted(self.idle_watts.items()):
+            for c, w in sorted(track.idle_watts.items()):
                 result.add_metric(f"{p}.idle.{c}.watts", w, "W", f"{c} power at idle", higher_is_better=False,
                                   method=method)
             above = joules - idle_w * seconds
@@ -684,9 +533,9 @@ class EnergyCollector(SamplingCollector):
                 result.flags.append(Flag.ENERGY_BELOW_IDLE)
                 result.events.append(Event(0.0, "energy-below-idle", (
                     f"{p}: the run's mean power {joules / seconds:.3f} W is below the idle baseline's {idle_w:.3f} W "
-                    f"(measured over {self._idle_s:g} s before the run): energy above idle {above:.3f} J. The baseline "
-                    "measured more than the run: other work ran during it, or the machine's power varies by more "
-                    "than the run adds; lengthen idle_baseline, or run on a quieter host")))
+                    f"(measured over {track.idle_s:g} s before the run): energy above idle {above:.3f} J. The "
+                    "baseline measured more than the run: other work ran during it, or the machine's power varies by "
+                    "more than the run adds; lengthen idle_baseline, or run on a quieter host")))
         return result
 
     def annotate(self, result: RunResult) -> None:
