@@ -257,7 +257,7 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
 
 
 def _runs(line: str) -> int:
-    m = re.search(r": (\d+) runs", line)
+    m = re.search(r": (\d+) runs?\b", line)
     assert m, line
     return int(m.group(1))
 
@@ -273,7 +273,8 @@ def check_and_plan_agree(path: Path) -> None:
         assert check[2].startswith("perflab: error:") and plan[2] == check[2]
         assert check[1] == plan[1] == ""
     else:
-        assert _runs(check[1]) == _runs(plan[1].splitlines()[0]) == len(plan[1].splitlines()) - 3
+        rows = [line for line in plan[1].splitlines() if not line.startswith("#")]  # "# design", "# expected ..."
+        assert _runs(check[1]) == _runs(plan[1].splitlines()[0]) == len(rows) - 2
 
 
 @FUZZ

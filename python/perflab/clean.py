@@ -92,7 +92,7 @@ def prepare(out_dir: Path) -> Cleanup:
     spec_path = Path(info["spec_path"]) if info["spec_path"] else None
     base_dir = spec_path.parent if spec_path and spec_path.parent.is_dir() else Path.cwd()
     try:
-        exp = spec_mod.load_text(_experiment_text(store), spec_path)
+        exp = spec_mod.load_text(_experiment_text(store), spec_path, stored=True)
         runs = plan_mod.expand(exp, info["seed"])
     except UserError as exc:
         store.close()

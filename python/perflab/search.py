@@ -18,6 +18,7 @@ read the answer from the store (`answer`).
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import re
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from perflab import tomldoc
 from perflab.settings_model import StrictModel
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from perflab.plan import PlannedRun
     from perflab.progress import Progress
@@ -68,6 +69,7 @@ class SearchSettings(StrictModel):
     over: str = Field(min_length=1)
     # METRIC OP NUMBER, several joined by "and"; errors == 0 is implied.
     goal: str = Field(min_length=1)
+    # The range of rates: the first probe runs at `from`, none above `to`.
     from_: float = Field(alias="from", gt=0)
     to: float = Field(gt=0)
     # Relative width at which the bisection stops (0.05: within 5%).
@@ -75,8 +77,6 @@ class SearchSettings(StrictModel):
     # Runs of the boundary rate in all.
     repetitions: int = Field(default=3, ge=1, le=20)
     max_probes: int = Field(default=DEFAULT_MAX_PROBES, ge=2, le=200)
-
-    model_config = {"populate_by_name": True}
 
     @field_validator("goal")
     @classmethod
@@ -92,6 +92,31 @@ class SearchSettings(StrictModel):
 
     def conditions(self) -> list[tuple[str, str, float]]:
         return parse_goal(self.goal)
+
+
+def goal_problems(s: SearchSettings, kind: str, metrics: tuple[str, ...], collectors: Iterable[str],
+                  known_collectors: Iterable[str]) -> list[tuple[str, str]]:
+    """A goal on a metric the run will not store, refused at check: one the
+    workload `kind` does not declare (its `metrics`, fnmatch patterns), or
+    one of a collector that is not on. Other dotted names (the runner's own,
+    load.*, resources.*) are taken as given; a workload that declares
+    nothing is not checked."""
+    on, known = set(collectors), set(known_collectors)
+    problems = []
+    for metric, _, _ in s.conditions():
+        head, dotted, _ = metric.partition(".")
+        if dotted and head in known and head not in on:
+            why = f"collector {head!r} is not on in this experiment (collect.{head})"
+        elif metrics and not (dotted and head in known) and not any(fnmatch.fnmatchcase(metric, p) for p in metrics):
+            if dotted and not any(p.startswith(head + ".") or p.startswith("*.") for p in metrics):
+                continue  # a dotted name of the runner's own (load.total_s, resources.*)
+            why = f"workload {kind!r} does not produce it"
+        else:
+            continue
+        produced = [p for p in metrics if "." not in p] + [p for p in metrics if "." in p]
+        problems.append(("search.goal", f"got {metric!r} in {s.goal!r}: {why}; allowed: a metric the run stores: "
+                         f"{', '.join(produced + [f'{c}.*' for c in sorted(on)])}"))
+    return problems
 
 
 def settings_of(spec_text: str) -> SearchSettings | None:

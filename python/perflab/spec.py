@@ -36,7 +36,7 @@ from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
 from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
 from perflab.registry import Registry
-from perflab.search import SearchSettings, rounded
+from perflab.search import SearchSettings, goal_problems, rounded
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
@@ -619,6 +619,11 @@ def _search(raw: dict[str, Any], model: FileModel | None,
                 break
             problems += [("search.over" if p == at or "names nothing" in t else p,
                           f"{t} (with {search.over} = {rounded(value):g})") for p, t in errs]
+        if not problems:
+            run, _ = _resolve(raw, {search.over: rounded(search.from_)})
+            if run is not None:  # the goal's metrics: ones the workload and the collectors store
+                problems += goal_problems(search, run.workload.kind, WORKLOADS.get(run.workload.kind).metrics,
+                                          run.collect, COLLECTORS.names())
         if not problems:
             factors[search.over] = [rounded(search.from_)]
     return search, list(dict.fromkeys(problems))

@@ -8,15 +8,21 @@ import math
 import numbers
 from typing import Annotated
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, ValidationInfo, WithJsonSchema
 
 # One rule for every duration in an experiment file, said the same way in
-# every refusal: a bare number is seconds (as pgbench's -T and BenchBase's
-# <time>), a string carries a unit.
-DURATION_ALLOWED = (
-    'allowed: a number of seconds (60, 2.5) or a string with a unit of us, ms, s, m, h or d '
-    '("250ms", "60s", "1h30m")'
-)
+# every refusal: a string with its unit. A bare number (5000, "5000") is
+# refused with the fix ("5000s"): a user who meant seconds can say so, and
+# one who meant milliseconds is not given 83 minutes. Zero needs no unit.
+DURATION_ALLOWED = 'allowed: a string with a unit of us, ms, s, m, h or d ("250ms", "60s", "1h30m")'
+# What an editor is told (the JSON Schema of `perflab schema`): the engine's grammar.
+DURATION_PATTERN = r"^\s*(0+(\.0*)?|([0-9]*\.?[0-9]+\s*(us|µs|ms|s|sec|m|min|h|d)\s*)+)$"
+DURATION_SCHEMA = {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"const": 0}],
+                   "format": "duration"}
+# The validation context under which a bare number is refused: an experiment
+# file's (perflab.spec). Settings made in Python, and experiments stored before
+# the rule (resumed, cleaned), take seconds as numbers still.
+FILE_CONTEXT = {"file": True}
 # The longest duration an experiment file may give (a run, a warm-up, a
 # timeout, an interval): 31 days. Durability runs last days, not months, and
 # the engine holds durations as 64-bit nanoseconds and timers, which a
@@ -25,10 +31,29 @@ MAX_DURATION_S = 31 * 86400.0
 DURATION_BOUND = "at most 31d (31 days)"
 
 
-def parse_duration_s(value: object) -> float:
-    """Seconds in "90s", "1h30m", "250ms", or a bare number of seconds."""
+def _bare_number(value: object) -> bool:
+    """A duration given without a unit: 5000, 2.5 or "5000" (zero needs none)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return False
+    return isinstance(value, int | float) and 0 < value < math.inf  # the rest is no duration at all
+
+
+def parse_duration_s(value: object, bare_numbers: bool = True) -> float:
+    """Seconds in "90s", "1h30m", "250ms"; a bare number is seconds only with
+    `bare_numbers` (an experiment file's durations carry their unit)."""
     from perflab import _engine
 
+    if not bare_numbers and _bare_number(value) and isinstance(value, int | float | str):
+        if float(value) > MAX_DURATION_S:
+            raise ValueError(f"got {value!r:.60}; allowed: a duration of {DURATION_BOUND}, with its unit")
+        number = value.strip() if isinstance(value, str) else f"{value:.6f}".rstrip("0").rstrip(".")
+        raise ValueError(f"got {json.dumps(value)[:60]}, a number without a unit; {DURATION_ALLOWED}; "
+                       f"fix: \"{number}s\" if you meant seconds")
     seconds: float | None = None
     if isinstance(value, bool):
         pass  # true/false are no durations (bool is an int in Python)
@@ -49,12 +74,13 @@ def parse_duration_s(value: object) -> float:
     return seconds
 
 
-def _duration(value: object) -> float:
-    return parse_duration_s(value)
+def _duration(value: object, info: ValidationInfo) -> float:
+    return parse_duration_s(value, bare_numbers=not (info.context or {}).get("file"))
 
 
-# A duration field: accepts "60s", "1h30m", 60, 2.5; holds seconds as float.
-Duration = Annotated[float, BeforeValidator(_duration)]
+# A duration field: accepts "60s", "1h30m" (and, outside an experiment file,
+# 60 or 2.5 seconds); holds seconds as float.
+Duration = Annotated[float, BeforeValidator(_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 
 def format_duration(seconds: float) -> str:
@@ -103,8 +129,12 @@ def parse_size_bytes(value: object) -> int:
     return int(nbytes)
 
 
+# What an editor is told of a size (the JSON Schema of `perflab schema`).
+SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 0},
+                         {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKmMgGtT][iI]?[bB]?|[bB])?\s*$"}],
+               "format": "size"}
 # A size field: accepts "2GB", "512MB", 1048576; holds bytes as int.
-Size = Annotated[int, BeforeValidator(parse_size_bytes)]
+Size = Annotated[int, BeforeValidator(parse_size_bytes), WithJsonSchema(SIZE_SCHEMA)]
 
 
 def format_size(nbytes: float) -> str:
@@ -130,3 +160,8 @@ def format_number(value: object, digits: int = 4) -> str:
     if abs(value) >= 10 ** (digits - 1):
         return f"{value:,.0f}"
     return f"{value:.{digits}g}"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """A count with its noun: "1 run", "3 runs" (`words`: an irregular plural)."""
+    return f"{n} {word if n == 1 else words or word + 's'}"

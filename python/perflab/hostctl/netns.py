@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
 from perflab.errors import UserError
 from perflab.guardian import journal, register_undo
@@ -409,6 +409,15 @@ def parse_percent(value: Any) -> float:
     return pct
 
 
+# A link's rate ("1gbit") and loss ("0.5%") as an experiment file writes them;
+# the JSON Schema tells an editor the same (perflab schema).
+Rate = Annotated[float, BeforeValidator(parse_rate_bps),
+                 WithJsonSchema({"type": "string", "pattern": RATE.pattern, "format": "rate", "unit": "bit/s"})]
+Percent = Annotated[float, BeforeValidator(parse_percent),
+                    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0, "maximum": 100},
+                                              {"type": "string", "pattern": r"^\s*[0-9.]+\s*%?\s*$"}]})]
+
+
 class DriverNetwork(StrictModel):
     """[driver] network: the driver's connections leave from a namespace of
     perflab's own, over a veth pair, to the server on TCP; the link shaped.
@@ -418,8 +427,8 @@ class DriverNetwork(StrictModel):
     namespace: bool = False
     delay: Duration = Field(default=0.0, ge=0, le=10.0, description="one way, each direction")
     jitter: Duration = Field(default=0.0, ge=0, le=10.0)
-    rate: Annotated[float, BeforeValidator(parse_rate_bps)] | None = None
-    loss: Annotated[float, BeforeValidator(parse_percent)] = 0.0
+    rate: Rate | None = None
+    loss: Percent = 0.0
     # auto: netem where the kernel has it, else tbf for the rate and perflab's
     # delay relay for delay and jitter.
     mechanism: Literal["auto", "netem", "relay"] = "auto"

@@ -39,6 +39,10 @@ class Workload(abc.ABC, Generic[EndpointT]):
     needs_any: ClassVar[frozenset[Capability]] = frozenset()
     # Headline metric names, in the order `show` and the progress line print them.
     headline: ClassVar[tuple[str, ...]] = ()
+    # The metrics its runs store (fnmatch patterns where the data names them:
+    # "errors.*"), so that `check` refuses a search goal on one that never
+    # comes; empty: not declared, and goals are not checked.
+    metrics: ClassVar[tuple[str, ...]] = ()
     # Its run phase is the engine's load harness, called through
     # perflab.drivers.engine_run: it can run on a distributed driver ([driver] kind = "ray").
     distributable: ClassVar[bool] = False

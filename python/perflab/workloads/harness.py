@@ -43,6 +43,12 @@ MAX_TRIES = 1_000
 # up to 16 threads (oltp on MariaDB); thousands of clients stay on at most
 # this many threads, unless `threads` says otherwise.
 MAX_DEFAULT_THREADS = 64
+# The metrics harness_metrics() and the stall watch store (a workload's
+# `metrics` adds these to its own).
+METRICS = ("measured_s", "retries", "retried", "lag_mean_ms", "lag_p99_ms", "lag_max_ms", "late", "skipped",
+           "lost_connections", "connect_time_mean_ms", "connect_phase_s", "driver_cpu_s", "driver_cpu_per_*_us",
+           "driver_cpu_share", "process_cpu_s", "io_enters_per_*", "server_off_cpu_share", "clients", "threads",
+           "stall.longest_s")
 
 
 class HarnessSettings(WorkloadSettings):

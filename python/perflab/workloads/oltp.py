@@ -109,6 +109,8 @@ def _wire(endpoint: Endpoint) -> tuple[str, str]:
 
 
 class OltpWorkload(Workload[Endpoint]):
+    metrics = ("tps", "qps", "transactions", "failed", "statements.*", "latency_mean_ms", "latency_p50_ms",
+               "latency_p95_ms", "latency_p99_ms", "latency_max_ms", "errors.*", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = OltpSettings
     data_fields: ClassVar[tuple[str, ...]] = ("tables", "table_size", "rand_type")
     # a PostgreSQL or a MySQL server

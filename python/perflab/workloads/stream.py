@@ -33,10 +33,10 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, model_validator
 
 from perflab import _engine
 from perflab.analysis.linear import LINEAR_R2, LinearFit, linear_fit
@@ -45,7 +45,7 @@ from perflab.context import RunContext
 from perflab.endpoints import Capability
 from perflab.errors import UserError
 from perflab.hostctl import netns
-from perflab.hostctl.netns import parse_rate_bps
+from perflab.hostctl.netns import Rate
 from perflab.model import LoadResult, RunResult, without_label
 from perflab.section import Section
 from perflab.targets.router import NetworkEndpoint
@@ -71,7 +71,7 @@ class StreamSettings(WorkloadSettings):
     receiver: Literal["threads", "epoll"] = "threads"
     duration: Duration = Field(default=10.0, gt=0, le=86400)
     warmup: Duration = Field(default=1.0, ge=0, le=3600)
-    rate: Annotated[float, BeforeValidator(parse_rate_bps)] | None = None
+    rate: Rate | None = None
     # TCP: bytes per write (the stream does not care where segments end).
     write_size: int = Field(default=131072, ge=1024, le=16 << 20)
 
@@ -104,6 +104,9 @@ def _tx_packets(ns: str, dev: str) -> int:
 
 
 class StreamWorkload(Workload[NetworkEndpoint]):
+    metrics = ("rules.*", "goodput_mbps", "pps", "udp_sent", "udp_received", "udp_loss_pct", "tcp_retransmits",
+               "router_pps", "frame_size", "payload_bytes", "mss_bytes", "flows", "receiver_cpu_s", "cpu.*", "sends",
+               "errors.*", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = StreamSettings
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.NETWORK})
     headline: ClassVar[tuple[str, ...]] = ("goodput_mbps", "pps")

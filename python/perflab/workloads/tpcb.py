@@ -83,6 +83,9 @@ class TpcbSettings(harness.HarnessSettings):
 
 
 class TpcbWorkload(Workload[PgWireEndpoint]):
+    metrics = ("tps", "transactions", "failed", "latency_mean_ms", "latency_stddev_ms", "latency_p50_ms",
+               "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms", "latency_max_ms",
+               "rate_target_tps", "errors.*", "scale", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
     data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})

@@ -339,6 +339,11 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
     # PostgreSQL or MySQL/MariaDB: the engine speaks both; DuckDB is refused at check
     needs_any: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE, Capability.MYSQL_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tpmC", "nopm", "new_order.latency_p90_ms")
+    metrics: ClassVar[tuple[str, ...]] = (
+        "tpmC", "nopm", "nopm_orders", "tpm_server", "new_orders_per_min", "efficiency", "rollbacks", "rollback_pct",
+        "transactions", "tps", "failed", "mix.*_pct", "*.committed", "*.failed", "*.latency_*_ms", "limit.*_p90_ok",
+        "rate_target_tps", "errors.*", "driver_cpu_per_new_order_us", "warehouses", "keying", "procedures",
+        "constants.*", *harness.METRICS)
     distributable: ClassVar[bool] = True
 
     settings: TpccSettings
