@@ -31,8 +31,17 @@ below 400, its size unchecked; each entry is a transaction type ("r1", "r2",
 
 Connection churn: the engine counts the connections every client opened
 and the time their connects took, and the responses that ended their
-connection (Connection: close, HTTP/1.0). A run where most did is flagged
-`server-closes` (and `http/1.0`): each of its requests paid a connect.
+connection (Connection: close, HTTP/1.0). A server that ends a connection
+without saying so is counted too: the connections opened that no close,
+error or `requests_per_connection` explains. A run where most responses
+ended their connection is flagged `server-closes` (and `http/1.0`): each of
+its requests paid a connect.
+
+Errors by class (4xx, 5xx, timeouts, resets, closes, ...): each class's
+count and share of the measured requests are figures of the run
+(`errors_class.*`, `error_share.*`), in `show`'s notes and the report's run
+table; a run where more than `ERROR_FLAG_SHARE` of the requests failed is
+flagged `http-errors`, with an event naming the classes.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from perflab import _engine, cache
 from perflab.context import RunContext
@@ -104,6 +113,43 @@ MAX_MIX = 256
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # A run is flagged when more than this share of its responses ended their connection.
 CHURN_FLAG_SHARE = 0.5
+# A run is flagged `http-errors` when more than this share of its requests failed.
+ERROR_FLAG_SHARE = 0.01
+# The engine's error kinds by class, in the order they are shown (a kind not
+# named here is a wrong status of the file set, "2xx" or "3xx": "status").
+ERROR_CLASSES = {"4xx": ("4xx",), "5xx": ("5xx",), "timeouts": ("timeout",), "resets": ("reset",),
+                 "closes": ("closed", "short-body"), "connects": ("connect",),
+                 "malformed": ("bad-response", "long-body")}
+# What each class is, for the figures' descriptions.
+ERROR_CLASS_WORDS = {
+    "4xx": "a 4xx status (the server refused the request)", "5xx": "a 5xx status (the server failed)",
+    "timeouts": "no whole response within request_timeout",
+    "resets": "the connection reset by the server (RST)",
+    "closes": "the connection closed by the server before the whole response",
+    "connects": "a connection that could not be made (refused aside) or timed out",
+    "malformed": "a response perflab could not read (bad header, more bytes than its length)",
+    "status": "a status other than 200 for a file of the set",
+}
+
+
+# A URL with a scheme ("http://...", "https:", "ftp:") or a host ("//host/..."):
+# not a path under the target's URL.
+ABSOLUTE_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:|//)")
+
+
+def mix_path_problem(path: str) -> tuple[str, str] | None:
+    """Why `path` is not a path under the target's URL (it names a scheme or
+    a host) and what is allowed; None when it is a path. Requests go to the
+    target only: such a URL would otherwise become a path on it."""
+    if not ABSOLUTE_URL.match(path):
+        return None
+    rest = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*:", "", path)
+    where = re.sub(r"^//[^/?#]*", "", rest) if rest.startswith("//") else rest
+    where = where if where.startswith("/") else "/" + where
+    return (f"got {path!r}: a URL with its own scheme or host, and perflab sends every request to the target "
+            "(target.url, or the server it starts)",
+            f"a path under the target's URL, e.g. {where!r}; to test that server, make it the target "
+            "(target.kind = \"http\" and target.url, on loopback)")
 
 
 class MixRequest(StrictModel):
@@ -114,6 +160,14 @@ class MixRequest(StrictModel):
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] = "GET"
     headers: dict[str, str] = Field(default_factory=dict)
     body: str = ""
+
+    @field_validator("path")
+    @classmethod
+    def _a_path(cls, value: str) -> str:
+        problem = mix_path_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem[0]}; allowed: {problem[1]}")
+        return value
 
 
 def read_mix_file(path: Path) -> list[MixRequest]:
@@ -140,6 +194,9 @@ def read_mix_file(path: Path) -> list[MixRequest]:
         if len(words) != 1 or not (weight > 0 and weight < 1e9):
             raise UserError(f"workload.request_mix_file: {path} line {number}: got {line.strip()!r}",
                             "write a request a line: [METHOD] PATH [weight], e.g. \"GET /index.html 3\"")
+        problem = mix_path_problem(words[0])
+        if problem is not None:
+            raise UserError(f"workload.request_mix_file: {path} line {number}: {problem[0]}", problem[1])
         out.append(MixRequest(path=words[0], weight=weight, method=method))  # type: ignore[arg-type]
     if not out or len(out) > MAX_MIX:
         raise UserError(f"workload.request_mix_file: {path} holds {len(out)} requests",
@@ -220,10 +277,30 @@ class HttpSettings(harness.HarnessSettings):
 CHURN_WORDS = re.compile(r"(\w+)=(\d+)")
 
 
-def churn(out: _engine.DriverResult, result: RunResult) -> None:
+def silent_closes(sums: dict[str, int], errors_by_kind: dict[str, int], clients: int,
+                  requests_per_connection: int | None) -> int:
+    """Connections the server ended without saying so (no Connection: close):
+    the engine's count where it gives one ("closed_silently"), else the
+    reconnections nothing else explains. A client reconnects after its first
+    connect only when the server said close, after `requests_per_connection`
+    requests, after an error that ends the connection, or when a request
+    found its kept-alive connection closed and was sent again on a new one:
+    that last is the silent close."""
+    if "closed_silently" in sums:
+        return sums["closed_silently"]
+    opened, responses = sums.get("opened", 0), sums.get("responses", 0)
+    explained = clients + sums.get("closed_by_server", 0)
+    explained += sum(n for kind, n in errors_by_kind.items() if kind not in ("4xx", "5xx"))
+    if requests_per_connection:
+        explained += responses // requests_per_connection
+    return max(0, opened - explained)
+
+
+def churn(out: _engine.DriverResult, result: RunResult, clients: int = 0,
+          requests_per_connection: int | None = None) -> None:
     """The engine's "http-connections" events (one per driver) summed as
-    metrics; a run where most responses ended their connection is flagged,
-    and says so in an event."""
+    metrics; a run where most responses ended their connection (with
+    Connection: close, HTTP/1.0, or silently) is flagged, and says so in an event."""
     sums: dict[str, int] = {}
     for e in out.events:
         if e.kind == "http-connections":
@@ -241,19 +318,59 @@ def churn(out: _engine.DriverResult, result: RunResult) -> None:
         return
     add("connections_per_req", opened / responses, "conns", "connections opened per response read (1: the server "
         "closes every connection; near 0: kept alive)", higher_is_better=False)
-    closed, http10 = sums.get("closed_by_server", 0), sums.get("http10", 0)
+    said, http10 = sums.get("closed_by_server", 0), sums.get("http10", 0)
+    silent = silent_closes(sums, dict(out.errors_by_kind), clients, requests_per_connection)
+    closed = said + silent
+    add("closed_by_server", closed, "conns", "connections the server ended after a response (Connection: close, "
+        "HTTP/1.0, or without a word: the next request found it closed and was sent again on a new one)",
+        higher_is_better=False)
+    add("closed_silently", silent, "conns", "connections the server ended without Connection: close (the next "
+        "request found it closed and was sent again on a new connection)", higher_is_better=False)
     add("server_closed_share", closed / responses, "ratio", "responses after which the server ended the connection "
-        "(Connection: close or HTTP/1.0)", higher_is_better=False)
+        "(Connection: close, HTTP/1.0, or without a word)", higher_is_better=False)
     add("http10_share", http10 / responses, "ratio", "responses with an HTTP/1.0 status line")
     at = out.measure_start_t_s + out.measured_s
     if closed > CHURN_FLAG_SHARE * responses:
         result.flags.append(Flag.SERVER_CLOSES)
-        why = "HTTP/1.0" if http10 > CHURN_FLAG_SHARE * responses else "Connection: close"
+        why = ("HTTP/1.0" if http10 > CHURN_FLAG_SHARE * responses else "Connection: close" if said >= silent
+               else "without a Connection: close header: each next request found it closed and was sent again")
         result.events.append(Event(at, "connection-churn", f"the server ended the connection after {closed} of "
                                    f"{responses} responses ({why}): {opened / responses:.2f} connections a request, "
                                    f"each connect {sums.get('connect_ns', 0) / opened / 1e6:.3f} ms on average"))
     if http10 > CHURN_FLAG_SHARE * responses:
         result.flags.append(Flag.HTTP10)
+
+
+def error_class(kind: str) -> str:
+    """The class of one of the engine's error kinds (ERROR_CLASSES)."""
+    return next((c for c, kinds in ERROR_CLASSES.items() if kind in kinds), "status")
+
+
+def error_classes(out: _engine.DriverResult, result: RunResult) -> None:
+    """The measured window's failed requests by class: each class's count
+    and its share of the requests sent (good and failed); a run where more
+    than ERROR_FLAG_SHARE failed is flagged `http-errors`, and an event
+    names the classes."""
+    counts: dict[str, int] = {}
+    for kind, n in out.errors_by_kind.items():
+        counts[error_class(kind)] = counts.get(error_class(kind), 0) + n
+    sent = out.transactions + out.failed
+    if not sent:
+        return
+    order = [*ERROR_CLASSES, "status"]
+    for name in sorted(counts, key=order.index):
+        words = ERROR_CLASS_WORDS[name]
+        result.add_metric(f"errors_class.{name}", counts[name], "req", f"requests that failed with {words}",
+                          higher_is_better=False)
+        result.add_metric(f"error_share.{name}", counts[name] / sent, "ratio", f"share of the requests sent "
+                          f"that failed with {words}", higher_is_better=False)
+    if out.failed > ERROR_FLAG_SHARE * sent:
+        result.flags.append(Flag.HTTP_ERRORS)
+        parts = ", ".join(f"{name} {counts[name]} ({counts[name] / sent:.1%})"
+                          for name in sorted(counts, key=order.index))
+        result.events.append(Event(out.measure_start_t_s + out.measured_s, "http-errors",
+                                   f"{out.failed} of {sent} requests failed ({out.failed / sent:.1%}, above "
+                                   f"{ERROR_FLAG_SHARE:.0%}): {parts}"))
 
 
 class HttpWorkload(Workload[HttpEndpoint]):
@@ -343,7 +460,8 @@ class HttpWorkload(Workload[HttpEndpoint]):
                      f"{report.root}")
         endpoint.publish(Path(report.root))
         step = "fileset_generate" if report.generated else "fileset_verify_cached"
-        return LoadResult(steps={step: report.seconds},
+        # a set found whole in the cache is the same files: nothing was loaded (no "fresh load")
+        return LoadResult(steps={step: report.seconds}, reused=not report.generated,
                           rows={"files": report.files, "bytes": report.size_bytes, "directories": report.dirs})
 
     @staticmethod
@@ -417,7 +535,8 @@ class HttpWorkload(Workload[HttpEndpoint]):
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True,
                          lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")
         self._metrics(out, result, mix)
-        churn(out, result)
+        churn(out, result, clients=s.clients, requests_per_connection=s.requests_per_connection)
+        error_classes(out, result)
         stalls.annotate(result)
         return result
 
@@ -531,12 +650,27 @@ class HttpWorkload(Workload[HttpEndpoint]):
             ], headline=True))
         columns = (("fileset_bytes", "data set B"), ("throughput_mbps", "Mb/s"), ("req_per_s", "req/s"),
                    ("latency_p5_ms", "5% ms"), ("latency_p50_ms", "median ms"), ("latency_p95_ms", "95% ms"),
-                   ("latency_mean_ms", "mean ms"), ("errors", "errors"), ("connections_per_req", "conns/req"),
+                   ("latency_mean_ms", "mean ms"), ("errors", "errors"),
+                   *((f"error_share.{c}", f"{c} %") for c in [*ERROR_CLASSES, "status"]),
+                   ("connections_per_req", "conns/req"), ("closed_silently", "silent closes"),
                    ("driver_cpu_per_req_us", "driver us/req"))
-        # columns no run has a value of (a mix's Mb/s and data set) are left out
-        shown = [c for c in columns if any(c[0] in v for v in values.values())]
-        headers, rows = pivot.run_rows(runs, values, shown)
-        sections.append(Section("Web server runs", [
-            Table(headers, rows, "Each HTTP run (on the SPECweb99-like file set, or a request mix)"),
-        ]))
+        # columns no run has a value of (a mix's Mb/s and data set) are left out, and error classes
+        # and silent closes no run has
+        percent = {f"error_share.{c}" for c in [*ERROR_CLASSES, "status"]}
+        shown = [c for c in columns if any(v.get(c[0]) if c[0] in percent | {"closed_silently"} else c[0] in v
+                                           for v in values.values())]
+        shown_values = {run: {k: (x * 100 if k in percent and x is not None else x) for k, x in v.items()}
+                        for run, v in values.items()}
+        headers, rows = pivot.run_rows(runs, shown_values, shown)
+        parts: list[Any] = [Table(headers, rows, "Each HTTP run (on the SPECweb99-like file set, or a request "
+                                  "mix); errors by class in % of the requests sent")]
+        flagged = [r["id"] for r in runs if "http-errors" in r.get("flags", [])]
+        if flagged:
+            parts.insert(0, Text(
+                f"http-errors: in run {', '.join(map(str, flagged))} more than {ERROR_FLAG_SHARE:.0%} of the "
+                "requests failed; the classes: 4xx and 5xx (the server's status), timeouts (no whole response "
+                "within request_timeout), resets and closes (the server ended the connection mid-request), "
+                "connects, malformed (a response perflab could not read), status (not 200 for a file of the set). "
+                "Their throughput and response times count good responses only."))
+        sections.append(Section("Web server runs", parts))
         return sections
