@@ -334,3 +334,37 @@ def test_a_figure_matplotlib_warns_about_is_named_and_fails_the_tests(tmp_path: 
     with pytest.warns(figures.FigureWarning, match=r"figure too-wide: constrained_layout not applied"):
         figures.save(fig, tmp_path, "too-wide")
     assert (tmp_path / "too-wide.svg").exists()  # the figure is still written
+
+
+def test_another_codes_warning_while_a_figure_is_saved_is_not_the_figures(tmp_path: Path) -> None:
+    """Issue 44: an unclosed file of unrelated code, collected while a figure
+    was drawn, was raised as a FigureWarning: it goes on as a ResourceWarning."""
+    import gc
+
+    from matplotlib.artist import Artist
+
+    from perflab.report import figures
+
+    class Unclosed:
+        def __init__(self) -> None:
+            self.cycle = self  # only the garbage collector frees it
+
+        def __del__(self) -> None:
+            warnings.warn("unclosed file <_io.FileIO name=13>", ResourceWarning, stacklevel=1)
+
+    class CollectsGarbage(Artist):
+        def draw(self, renderer: object) -> None:
+            gc.collect()
+
+    fig = figures.new_figure()
+    fig.add_subplot().plot([1, 2], [1, 2])
+    fig.add_artist(CollectsGarbage())
+    gc.disable()  # collected in the middle of drawing, not before
+    try:
+        Unclosed()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            figures.save(fig, tmp_path, "fine")
+    finally:
+        gc.enable()
+    assert [w.category for w in caught] == [ResourceWarning]

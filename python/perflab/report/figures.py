@@ -71,8 +71,11 @@ def save(fig: Figure, figures_dir: Path, name: str) -> str:
     name = file_name(name)
     figures_dir.mkdir(parents=True, exist_ok=True)
     # What matplotlib warns while drawing (a layout it could not apply, a
-    # legend that does not fit) is a defect of the figure: said again as a
-    # FigureWarning naming it, which the tests make an error.
+    # legend that does not fit: UserWarnings) is a defect of the figure: said
+    # again as a FigureWarning naming it, which the tests make an error.
+    # Anything else caught meanwhile is not the figure's (a ResourceWarning
+    # of another's unclosed file, raised when the garbage collector runs in
+    # the middle of drawing): it goes on as it came.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         # A salt per figure keeps the ids matplotlib gives clip paths and markers
@@ -85,7 +88,10 @@ def save(fig: Figure, figures_dir: Path, name: str) -> str:
         # The layout was solved for the SVG; keep it rather than solve it again.
         fig.set_layout_engine("none")
         fig.savefig(figures_dir / f"{name}.png", dpi=PNG_DPI, metadata={"Software": None})
-    for found in dict.fromkeys(str(w.message) for w in caught):
+    for w in caught:
+        if not issubclass(w.category, UserWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    for found in dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, UserWarning)):
         warnings.warn(f"figure {name}: {found}", FigureWarning, stacklevel=2)
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
