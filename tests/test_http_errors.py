@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from perflab.workloads.http import ERROR_FLAG_SHARE
+from test_http_any_server import _experiment, _metrics
 
 REQUESTS_PER_CLIENT = 200
 
@@ -72,29 +73,10 @@ def closing_server() -> Iterator[str]:
     yield from _serve(type("Closing", (_Handler,), {"close_silently": True, "count": 0, "lock": threading.Lock()}))
 
 
-def _experiment(path: Path, url: str, workload: str) -> Path:
-    path.write_text(f"""
-[experiment]
-name = "http-errors"
-[target]
-kind = "http"
-url = "{url}"
-[workload]
-kind = "http"
-clients = 2
-threads = 1
-seed = 7
-{workload}
-""")
-    return path
-
-
 def _store(out: Path) -> tuple[dict[str, float], list[str]]:
     conn = sqlite3.connect(out / "perflab.sqlite")
     try:
-        metrics = {name: value for name, value in conn.execute("SELECT name, value FROM metric")}
-        flags = json.loads(conn.execute("SELECT flags_json FROM run").fetchone()[0])
-        return metrics, flags
+        return _metrics(out), json.loads(conn.execute("SELECT flags_json FROM run").fetchone()[0])
     finally:
         conn.close()
 
