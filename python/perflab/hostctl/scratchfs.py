@@ -547,7 +547,9 @@ class ScratchFs:
                     st = os.statvfs(self.mountpoint)
                     freed = (st.f_blocks - st.f_bfree) * st.f_frsize
         self.unmount()
-        for path in (self.backing_file, self._new_file, self._made_file) if self.loop_backed else ():
+        # files only where no other user can write: any there are perflab's
+        ours = self.loop_backed and private_dir_problem(self.backing_file.parent) is None
+        for path in (self.backing_file, self._new_file, self._made_file) if ours else ():
             with contextlib.suppress(FileNotFoundError):
                 freed += path.stat().st_blocks * 512
                 path.unlink()
