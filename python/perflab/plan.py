@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perflab.spec import Experiment
+from perflab.units import plural
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,7 @@ def design(exp: Experiment) -> str:
     """The plan's design in words (`perflab plan`, the report)."""
     combos, reps = len(exp.combinations()), exp.meta.repetitions
     if exp.meta.order == "random":
-        return f"random order over the whole plan ({combos} combinations x {reps} repetitions)"
+        return f"random order over the whole plan ({plural(combos, 'combination')} x {plural(reps, 'repetition')})"
     if exp.meta.order == "sequential" or combos == 1:
         return f"sequential: each combination's {reps} repetition(s) back to back"
     grouped, why = restarts_dominate(exp)

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from perflab import model
+from perflab.units import plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,9 +53,9 @@ class Progress:
 
     def start(self) -> None:
         if self.done:
-            self.say(f"plan: {self.total} runs, {self.done} already finished")
+            self.say(f"plan: {plural(self.total, 'run')}, {self.done} already finished")
         else:
-            self.say(f"plan: {self.total} runs")
+            self.say(f"plan: {plural(self.total, 'run')}")
 
     def run_start(self, number: int, factors: dict[str, Any], repetition: int) -> None:
         self._run_start = time.monotonic()
