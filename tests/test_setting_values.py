@@ -203,3 +203,31 @@ def test_application_name_is_no_developer_option_and_trace_sort_is(run_cli, tmp_
                           'application_name = "perflab-test"\ntrace_sort = false')
     assert status == 0, text
     assert "target.settings.trace_sort" in text and "target.settings.application_name" not in text, text
+
+
+def test_nginx_writes_one_line_per_directive_and_nginx_takes_it(run_cli, tmp_path: Path) -> None:
+    from perflab.targets.nginx import NginxSettings, render_config
+
+    given = {"add_header": 'X-Test "a b"', "keepalive_timeout": "5s", "sendfile": False}
+    settings = NginxSettings.model_validate({"kind": "nginx", "settings": given})
+    lines = render_config(settings, tmp_path, 8080, tmp_path).splitlines()
+    for name in settings.directives():
+        assert len([ln for ln in lines if ln.strip().startswith(f"{name} ")]) == 1, (name, lines)
+    if shutil.which("nginx", path="/usr/sbin:/usr/bin") is None:
+        pytest.skip("nginx is not installed (./dev setup installs it)")
+    path = tmp_path / "nginx.toml"
+    path.write_text(f"""
+[experiment]
+name = "nginx-lines"
+[target]
+kind = "nginx"
+[target.settings]
+add_header = {_toml(given["add_header"])}
+keepalive_timeout = "5s"
+sendfile = false
+[workload]
+kind = "http"
+duration = "1s"
+""")
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
