@@ -28,6 +28,7 @@ from perflab.context import SeriesSink
 from perflab.errors import DiskFull, UserError
 from perflab.model import Event, RunResult
 from perflab.proc import start_time
+from perflab.store_check import connect_read_only, inspect
 
 STORE_NAME = "perflab.sqlite"
 # Held (flock, exclusive) by the one perflab that writes the experiment; it
@@ -288,6 +289,7 @@ class Store:
         self.dir = path.parent
         self.conn = conn
         self._lock_fd = lock_fd
+        self.read_only: str | None = None  # why this store is read through a connection that cannot write
         # `create` or `resume` found a store holding only a plan and planned it
         # again: what the replaced plan held (`replan`)
         self.replanned: str | None = None
@@ -345,7 +347,11 @@ class Store:
         return cls(path, conn, lock_fd)
 
     @classmethod
-    def open(cls, out_dir: Path) -> Store:
+    def open(cls, out_dir: Path, *, write: bool = True, reads: tuple[str, ...] | None = None) -> Store:
+        """The store in `out_dir`, checked first (store_check): a damaged
+        store is refused unless the command only reads `reads`, its intact
+        tables; a read-only one is refused when the command may `write`, and
+        otherwise read through a connection that cannot change it."""
         # Absolute from here on: a server started later does not share the
         # user's working directory.
         path = Path(out_dir).resolve() / STORE_NAME
@@ -354,12 +360,29 @@ class Store:
                 f"{out_dir} holds no perflab store ({STORE_NAME})",
                 "give the output directory of a `perflab run` (it printed the path)",
             )
-        return cls(path, cls._open_conn(path))
+        health = inspect(path)
+        health.refuse(Path(out_dir), write=write, reads=reads)
+        if not (health.read_only or health.damaged):
+            return cls(path, cls._open_conn(path, checked=True))
+        store = cls(path, connect_read_only(path))
+        store.read_only = health.read_only
+        why = health.read_only or "it is damaged"
+        version = store.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if version is None or version[0] != str(SCHEMA_VERSION):
+            store.close()
+            raise UserError(f"{path}: store schema {version[0] if version else '?'} is not {SCHEMA_VERSION}, and "
+                            f"perflab cannot upgrade it where it is ({why})",
+                            f"copy {out_dir} somewhere writable and read the copy, or read it with the perflab "
+                            "version that wrote it")
+        return store
 
     @staticmethod
-    def _open_conn(path: Path) -> sqlite3.Connection:
+    def _open_conn(path: Path, checked: bool = False) -> sqlite3.Connection:
         """A connection to the store at `path`, its schema upgraded to this
-        perflab's; a UserError when it is no store this perflab reads."""
+        perflab's; a UserError when it is no store this perflab reads, or a
+        damaged or read-only one (unless the caller `checked` it)."""
+        if not checked:
+            inspect(path).refuse(path.parent, write=True)
         try:
             conn = _connect(path)
             version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
@@ -507,7 +530,8 @@ class Store:
                 self._keep_attempt(run_id, "killed", f"killed: {who} died while the run ran (found at resume)",
                                    last_seen.get(run_id), files.get(run_id))
                 self.conn.execute("UPDATE run SET status='planned' WHERE id=?", (run_id,))
-                self._event(run_id, None, "resumed", "the previous attempt was interrupted; the run is run again")
+                self._event(run_id, None, "resumed", "the previous attempt was killed (its perflab died while the "
+                            "run ran); the run is run again")
             for d in dead:
                 if start_time(d["pid"]) != d["pid_start"]:
                     self.conn.execute(
@@ -548,6 +572,13 @@ class Store:
                 (kind, json.dumps(data), utc_now(), run_id),
             )
 
+    def amend_effect(self, run_id: int, kind: str, data: dict[str, Any]) -> None:
+        """The run's last record of `kind`, replaced by what was done (a load
+        that found its data in place, for instance, loaded nothing)."""
+        with _tx(self.conn):
+            self.conn.execute("UPDATE effect SET data_json=? WHERE rowid=(SELECT max(rowid) FROM effect WHERE "
+                              "run_id=? AND kind=?)", (json.dumps(data), run_id, kind))
+
     def effects(self, run_id: int | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM effect" + (" WHERE run_id=?" if run_id is not None else "") + " ORDER BY rowid"
         out = []
@@ -563,8 +594,12 @@ class Store:
         attempt failed), 'fresh load' (its final attempt loaded the data again
         after other runs had used it)."""
         marks: dict[int, list[str]] = {}
-        attempts = {r["id"]: r["attempts"] for r in self.runs()}
+        runs = self.runs()
+        attempts = {r["id"]: r["attempts"] for r in runs}
+        waiting = {r["id"] for r in runs if r["status"] == "planned"}
         for a in self.attempts():
+            if a["run_id"] in waiting:
+                continue  # not run again yet: `show` says interrupted, not resumed
             word = "retried" if a["status"] == "failed" else "resumed"
             if word not in marks.setdefault(a["run_id"], []):
                 marks[a["run_id"]].append(word)
