@@ -18,6 +18,7 @@ class Entry:
     name: str
     path: str  # "module:Class"
     description: str
+    needs: tuple[str, ...] = ()  # the optional libraries (modules) it imports: perflab.extras
 
 
 class Registry:
@@ -25,10 +26,17 @@ class Registry:
         self.what = what
         self._entries: dict[str, Entry] = {}
 
-    def register(self, name: str, path: str, description: str) -> None:
+    def register(self, name: str, path: str, description: str, needs: tuple[str, ...] = ()) -> None:
         if name in self._entries:
             raise ValueError(f"{self.what} {name!r} is registered twice")
-        self._entries[name] = Entry(name, path, description)
+        self._entries[name] = Entry(name, path, description, needs)
+
+    def library_problems(self, name: str) -> list[str]:
+        """One line per library `name` needs that does not import, naming the extra to install."""
+        from perflab.extras import problem
+
+        return [p for module in self._entries[name].needs
+                if (p := problem(module, f"{self.what} {name!r}")) is not None]
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries

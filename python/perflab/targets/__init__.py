@@ -12,16 +12,19 @@ TARGETS.register(
     "mariadb",
     "perflab.targets.mariadb:MariadbTarget",
     "MariaDB, managed: mariadb-install-db and mariadbd by perflab, its own option file",
+    needs=("pymysql",),
 )
 TARGETS.register(
     "mysql",
     "perflab.targets.mariadb:MysqlTarget",
     "an external MySQL 8 or MariaDB server by dsn (read-only unless allow_destructive)",
+    needs=("pymysql",),
 )
 TARGETS.register(
     "duckdb",
     "perflab.targets.duckdb:DuckDbTarget",
     "DuckDB, embedded in perflab's process: a database file, no server",
+    needs=("duckdb",),
 )
 TARGETS.register(
     "nginx",
