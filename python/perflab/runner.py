@@ -55,6 +55,7 @@ from perflab.drivers import Drivers
 from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
+from perflab.hostctl.cgroups import oom_cause
 from perflab.hostrun import HostChanges, memory_bound, resource_metrics
 from perflab.model import Event, Flag, RunResult, without_label
 from perflab.plan import PlannedRun
@@ -200,7 +201,7 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
                 "restore the original experiment file, or put the password in PGPASSWORD or ~/.pgpass",
             )
         text = original
-    exp = spec_mod.load_text(text, spec_path)
+    exp = spec_mod.load_text(text, spec_path, stored=True)
     runs = plan_mod.expand(exp, info["seed"])
     if exp.search is not None:  # a search plans its probes as it goes: its plan is what is stored
         runs = search_mod.stored_plan(store)
@@ -407,6 +408,7 @@ class Runner:
         self.progress = progress
         self.base_dir = base_dir
         self.active: ActiveTarget | None = None
+        self._torn_down_usage: dict[int, dict[str, float]] = {}  # a target that failed to start: its cgroup's last counters
         self.owner: Owner | None = None  # the experiment, as perflab's schemas elsewhere name it
         self._warned: set[str] = set()
         self.host = HostChanges(progress.say, progress.warn)
@@ -506,10 +508,12 @@ class Runner:
         log_tail: str | None = None
         described: dict[str, Any] | None = None
         target: Target | None = None
+        usage_before: dict[str, float] = {}
         try:
             if self.active is not None and self.host.needs_restart(spec.host):
                 self._release_target()  # a knob the server takes at its start changes
-            target, identity = self._target_object(spec)
+            target, identity = self._target_object(spec, result)
+            usage_before = target.resource_usage()  # a reused server's cgroup counts from here (oom_cause)
             self.host.apply(spec.host, target)
             self.host.pin_driver(spec.driver.cpus, spec.target.server_cpus())
             try:
@@ -569,6 +573,11 @@ class Runner:
                 result.events.append(Event(0.0, "partial", f"{len(partial.queries)} queries completed before the "
                                            "failure are kept with the failed run"))
             if target is not None:
+                usage = target.resource_usage() or self._torn_down_usage.pop(id(target), {})
+                if (oom := oom_cause(usage, usage_before)) is not None:  # the cause, named first, with its figures
+                    error = error if oom in error else f"{oom}; {error}"
+                    result.flags.append(Flag.OOM_KILLED)
+                    resource_metrics(usage_before or dict.fromkeys(usage, 0.0), usage, result)  # a new cgroup: from 0
                 alive = target.check_alive()
                 if alive:
                     error = f"{error} ({alive})"
@@ -610,14 +619,18 @@ class Runner:
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
         return self.out_dir / "targets" / f"{kind}-{digest}"
 
-    def _target_object(self, spec: RunSpec) -> tuple[Target, str]:
+    def _target_object(self, spec: RunSpec, result: RunResult) -> tuple[Target, str]:
         """The run's target, not yet started: the active one when the run
         shares its identity and it is alive, else a new one (the active one is
         stopped first)."""
         identity = self._identity(spec.target)
         active = self.active
-        if active is not None and active.identity == identity and active.target.check_alive() is None:
+        down = active.target.check_alive() if active is not None and active.identity == identity else "-"
+        if active is not None and down is None:
             return active.target, identity
+        if active is not None and active.identity == identity:  # crashed since (an earlier run failed on it)
+            self.progress.say(f"restarting the server for this run: it was down ({down})")
+            result.events.append(Event(0.0, "restart", f"the server was down ({down}); restarted for this run"))
         self._release_target()
         cls = TARGETS.get(spec.target.kind)
         target = cls(spec.target, self._target_dir(spec.target.kind, identity), self.base_dir)
@@ -635,6 +648,8 @@ class Runner:
         try:
             endpoint = target.provision()
         except BaseException:
+            # its cgroup's counters (an OOM kill at the start), read before teardown removes it
+            self._torn_down_usage[id(target)] = target.resource_usage()
             with signals_ignored():
                 target.teardown()
             raise
@@ -727,12 +742,14 @@ class Runner:
             result.events.append(Event(0.0, "reload", why))
         self.progress.status("preparing data (load test)")
         self.store.set_dataset(identity, None, None)  # a crash mid-load leaves no claim of a data set
-        # A load of data that other runs used already (it was discarded, or
-        # lost, or an earlier attempt of this run changed it beyond undoing)
-        # puts this run on a fresh load: the report says so.
+        # A load of data that other runs used already (discarded, lost, or changed beyond undoing by an
+        # earlier attempt) puts this run on a fresh load, which the report says; a load that found it all
+        # in place (a web server's file set, reused from the cache) loaded nothing.
         record = {"data_key": key, "reload": why is not None or self._used_before(ctx.run_number, identity, key)}
         self.store.add_effect(ctx.run_number, "load", record if why is None else {**record, "why": why})
         load = workload.prepare(endpoint, ctx)
+        if load.reused and record["reload"] and why is None:
+            self.store.amend_effect(ctx.run_number, "load", {**record, "reload": False})
         for step, seconds in load.steps.items():
             result.add_metric(f"load.{step}_s", seconds, "s", f"load phase step: {step}")
         if load.steps:
