@@ -613,7 +613,10 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
 
     def _stop_server(self, pid: int | None) -> None:
         if self.data_dir is not None and (self.data_dir / PID_FILE).exists():
-            proc = self._pg(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60"],
+            # After an OOM kill the server recovers at its memory limit, crawling: stop it at once
+            # (PostgreSQL's immediate mode; the next start recovers) rather than wait a minute for it.
+            mode = "immediate" if oom_cause(self.resource_usage()) is not None else "fast"
+            proc = self._pg(["pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "60"],
                             timeout=90, check=False)
             if proc.returncode == 0:
                 return
