@@ -83,7 +83,7 @@ class Side:
 
 
 def _load(path: Path) -> ReportData:
-    store = Store.open(Path(path))
+    store = Store.open(Path(path), write=False)  # compare reads: a read-only store too
     try:
         return load(store, seed=DEFAULT_SEED)
     finally:
