@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import time
 from pathlib import Path
@@ -24,6 +25,24 @@ from perflab.guardian import pid_alive, register_undo, start_time
 
 TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
 STOP_WAIT_S = 5.0
+
+
+def server_env(token: str | None = None, user: str | None = None) -> dict[str, str]:
+    """The whole environment of a server perflab starts, and of the programs
+    that start it (initdb, pg_ctl, mariadb-install-db, setpriv): PATH,
+    LC_ALL=C, TZ when perflab has one, the server's token, and HOME, USER
+    and LOGNAME of `user` (its OS user) when given. Nothing else of
+    perflab's: a server's environment is readable by its own user and by
+    whatever it runs (PostgreSQL's COPY ... FROM PROGRAM), so no PG* or
+    MYSQL_* variable, password or credential of perflab's may reach it."""
+    env = {"PATH": os.environ.get("PATH") or os.defpath, "LC_ALL": "C"}
+    if os.environ.get("TZ"):
+        env["TZ"] = os.environ["TZ"]
+    if user is not None:
+        env.update(HOME=pwd.getpwnam(user).pw_dir, USER=user, LOGNAME=user)
+    if token is not None:
+        env[TOKEN_VAR] = token
+    return env
 
 
 def server_processes(token: str, marker: str | None = None, session: int | None = None) -> list[int]:
