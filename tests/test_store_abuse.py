@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import cli_command
-from perflab.store import STORE_NAME
+from perflab.store import STORE_NAME, writer_alive
 
 EXPERIMENT = """
 [experiment]
@@ -222,10 +222,14 @@ def test_a_full_disk_is_a_clear_error_that_loses_no_finished_run(tmp_path: Path,
 def test_a_second_run_on_the_same_output_directory_is_refused(tmp_path: Path, processes, run_cli) -> None:
     out = tmp_path / "out"
     store = out / STORE_NAME
-    path = experiment(tmp_path, 2, "2s")
+    # Runs long enough that the two refused perflabs start inside them, on a
+    # busy machine too.
+    path = experiment(tmp_path, 2, "6s")
     first = processes("run", path, "--out", out, "--quiet", "--no-report")
-    wait_until(lambda: query(store, "SELECT count(*) FROM run WHERE status = 'running'")[0][0] == 1, 60,
-               "the first run to start")
+    # The state the refusal rests on: the first holds the lock of a store
+    # with its plan (a busy machine gets there late: a generous deadline).
+    wait_until(lambda: writer_alive(out) and query(store, "SELECT count(*) FROM run")[0][0] == 2, 180,
+               "the first perflab to hold the store")
     for args in (("run", path, "--out", out, "--quiet"), ("resume", out, "--quiet")):
         proc = run_cli(*args, check=False)
         assert proc.returncode == 2, proc.stdout + proc.stderr
