@@ -88,6 +88,19 @@ def test_the_readiness_probe_lets_an_import_error_through(no_pymysql: dict[str, 
     assert proc.stdout.startswith("ImportError"), proc.stdout + proc.stderr
 
 
+def test_report_without_matplotlib_names_the_library(tmp_path: Path) -> None:
+    from synthetic_store import build_store
+
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=1, series_points=2, histograms=False)
+    blocked = tmp_path / "blocked"
+    (blocked / "matplotlib").mkdir(parents=True)
+    (blocked / "matplotlib" / "__init__.py").write_text(
+        'raise ImportError("No module named \'matplotlib\' (blocked by the test)", name="matplotlib")\n')
+    proc = _perflab("report", out, env={**os.environ, "PYTHONPATH": str(blocked)})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "matplotlib" in proc.stderr and "pip install" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 # ------------------------------------------------------------ a process server nobody can run
 
 def _root_only() -> None:

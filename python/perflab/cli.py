@@ -219,9 +219,10 @@ def _execute(session: Session, args: argparse.Namespace) -> int:
 def _report(out_dir: Path, quiet: bool = False, output: Path | None = None) -> Path | None:
     try:
         from perflab.report import write_report
-    except ImportError:
+    except ImportError as exc:
         if not quiet:
-            raise UserError("this perflab has no report module", "install a perflab with perflab.report") from None
+            raise _import_failure(exc, "the report") from None
+        print(f"perflab: warning: report not written: {_import_failure(exc, 'the report')}", file=sys.stderr)
         return None
     try:
         path = write_report(out_dir, output)
@@ -247,8 +248,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     try:
         from perflab.report.compare import compare
-    except ImportError:
-        raise UserError("this perflab has no compare module", "install a perflab with perflab.report") from None
+    except ImportError as exc:
+        raise _import_failure(exc, "compare") from None
     if len(args.dirs) < 2:
         raise UserError("compare needs at least two output directories", "perflab compare DIR_A DIR_B")
     print(compare(args.dirs, args.html))
@@ -497,6 +498,18 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _import_failure(exc: ImportError, what: str) -> UserError:
+    """A library `what` imports that does not import (matplotlib for the
+    report, say), named with how to install it (perflab.extras)."""
+    from perflab.extras import LIBRARIES, install_hint
+
+    module = (exc.name or "").split(".")[0]
+    if module in LIBRARIES:
+        return UserError(f"{what} needs the Python library {LIBRARIES[module][0]}, which does not import here ({exc})",
+                         install_hint(module))
+    return UserError(f"{what} cannot be loaded: {exc}", "reinstall perflab: pip install --force-reinstall perflab")
 
 
 def _cell(value: object) -> str:
