@@ -260,7 +260,7 @@ def test_declared_metrics_cover_what_each_workload_stores() -> None:
     from perflab.workloads import WORKLOADS, harness
 
     declared = [k for k in WORKLOADS.names() if WORKLOADS.get(k).metrics]
-    assert {"tpcb", "tpcc", "oltp", "stream"} <= set(declared)
+    assert {"tpcb", "tpcc", "oltp", "stream", "http"} <= set(declared)
     shared = Path(inspect.getfile(harness)).parent
     for kind in declared:
         cls = WORKLOADS.get(kind)
@@ -269,3 +269,16 @@ def test_declared_metrics_cover_what_each_workload_stores() -> None:
         files += [shared / "harness.py", shared / "stalls.py"]
         for name in {n for f in files for n in _stored_names(f)}:
             assert any(fnmatch.fnmatchcase(p, name) or fnmatch.fnmatchcase(name, p) for p in cls.metrics), (kind, name)
+
+
+def test_check_refuses_driver_cpus_this_perflab_may_not_use(tmp_path: Path, run_cli) -> None:
+    """driver.cpus outside perflab's CPUs failed every run at its pinning,
+    after the load; check refuses it, naming the CPUs it may use."""
+    import os
+
+    f = tmp_path / "e.toml"
+    outside = max(os.sched_getaffinity(0)) + 1
+    f.write_text(SQL + f'duration = "1s"\n[driver]\ncpus = "{outside}"\n')
+    proc = run_cli("check", f, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "\n  driver.cpus: " in proc.stderr and "allowed: CPUs of" in proc.stderr

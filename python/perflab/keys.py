@@ -42,6 +42,8 @@ SECTION_TEXT = {
     "search": "a capacity search: the highest rate that meets a goal",
 }
 SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+# The longest one-line description `perflab keys` prints.
+LINE = 120
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def _walk(schema: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[Key
                        "required" if name in required else _default(prop, options),
                        "; ".join(dict.fromkeys(u for o in options if (u := _unit(o)))),
                        "; ".join(dict.fromkeys(a for o in options if (a := _allowed(o)))),
-                       _description(prop, defs)))
+                       _description(prop, defs, name)))
         out += _below(options, defs, path)
     return out
 
@@ -221,7 +223,7 @@ def _allowed(schema: dict[str, Any]) -> str:
         parts.append(f"{schema.get('minLength', 0)} to {schema['maxLength']} characters")
     if "minItems" in schema or "maxItems" in schema:
         parts.append(f"{schema.get('minItems', 0)} to {schema.get('maxItems', 'any number of')} entries")
-    if "pattern" in schema and schema.get("format") not in ("duration", "size"):
+    if "pattern" in schema and schema.get("format") not in ("duration", "size") and "x00" not in schema["pattern"]:
         parts.append(f"matching {schema['pattern']}")
     return ", ".join(parts)
 
@@ -239,20 +241,26 @@ def _default(prop: dict[str, Any], options: list[dict[str, Any]]) -> str:
     return _value(value)
 
 
-def _description(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+def _description(prop: dict[str, Any], defs: dict[str, Any], name: str = "") -> str:
     text = prop.get("description") or _deref(prop, defs).get("description") or ""
+    if not text and name == "kind":
+        text = "Which kind this section is (`perflab list` shows them; `perflab keys KIND` its keys)."
     return " ".join(str(text).split())
 
 
 def first_sentence(text: str) -> str:
     """One line of a description: its first sentence (up to a stop or a
     semicolon outside brackets, followed by a space)."""
-    depth = 0
-    for i, c in enumerate(text[:-1]):
-        depth += (c in "([{") - (c in ")]}")
-        if depth <= 0 and c in ".;" and text[i + 1] == " " and i > 0 and text[i - 1] not in " .":
-            return text[: i + (c == ".")]
-    return text
+    for stops in (".;", ":"):  # a long sentence: up to its colon
+        depth = 0
+        for i, c in enumerate(text[:-1]):
+            depth += (c in "([{") - (c in ")]}")
+            if depth <= 0 and c in stops and text[i + 1] == " " and i > 0 and text[i - 1] not in " .":
+                text = text[: i + (c == ".")]
+                break
+        if len(text) <= LINE:
+            return text
+    return text[: LINE - 1].rsplit(" ", 1)[0] + " …"
 
 
 # ------------------------------------------------------------------ output

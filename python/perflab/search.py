@@ -76,6 +76,7 @@ class SearchSettings(StrictModel):
     resolution: float = Field(default=0.05, gt=0, lt=1)
     # Runs of the boundary rate in all.
     repetitions: int = Field(default=3, ge=1, le=20)
+    # The most probes the search runs (repetitions at the boundary included).
     max_probes: int = Field(default=DEFAULT_MAX_PROBES, ge=2, le=200)
 
     @field_validator("goal")

@@ -18,6 +18,7 @@ import copy
 import itertools
 import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -31,7 +32,7 @@ from perflab import tomldoc
 from perflab.collectors import COLLECTORS
 from perflab.endpoints import Capability, describe, describe_needs, unmet
 from perflab.errors import SpecError, UserError
-from perflab.hostctl.cgroups import parse_cpu_list
+from perflab.hostctl.cgroups import format_cpu_list, parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
 from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
@@ -715,7 +716,7 @@ def preflight(exp: Experiment, base_dir: Path, connect: bool = False) -> list[st
         if key not in seen:
             seen.add(key)
             more, notes = _driver_preflight(run)
-            problems += more
+            problems += more + _driver_cpus_problems(run.driver.cpus)
             warnings += [n for n in notes if n not in warnings]
         for settings, registry in ((run.target, TARGETS), (run.workload, WORKLOADS)):
             key = f"{registry.what}:{settings.model_dump_json()}"
@@ -763,6 +764,19 @@ def cache_warnings(additions: dict[Path, int]) -> list[str]:
             "(`perflab cache prune`), or move the cache to a larger disk (PERFLAB_CACHE, or "
             "workload.fileset.cache_dir)"
             for where, free, total in by_disk.values() if total > free]
+
+
+def _driver_cpus_problems(cpus: str | None) -> list[tuple[str, str]]:
+    """driver.cpus within the CPUs this perflab may run on: else every run
+    would fail to pin the driver (perflab.hostrun), after the load."""
+    if cpus is None:
+        return []
+    allowed = os.sched_getaffinity(0)
+    outside = parse_cpu_list(cpus) - allowed
+    if not outside:
+        return []
+    return [("driver.cpus", f"got {cpus!r}: CPU {format_cpu_list(outside)} is not one perflab may run on here; "
+             f"allowed: CPUs of {format_cpu_list(allowed)}")]
 
 
 def _driver_preflight(run: RunSpec) -> tuple[list[tuple[str, str]], list[str]]:

@@ -36,6 +36,7 @@ MIN_INTERVAL_S = 0.01
 
 
 class CollectorSettings(StrictModel):
+    # Time between samples.
     interval: Duration = Field(default=1.0, ge=MIN_INTERVAL_S)
 
 

@@ -96,7 +96,9 @@ class FileSetSettings(StrictModel):
     # Or SPECweb99's rule from connections: int(25 + (400000/122000 x connections)/5)
     # directories. Neither given: the rule with workload.clients.
     connections: int | None = Field(default=None, ge=1, le=1_000_000)
+    # Seed of the file set's generator: the same seed, the same files.
     seed: int = Field(default=1, ge=0)
+    # Where generated file sets are kept and reused (default: perflab's cache, PERFLAB_CACHE).
     cache_dir: str | None = None
     # Generator threads (default: the CPUs perflab may use).
     jobs: int | None = Field(default=None, ge=1, le=256)
@@ -155,10 +157,15 @@ def mix_path_problem(path: str) -> tuple[str, str] | None:
 class MixRequest(StrictModel):
     """One request of `request_mix`: its path under the target's URL."""
 
+    # The request's path under the target's URL ("/index.html").
     path: str = Field(min_length=1, max_length=8192, pattern=r"^[^\s]+$")
+    # Its share of the requests, relative to the other entries' weights.
     weight: float = Field(default=1.0, gt=0, le=1e9)
+    # The HTTP method.
     method: Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] = "GET"
+    # Extra request headers, name = value.
     headers: dict[str, str] = Field(default_factory=dict)
+    # The request body (for POST, PUT, PATCH).
     body: str = ""
 
     @field_validator("path")
@@ -210,9 +217,14 @@ class HttpSettings(harness.HarnessSettings):
     clients: int = Field(default=16, ge=1, le=harness.MAX_CLIENTS)
     # Requests per client (instead of a duration).
     requests: int | None = Field(default=None, ge=1, le=10**12)
+    # A pause between a client's response and its next request (closed loop only).
     think_time: Duration | None = Field(default=None, gt=0)
+    # Close and reopen each client's connection after this many requests (default: keep-alive for the whole
+    # run).
     requests_per_connection: int | None = Field(default=None, ge=1)
+    # A connect that takes longer is an error of kind "connect".
     connect_timeout: Duration = Field(default=5.0, gt=0)
+    # A response that takes longer is an error of kind "timeout".
     request_timeout: Duration = Field(default=30.0, gt=0)
     # Ask for one file every time ("dir00000/class1_0", 1 KiB): the raw request rate.
     only: str | None = Field(default=None, pattern=r"^dir\d{5}/class[0-3]_[0-8]$")
@@ -228,6 +240,7 @@ class HttpSettings(harness.HarnessSettings):
     # Any server's URLs instead of the file set: requests drawn by weight, or
     # read from a file (relative to the experiment file), one a line.
     request_mix: list[MixRequest] | None = Field(default=None, min_length=1, max_length=MAX_MIX)
+    # A file of requests, one a line: [METHOD] PATH [weight] (relative to the experiment file).
     request_mix_file: str | None = Field(default=None, min_length=1)
     # With a mix, the directory a managed server (nginx, process) serves;
     # default: the file set.
@@ -378,6 +391,12 @@ class HttpWorkload(Workload[HttpEndpoint]):
     data_fields: ClassVar[tuple[str, ...]] = ("fileset",)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.HTTP})
     headline: ClassVar[tuple[str, ...]] = ("req_per_s", "throughput_mbps", "latency_p95_ms")
+    metrics: ClassVar[tuple[str, ...]] = (
+        "req_per_s", "throughput_mbps", "requests", "body_bytes", "errors", "latency_p5_ms", "latency_p50_ms",
+        "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms", "latency_mean_ms", "latency_max_ms", "latency.*",
+        "errors.*", "errors_class.*", "error_share.*", "requests.*", "mix.*", "throughput_mbps.*", "rate_target",
+        "fileset_dirs", "fileset_bytes", "connections_opened", "connect_mean_ms", "connections_per_req",
+        "closed_by_server", "closed_silently", "server_closed_share", "http10_share", *harness.METRICS)
     distributable: ClassVar[bool] = True
     # the engine's per-second "tps" of an HTTP run counts requests
     series_labels: ClassVar[dict[str, str]] = {"tps": "req/s"}

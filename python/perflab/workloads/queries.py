@@ -71,7 +71,9 @@ Scalar = int | float | str
 
 
 class Range(StrictModel):
+    # The lowest value drawn.
     min: int | float
+    # The highest value drawn.
     max: int | float
 
     @model_validator(mode="after")
@@ -87,17 +89,22 @@ class QueriesSettings(WorkloadSettings):
     queries: OsText | dict[str, OsText]
     # query name -> parameter name -> a list of values or a { min, max } range.
     params: dict[str, dict[str, list[Scalar] | Range]] = Field(default_factory=dict)
+    # Seed of the parameters' draws: the same seed, the same queries.
     seed: int = Field(default=1, ge=0, le=2**63 - 1)
+    # Concurrent sessions, each running the whole query sequence (in its own order).
     streams: int = Field(default=1, ge=1, le=256)
     # Times each stream runs its whole sequence, within one run.
     repetitions: int = Field(default=1, ge=1, le=100_000)
+    # A query that runs longer is cancelled and counted as timed out.
     query_timeout: Duration | None = Field(default=None, gt=0)
+    # A failed query: note it and go on, or fail the run.
     on_error: Literal["continue", "fail"] = "continue"
     # A data set the engine generates before `prepare`, and its scale factor.
     dataset: Literal["tpch", "ssb"] | None = None
     scale_factor: float = Field(default=1.0, ge=0.01, le=100000)
     # A SQL script (DDL, data load) run as the load phase.
     prepare: OsText | None = None
+    # Sessions loading the generated data set at once (default: the CPUs perflab may use).
     load_jobs: int | None = Field(default=None, ge=1, le=256)
 
     @model_validator(mode="after")

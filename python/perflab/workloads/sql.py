@@ -36,18 +36,27 @@ MAX_ITERATIONS = 10**9
 
 
 class NamedStatement(StrictModel):
+    # The statement's name in tables and figures.
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    # The SQL it runs.
     sql: str = Field(min_length=1)
 
 
 class SqlSettings(WorkloadSettings):
     kind: Literal["sql"]
+    # Statements run once, before the timed body (the load phase).
     setup: list[str] = Field(default_factory=list)
+    # SQL files run once before the timed body (relative to the experiment file).
     setup_files: list[OsText] = Field(default_factory=list)
+    # The timed body: SQL statements, or tables { name, sql }, run in order.
     statements: list[str | NamedStatement] = Field(default_factory=list)
+    # SQL files of the timed body (relative to the experiment file), after `statements`.
     files: list[OsText] = Field(default_factory=list)
+    # Times the body runs (instead of a duration; neither: once).
     iterations: int | None = Field(default=None, ge=1, le=MAX_ITERATIONS)
+    # Run the body again and again for this long (instead of iterations).
     duration: Duration | None = Field(default=None, gt=0)
+    # Time the body runs before the measured window.
     warmup: Duration = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")

@@ -64,13 +64,21 @@ SERIES_SOURCE = "stream"
 
 class StreamSettings(WorkloadSettings):
     kind: Literal["stream"]
+    # TCP streams or UDP datagrams.
     protocol: Literal["tcp", "udp"] = "tcp"
+    # IPv4 or IPv6 across the router.
     family: Literal["ipv4", "ipv6"] = "ipv4"
+    # The on-wire Ethernet frame, FCS included (RFC 2544's 64..1518; jumbo frames up to 9018).
     frame_size: int = Field(default=1518, ge=64, le=9018)
+    # Concurrent streams (or UDP senders).
     flows: int = Field(default=1, ge=1, le=256)
+    # One blocking thread per flow, or "epoll": one thread for all.
     receiver: Literal["threads", "epoll"] = "threads"
+    # Length of the measured window.
     duration: Duration = Field(default=10.0, gt=0, le=86400)
+    # Time sent before the measured window.
     warmup: Duration = Field(default=1.0, ge=0, le=3600)
+    # UDP only: the frames' bits per second, open loop (default: as fast as the sender goes).
     rate: Rate | None = None
     # TCP: bytes per write (the stream does not care where segments end).
     write_size: int = Field(default=131072, ge=1024, le=16 << 20)

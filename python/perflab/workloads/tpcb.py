@@ -63,6 +63,7 @@ class TpcbSettings(harness.HarnessSettings):
     script: Literal["tpcb-like", "simple-update", "select-only"] = "tpcb-like"
     # pgbench -s and -F: the data set.
     scale: int = Field(default=1, ge=1, le=MAX_SCALE)
+    # pgbench's -F: the fill factor of the tables pgbench updates (percent).
     fillfactor: int = Field(default=100, ge=10, le=100)
     # pgbench -t (transactions per client), instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)

@@ -71,15 +71,23 @@ ROLES = Storage.ROLES
 
 class MariadbSettings(TargetSettings):
     kind: Literal["mariadb"]
+    # The directory of the server's binaries (default: mariadbd on this machine).
     bin_dir: OsText | None = None
     # Server options, by their option-file names (innodb_buffer_pool_size = "1G").
     settings: dict[str, OptionValue] = Field(default_factory=dict)
+    # Where the data, the redo log and the undo tablespaces live (default: in the output directory).
     storage: Storage = Field(default_factory=Storage)
+    # "on-change": the server is restarted when its settings change; "always": before every run (cold cache).
     restart: Literal["on-change", "always"] = "on-change"
+    # Clients reach the server on its unix socket or on TCP (127.0.0.1, a free port).
     listen: Literal["unix", "tcp"] = "unix"
+    # The database perflab creates and loads.
     database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # The OS user the server runs as (default: mysql when perflab runs as root; never root).
     run_as: OsText | None = None
+    # How long the server may take to start.
     start_timeout: Duration = Field(default=120.0, gt=0)
+    # Limits on the server's whole process tree (a cgroup).
     resources: ResourceSettings | None = None
     # How generated data sets (tpch, ssb, tpcc) go in: LOAD DATA LOCAL INFILE or multi-row INSERTs.
     load_method: LoadMethod = "load-data"

@@ -43,7 +43,9 @@ def conf_line(name: str, value: SettingValue) -> str:
 class Storage(RoleStorage):
     ROLES = ("data", "wal")
 
+    # The data directory (empty or absent; relative to the experiment file).
     data_dir: OsText | None = None
+    # The WAL directory, apart from the data (empty or absent).
     wal_dir: OsText | None = None
     # A filesystem perflab makes for the data directory or the WAL; false
     # (TOML has no null) is none, so a factor can compare with and without.
@@ -53,18 +55,28 @@ class Storage(RoleStorage):
 
 class PostgresSettings(TargetSettings):
     kind: Literal["postgres"]
+    # An external server's connection string (libpq): perflab then starts nothing and reaches it there.
     dsn: str | None = None
+    # On an external server: let perflab create its own marked schemas and write in them.
     allow_destructive: bool = False
+    # The directory of the server's binaries (default: found on this machine, by `version`).
     bin_dir: OsText | None = None
     # The server's version ("15", "18", "18.6"): perflab finds a matching
     # server (binaries), and each version is its own cluster (identity).
     version: str | None = Field(default=None, pattern=r"^[0-9]{1,3}(\.[0-9]{1,4})?$")
+    # postgresql.conf settings, name = value, checked against the server's own list.
     settings: dict[str, ConfValue] = Field(default_factory=dict)
+    # Where the data directory and the WAL live (default: in the output directory).
     storage: Storage = Field(default_factory=Storage)
+    # "on-change": the server is restarted when its settings change; "always": before every run (cold cache).
     restart: Literal["on-change", "always"] = "on-change"
+    # Clients reach the server on its unix socket or on TCP (127.0.0.1, a free port).
     listen: Literal["unix", "tcp"] = "unix"
+    # The database perflab creates and loads.
     database: str = Field(default="perflab", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # The OS user the server runs as (default: nobody when perflab runs as root; never root).
     run_as: OsText | None = None
+    # How long the server may take to start.
     start_timeout: Duration = Field(default=120.0, gt=0)
     # Limits on the server's whole process tree (a cgroup).
     resources: ResourceSettings | None = None

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 class SsbSettings(WorkloadSettings):
     kind: Literal["ssb"]
+    # The data set's scale factor (SF 1: about 6 million lineorder rows).
     scale_factor: float = Field(default=1.0, ge=0.01, le=100000)
     # Power-style rounds per run: the 13 queries in order, this many times.
     rounds: int = Field(default=1, ge=1, le=1000)

@@ -103,10 +103,12 @@ class TpccSettings(harness.HarnessSettings):
     clients: int | None = Field(default=None, ge=1, le=harness.MAX_CLIENTS)  # type: ignore[assignment]
     # Transactions per client, instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
+    # A transaction later than this counts as late; under a rate, one already later is skipped.
     latency_limit: Duration | None = Field(default=None, gt=0)
     # The spec's keying and think times per terminal (clause 5.2.5); then at
     # most 10 clients per warehouse and tpmC at most 12.86 per warehouse.
     keying: bool = False
+    # The transactions' isolation level.
     isolation: Literal["read committed", "repeatable read", "serializable"] = "read committed"
     # Tries of a transaction after serialization failures or deadlocks.
     max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)

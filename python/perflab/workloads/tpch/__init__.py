@@ -63,6 +63,7 @@ DEFAULT_MAINTENANCE = {"postgres": "VACUUM ANALYZE", "duckdb": "", "mysql": ""}
 
 class TpchSettings(WorkloadSettings):
     kind: Literal["tpch"]
+    # TPC-H's scale factor (SF 1: about 1 GB of data).
     scale_factor: float = Field(default=1.0, ge=0.01, le=100000)
     # Which tests each run does. "load" reloads the data in every run (else
     # data loaded by an earlier run with the same scale factor is reused).
