@@ -168,7 +168,7 @@ def test_a_query_over_the_timeout_is_stored_as_timeout(scratch_db: Any, workdir:
     statuses = {q.query: q.status for q in result.queries}
     assert statuses == {"slow": "timeout", "quick": "ok"}
     slow = next(q for q in result.queries if q.query == "slow")
-    assert slow.seconds < 1.5
+    assert slow.seconds < 2.0  # cut at its timeout: pg_sleep(2) would take 2 s
 
 
 @pytest.mark.parametrize("case, expected", [

@@ -347,7 +347,7 @@ def test_killing_a_worker_fails_the_run_naming_it_and_leaves_nothing(driver, tcp
     ray.kill(victim, no_restart=True)
     thread.join(timeout=30)
     assert not thread.is_alive(), "the run ended"
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 25, "ended by the kill, not by its 30 s"
     error = outcome.get("error")
     assert isinstance(error, RunFailure), repr(error)
     node = driver_nodes[1]

@@ -489,7 +489,7 @@ def test_killing_the_server_fails_the_run_quickly(workdir, io) -> None:
         started = time.monotonic()
         with pytest.raises(RunFailure, match="connections were lost"):
             w.run(endpoint, ctx)
-        assert time.monotonic() - started < 6, "no hang on a dead server"
+        assert time.monotonic() - started < 15, "no hang on a dead server: ended long before its 20 s"
     finally:
         target.teardown()
         shutil.rmtree(workdir / "target", ignore_errors=True)

@@ -354,7 +354,7 @@ def test_killing_the_server_fails_the_run_quickly(workdir, tmp_path) -> None:
         started = time.monotonic()
         with pytest.raises(RunFailure, match="connections were lost|server|terminat|closed"):
             w.run(endpoint, ctx)
-        assert time.monotonic() - started < 8, "no hang on a dead server"
+        assert time.monotonic() - started < 15, "no hang on a dead server: ended long before its 20 s"
     finally:
         target.teardown()
         shutil.rmtree(workdir / "target", ignore_errors=True)
@@ -427,7 +427,9 @@ def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
                               cancel=cancel)
     finally:
         timer.cancel()
-    assert time.monotonic() - started < 3.0
+    # Interrupted is the mechanism (a finished load returns); the bound only
+    # tells a cancel that was seen late from one never seen, on a busy machine too.
+    assert time.monotonic() - started < 10
     deadline = time.monotonic() + 5
     with scratch_db.connect() as conn:
         while True:
