@@ -696,7 +696,7 @@ def _sessions_of(out: Path) -> int:
 
 def test_oltp_on_an_external_mysql_target_writes_only_where_allowed(server, workdir: Path, run_cli) -> None:
     _, endpoint = server
-    dsn = f"mysql://perflab@127.0.0.1:{endpoint.port}/"
+    dsn = f"mysql://perflab:{endpoint.password}@127.0.0.1:{endpoint.port}/"  # the managed server's own user
 
     def experiment(name: str, script: str, extra: str = "") -> Path:
         path = workdir / f"{name}.toml"

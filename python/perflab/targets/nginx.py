@@ -7,7 +7,10 @@ in `http`. The defaults are a static file server's: one worker, sendfile,
 tcp_nopush, an open file cache, many keep-alive requests, no access log.
 perflab itself sets where it listens (127.0.0.1 on a free port), the
 document root, the pid file, the logs and the temporary paths; those names
-are refused in `settings`. The server runs in the foreground (`daemon off`)
+are refused in `settings`, and so is every directive that names a file or a
+directory (nginx's master, root, would make or read it: `takes_path`), but
+`access_log = "NAME"`, a file name alone, written in the target's directory.
+`check` runs `nginx -t` as `run_as`, never as root, in a scratch directory. The server runs in the foreground (`daemon off`)
 as perflab's child, in its own session; see targets/webserver.py for the
 start, the stop and the journal. When perflab is root, the workers run as
 `target.run_as` (default nobody: `user nobody nogroup;`), never as root.
@@ -26,8 +29,18 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from perflab.errors import UserError
+from perflab.hostctl.shareddir import own_dir
 from perflab.targets.base import TargetSettings
-from perflab.targets.webserver import ManagedServerSettings, ManagedWebServer, server_user, user_ids
+from perflab.targets.config_values import line_problem
+from perflab.targets.serverhome import free_port
+from perflab.targets.serverproc import server_env
+from perflab.targets.webserver import (
+    ManagedServerSettings,
+    ManagedWebServer,
+    server_user,
+    setpriv,
+    user_ids,
+)
 
 DirectiveValue = str | int | bool
 DEFAULTS: dict[str, DirectiveValue] = {
@@ -45,6 +58,39 @@ RESERVED = {"listen", "root", "alias", "pid", "error_log", "daemon", "master_pro
             "server", "location", "events", "http", "client_body_temp_path", "proxy_temp_path",
             "fastcgi_temp_path", "uwsgi_temp_path", "scgi_temp_path", "load_module"}
 NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+# Directives that name a file or a directory: nginx's master (root, at a run)
+# creates, opens or reads them, so none may come from the experiment; perflab
+# places the server's own files (pid, logs, temporary paths) in the target's
+# directory. The one exception is access_log: `off`, or a file name alone,
+# which nginx opens in its prefix (-p: the target's directory).
+PATH_DIRECTIVES = {"access_log", "error_log", "working_directory", "lock_file", "google_perftools_profiles",
+                   "env"}
+PATH_SUFFIXES = ("_path", "_file", "_store", "_directory", "_certificate", "_certificate_key", "_dhparam", "_crl",
+                 "_modules", "_require", "_import", "_include", "_stylesheet", "_entities", "_profiles")
+PATH_PREFIXES = ("geoip", "perl", "js_", "xslt", "xml_")
+FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+
+
+def takes_path(name: str) -> bool:
+    """Whether directive `name` names a file or a directory (or is TLS's,
+    whose every file directive does)."""
+    return (name in PATH_DIRECTIVES or "ssl" in name.split("_") or name.startswith(PATH_PREFIXES)
+            or name.endswith(PATH_SUFFIXES))
+
+
+def path_problem(name: str, value: DirectiveValue) -> str | None:
+    """Why directive `name` = `value` may not be given (it names a path), or None."""
+    if name == "access_log":
+        first = _text(value).split()[0] if _text(value).split() else ""
+        if first == "off" or FILE_NAME.match(first):
+            return None
+        return (f"got access_log = {value!r}: nginx opens its log as root; allowed: off, or a file name alone "
+                "(no /), which nginx writes in the target's directory")
+    if takes_path(name):
+        return (f"got {name!r}: it names a file or a directory, and nginx's master (root) would make or read "
+                "it; perflab places the server's files itself (pid, logs, temporary paths, in the target's "
+                "directory); allowed: any directive that names no path (access_log: off or a file name)")
+    return None
 
 
 def _text(value: DirectiveValue) -> str:
@@ -68,9 +114,14 @@ class NginxSettings(ManagedServerSettings):
             if name in RESERVED:
                 raise ValueError(f"got {name!r}; perflab sets it (listen, root, logs, pid, paths); "
                                  "allowed: any other directive")
-            if any(c in _text(v) for c in ";{}\n\r#"):
-                raise ValueError(f"got {name} = {v!r}; allowed: one directive's arguments, without ; {{ }} # "
-                                 "or line breaks")
+            if (problem := path_problem(name, v)) is not None:
+                raise ValueError(problem)
+            # one directive's arguments: a ; { } or # would end it, open a block or a comment,
+            # and a line break or another control character has no place in it (config_values)
+            broken = line_problem(_text(v))
+            if broken or any(c in _text(v) for c in ";{}#"):
+                raise ValueError(f"got {name} = {v!r}{': ' + broken if broken else ''}; allowed: one "
+                                 "directive's arguments, without ; { } # or line breaks and control characters")
         return value
 
     def directives(self) -> dict[str, DirectiveValue]:
@@ -142,14 +193,25 @@ class NginxTarget(ManagedWebServer[NginxSettings]):
             user = server_user(settings)
         except UserError:
             return problems  # said by the base's preflight (target.run_as)
-        # nginx -t on the configuration these settings make, in a scratch directory.
+        # nginx -t on the configuration these settings make, in a scratch directory, as the
+        # workers' user (never root: what it opens or makes is that user's, and only where it may)
         with tempfile.TemporaryDirectory(prefix="perflab-nginx-check-") as scratch:
             work = Path(scratch)
             (work / "tmp").mkdir()
             conf = work / "nginx.conf"
-            conf.write_text(render_config(settings, work, 1, work, user))
-            proc = subprocess.run([binary, "-t", "-q", "-p", str(work), "-c", str(conf), "-e", str(work / "e.log")],
-                                  capture_output=True, text=True, timeout=30, check=False)
+            # as that user, a `user` line is nginx's to ignore (and warn of); a port it may bind
+            conf.write_text(render_config(settings, work, free_port(), work))
+            argv = [binary, "-t", "-q", "-p", str(work), "-c", str(conf), "-e", str(work / "e.log")]
+            if user is not None:
+                uid, gid, _ = user_ids(user)
+                for made in (work, work / "tmp"):
+                    os.chown(made, uid, gid)
+                try:
+                    argv = [setpriv(), f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+                except UserError:
+                    return problems  # said by the base's preflight (target.run_as)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, cwd=work,
+                                  env=server_env())
             if proc.returncode != 0:
                 words = (proc.stderr or proc.stdout).strip().replace(str(conf), "nginx.conf")
                 problems.append(("target.settings", f"nginx refuses the configuration: {words[-400:]}"))
@@ -157,8 +219,7 @@ class NginxTarget(ManagedWebServer[NginxSettings]):
 
     def write_config(self, port: int, root: Path) -> None:
         # The workers write request bodies there: in the home their user reaches.
-        tmp = self.home / "tmp"
-        tmp.mkdir(mode=0o755, parents=True, exist_ok=True)
+        tmp = own_dir(self.home / "tmp", 0o755)  # made, or perflab's own from an earlier start: never followed
         self.conf_path.write_text(render_config(self.settings, self.workdir, port, root, self.run_as, tmp))
 
     def command(self, port: int, root: Path) -> list[str]:

@@ -23,6 +23,7 @@ from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ServerCgroup, cgroup_to_start_in, oom_cause, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
+from perflab.hostctl.shareddir import write_file
 from perflab.model import not_setup
 from perflab.targets.base import (
     CheckedWorkload,
@@ -416,13 +417,8 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         a new file (O_EXCL, O_NOFOLLOW), since that user may write there."""
         assert self.socket_dir is not None
         path = self.socket_dir / INIT_FILE
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            if self.run_as is not None:
-                uid, gid, _ = user_ids(self.run_as)
-                os.fchown(f.fileno(), uid, gid)
-            f.write(access_sql(USER, self.password))
+        owner = user_ids(self.run_as)[:2] if self.run_as is not None else None
+        write_file(path, access_sql(USER, self.password), mode=0o600, owner=owner)
         return path
 
     def _root(self) -> Any:

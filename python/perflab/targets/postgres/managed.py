@@ -34,7 +34,7 @@ from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, state_dir
 from perflab.hostctl.cgroups import ServerCgroup, oom_cause, resource_problems
 from perflab.hostctl.scratchfs import ScratchFs
-from perflab.hostctl.shareddir import open_append, write_file
+from perflab.hostctl.shareddir import open_append, private_dir_problem, write_file
 from perflab.model import not_setup
 from perflab.proc import pid_alive, stat_fields
 from perflab.targets.base import CheckedWorkload
@@ -520,8 +520,13 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         assert self.port is not None
         with psycopg.connect(self._admin(), autocommit=True, connect_timeout=10) as conn:
             conn.execute(f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(self.password)}'")
-        state_dir().mkdir(mode=0o700, parents=True, exist_ok=True)
-        write_passfile(self.passfile, self.port, SUPERUSER, self.password)
+        state = state_dir()
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = private_dir_problem(state)
+        if problem is None:
+            write_passfile(self.passfile, self.port, SUPERUSER, self.password)
+        elif (note := f"no passfile for psql by hand: perflab's state directory {state} {problem}") not in self.notes:
+            self.notes.append(note)
 
     def _ensure_database(self) -> None:
         import psycopg
