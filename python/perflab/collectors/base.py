@@ -19,7 +19,7 @@ from pydantic import Field
 
 from perflab.context import RunContext
 from perflab.endpoints import Capability, Endpoint
-from perflab.model import Event, Metric, RunResult
+from perflab.model import Event, Flag, Metric, RunResult
 from perflab.section import RunGroup, Section
 from perflab.settings_model import StrictModel
 from perflab.targets.base import Target
@@ -82,6 +82,18 @@ class TelemetryPanel:
     # Stored values are divided by this before drawing (KiB -> GiB: 2**20).
     divisor: float = 1.0
     ymax: float | None = None
+
+
+def counter_stalled(result: RunResult, collector: str, counters: list[str], seconds: float, must: str) -> None:
+    """A cumulative counter that did not advance over the run where it must
+    (`must` says why) is not a measurement: the caller leaves its figures
+    out; this flags the run and names the counters (`collectors/energy.py`
+    falls back to its model instead, and says so itself)."""
+    if Flag.COUNTER_STALLED not in result.flags:
+        result.flags.append(Flag.COUNTER_STALLED)
+    result.events.append(Event(0.0, "counter-stalled", (
+        f"{collector}: {', '.join(counters)} did not advance over the run ({seconds:.1f} s), though {must}: a "
+        "counter that does not advance is not a measurement, so its figures are left out")))
 
 
 class CollectorUnavailable(Exception):

@@ -37,6 +37,7 @@ from perflab.collectors.base import (
     CollectorSettings,
     CollectorUnavailable,
     SamplingCollector,
+    counter_stalled,
 )
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
 from perflab.model import Event, Flag, RunResult
@@ -45,6 +46,12 @@ from perflab.proc import cmdline as process_title
 from perflab.section import Block, RunGroup, Section, Table
 from perflab.section import Figure as SectionFigure
 
+# A server that committed this many transactions (or answered this many
+# queries) in a run used CPU time: at 15 us or more each (a static file from
+# nginx; a database transaction costs more), over 150 ms, 15 clock ticks.
+# None at all is a /proc whose utime and stime do not count
+# (`ProcessCollector.annotate`).
+WORK_THAT_USES_CPU = 10_000
 ROLES = ("postmaster", "backend", "checkpointer", "walwriter", "background writer", "autovacuum", "other", "monitor",
          "driver")
 # Process titles of PostgreSQL's auxiliary processes and background workers
@@ -231,7 +238,7 @@ class ProcessCollector(SamplingCollector):
         self._fixed: dict[int, str] = {}  # pid -> role given by the target (and perflab)
         self._postmasters: list[int] = []
         self._last: dict[int, tuple[str, ProcSample]] = {}
-        self._last_t_ns = 0
+        self._last_t_ns = self._first_t_ns = 0
         self._roles_by_key: dict[tuple[int, int], str] = {}
         self._totals: dict[str, RoleTotals] = defaultdict(RoleTotals)
         self._with_io = True
@@ -263,7 +270,7 @@ class ProcessCollector(SamplingCollector):
             except OSError:
                 pass
         self._last = {}
-        self._last_t_ns = 0
+        self._last_t_ns = self._first_t_ns = 0
         self._totals = defaultdict(RoleTotals)
         self._roles_by_key = {}
 
@@ -298,6 +305,8 @@ class ProcessCollector(SamplingCollector):
                 now[pid] = (self._role(pid, s), s)
 
         first = not self._last and self._last_t_ns == 0
+        if first:
+            self._first_t_ns = t_ns
         dt_s = (t_ns - self._last_t_ns) / 1e9
         user_ticks: dict[str, int] = defaultdict(int)
         system_ticks: dict[str, int] = defaultdict(int)
@@ -398,3 +407,22 @@ class ProcessCollector(SamplingCollector):
                 result.add_metric(f"{p}.write_mib", tot.write_bytes / 2**20, "MiB",
                                   f"storage written by the {role} processes")
         return result
+
+    def annotate(self, result: RunResult) -> None:
+        """The server's CPU time is a cumulative counter that must advance
+        when the workload did work on it: none over a run of at least
+        WORK_THAT_USES_CPU transactions or queries is not a measurement (its
+        figures are left out and the run is flagged)."""
+        work = max((result.metrics[k].value for k in ("transactions", "queries") if k in result.metrics),
+                   default=0.0)
+        server = [r for r in self._totals if r not in ("driver", "monitor")]
+        if work < WORK_THAT_USES_CPU or not server:
+            return
+        if any(self._totals[r].cpu_user_s + self._totals[r].cpu_system_s > 0 for r in server):
+            return
+        for role in server:
+            for part in ("cpu_s", "cpu_user_s", "cpu_system_s"):
+                result.metrics.pop(f"{self.name}.{role_key(role)}.{part}", None)
+        seconds = (self._last_t_ns - self._first_t_ns) / 1e9
+        counter_stalled(result, self.name, ["utime + stime of the server's processes (/proc/PID/stat)"], seconds,
+                        f"the server did {work:,.0f} transactions or queries")

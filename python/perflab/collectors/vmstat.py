@@ -26,8 +26,10 @@ from perflab.collectors.base import (
     PanelPart,
     SamplingCollector,
     TelemetryPanel,
+    counter_stalled,
 )
 from perflab.collectors.procfs import (
+    CPU_FIELDS,
     PAGE_SIZE_KIB,
     parse_kib_table,
     parse_name_values,
@@ -40,6 +42,9 @@ from perflab.section import RunGroup, Section
 
 # Panels in the every-run figure; beyond, the runs are in runs/NNN/telemetry.png.
 MAX_RUN_PANELS = 48
+# Over a run this long, /proc/stat's CPU ticks, interrupts and context
+# switches must have advanced (a tick is 10 ms of one CPU).
+MUST_ADVANCE_S = 1.0
 CPU_PARTS = (("us_pct", "us (user)", "#2e8b57"), ("sy_pct", "sy (system)", "#c0392b"),
              ("wa_pct", "wa (I/O wait)", "#f39c12"), ("st_pct", "st (steal)", "#8e44ad"))
 
@@ -103,6 +108,21 @@ def rates(before: Reading, after: Reading) -> dict[str, float]:
     out["cs_per_s"] = per_s(after.stat, before.stat, "ctxt")
     out["forks_per_s"] = per_s(after.stat, before.stat, "processes")
     return out
+
+
+def _stalled(first: Reading, last: Reading) -> list[str]:
+    """The counters of /proc/stat that did not advance from `first` to
+    `last`, when that is long enough (MUST_ADVANCE_S) that they must have:
+    the sampling thread alone sleeps, wakes and is ticked."""
+    if (last.t_ns - first.t_ns) / 1e9 < MUST_ADVANCE_S:
+        return []
+    stalled = []
+    if not any(last.stat.get(f"cpu.{f}", 0) > first.stat.get(f"cpu.{f}", 0) for f in CPU_FIELDS):
+        stalled.append("/proc/stat cpu")
+    for key in ("intr", "ctxt"):
+        if last.stat.get(key, 0) <= first.stat.get(key, 0):
+            stalled.append(f"/proc/stat {key}")
+    return stalled
 
 
 def gauges(r: Reading) -> dict[str, float]:
@@ -189,19 +209,25 @@ class VmstatCollector(SamplingCollector):
         if not whole:
             return result
         p = self.name
-        for key, text in (("us", "user"), ("sy", "system (incl. irq, softirq)"), ("id", "idle"),
-                          ("wa", "I/O wait"), ("st", "steal")):
-            result.add_metric(f"{p}.{key}_pct", whole.get(f"{key}_pct", 0.0), "%",
-                              f"CPU {text} time over the run, all CPUs")
-        for key, unit, text in (
-            ("bi_kib_per_s", "KiB/s", "blocks read from block devices"),
-            ("bo_kib_per_s", "KiB/s", "blocks written to block devices"),
-            ("si_kib_per_s", "KiB/s", "swapped in"),
-            ("so_kib_per_s", "KiB/s", "swapped out"),
-            ("in_per_s", "1/s", "interrupts"),
-            ("cs_per_s", "1/s", "context switches"),
+        stalled = _stalled(self._first, self._last)
+        if "/proc/stat cpu" not in stalled:
+            for key, text in (("us", "user"), ("sy", "system (incl. irq, softirq)"), ("id", "idle"),
+                              ("wa", "I/O wait"), ("st", "steal")):
+                result.add_metric(f"{p}.{key}_pct", whole.get(f"{key}_pct", 0.0), "%",
+                                  f"CPU {text} time over the run, all CPUs")
+        for key, unit, text, counter in (
+            ("bi_kib_per_s", "KiB/s", "blocks read from block devices", None),
+            ("bo_kib_per_s", "KiB/s", "blocks written to block devices", None),
+            ("si_kib_per_s", "KiB/s", "swapped in", None),
+            ("so_kib_per_s", "KiB/s", "swapped out", None),
+            ("in_per_s", "1/s", "interrupts", "/proc/stat intr"),
+            ("cs_per_s", "1/s", "context switches", "/proc/stat ctxt"),
         ):
-            result.add_metric(f"{p}.{key}", whole[key], unit, f"mean over the run: {text}")
+            if counter not in stalled:
+                result.add_metric(f"{p}.{key}", whole[key], unit, f"mean over the run: {text}")
+        if stalled:
+            counter_stalled(result, p, stalled, (self._last.t_ns - self._first.t_ns) / 1e9,
+                            "a running host's CPU ticks, context switches and interrupts always do")
         result.add_metric(f"{p}.free_kib_min", self._min_free_kib, "KiB", "least free memory sampled")
         result.add_metric(f"{p}.avail_kib_min", self._min_avail_kib, "KiB", "least available memory sampled")
         result.add_metric(f"{p}.dirty_kib_max", self._max_dirty_kib, "KiB", "most dirty page cache sampled")
