@@ -34,6 +34,7 @@ from perflab.targets.postgres import CREATED_MARK, PostgresSettings, PostgresTar
 from perflab.targets.postgres.homes import home_name, sweep_orphan_homes
 from perflab.targets.process import ProcessSettings, ProcessTarget
 from perflab.targets.serverhome import scratch_filesystems
+from perflab.targets.webserver import linked_tree
 from test_hostctl_scratchfs import force_undo, losetup_j
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the traps are laid for perflab as root")
@@ -100,6 +101,14 @@ def test_a_directory_that_is_a_symlink_is_refused_and_not_followed(tmp_path: Pat
 # ------------------------------------------------------------ cluster homes under /tmp
 
 
+def _listing(home: Path) -> list[tuple[str, int]]:
+    """What is at `home` (not followed): each path under it, with its owner."""
+    if home.is_symlink():
+        return [(os.readlink(home), os.lstat(home).st_uid)]
+    return sorted((str(Path(base, name).relative_to(home)), os.lstat(Path(base, name)).st_uid)
+                  for base, dirs, files in os.walk(home) for name in dirs + files)
+
+
 def _target(kind: str, workdir: Path) -> PostgresTarget | MariadbTarget:
     if kind == "postgres":
         return PostgresTarget(PostgresSettings.model_validate({"kind": "postgres"}), workdir)
@@ -107,7 +116,7 @@ def _target(kind: str, workdir: Path) -> PostgresTarget | MariadbTarget:
 
 
 @as_root
-@pytest.mark.parametrize("trap", ["nobody's directory", "root's symlink"])
+@pytest.mark.parametrize("trap", ["nobody's directory", "nobody's emptied home", "root's symlink"])
 @pytest.mark.parametrize("kind", ["postgres", "mariadb"])
 def test_a_cluster_home_another_user_made_first_is_refused(kind: str, trap: str, workdir: Path,
                                                            tmp_path: Path) -> None:
@@ -139,23 +148,40 @@ def test_a_cluster_home_another_user_made_first_is_refused(kind: str, trap: str,
             nobodys(pgdata / name)
         (pgdata / "perflab.conf").symlink_to(decoys[1].path)
         nobodys(pgdata / "perflab.conf")
+    elif trap == "nobody's emptied home":
+        # what perflab leaves of a home once the data is gone: its mark and the server's log
+        decoys = [decoy(vault, "log")]
+        home.mkdir(mode=0o755)
+        nobodys(home)
+        (home / "perflab-owner").write_text(f"{private / 't'}\n")
+        nobodys(home / "perflab-owner")
+        (home / "server.log").symlink_to(decoys[0].path)
+        nobodys(home / "server.log")
     else:
         decoys = [decoy(vault / "home", "perflab-owner")]
         home.symlink_to(vault / "home")
+    laid = _listing(home)
     refused: Exception | None = None
     try:
-        target.provision()
-    except Exception as exc:  # what matters first is what was left alone
-        refused = exc
+        try:
+            target.provision()
+        except Exception as exc:  # what matters first is what was left alone
+            refused = exc
+        finally:
+            target.teardown()
+        target.discard_data()  # as `perflab clean` does: nothing there is perflab's
+        left = _listing(home)
     finally:
-        target.teardown()
         if home.is_symlink():
             home.unlink()
         else:
             shutil.rmtree(home, ignore_errors=True)
+    assert left == laid
     assert [d.state() for d in decoys] == [(d.data, 0, 0o100600) for d in decoys]
     assert sorted(p.name for p in decoys[0].path.parent.iterdir()) == sorted(d.path.name for d in decoys)
     assert (decoys[0].path.parent.stat().st_mode & 0o777) == 0o700
+    log = private / "t" / "server.log"
+    assert not any(d.data in (log.read_bytes() if log.exists() else b"") for d in decoys)
     assert isinstance(refused, UserError) and str(home) in str(refused), refused
 
 
@@ -244,6 +270,34 @@ def test_a_link_out_of_a_served_tree_and_a_file_nobody_may_read_are_not_served(t
     assert secret.untouched() and private.untouched()
 
 
+@as_root
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm (a filesystem apart from /tmp)")
+def test_a_tree_on_another_filesystem_copies_with_modes_and_follows_no_link_out(tmp_path: Path) -> None:
+    """Where hard links cannot be made (another filesystem), the tree holds
+    copies with their own modes and owners; a link out, a file the server's
+    user may not read and a FIFO are left out there too."""
+    secret = decoy(tmp_path / "vault", "secret")
+    site = tmp_path / "site"
+    (site / "sub").mkdir(parents=True)
+    (site / "sub" / "page.html").write_text("a page\n")
+    (site / "sub" / "page.html").chmod(0o640)
+    os.chown(site / "sub" / "page.html", 0, NOBODY.pw_gid)  # readable by nobody through its group
+    (site / "leak").symlink_to(secret.path)
+    (site / "out").symlink_to(secret.path.parent, target_is_directory=True)
+    os.mkfifo(site / "fifo")
+    decoy(site, "private.txt")
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="perflab-test-"))
+    try:
+        assert linked_tree(site, shm / "files", "nobody") == "a copy"
+        got = sorted(str(p.relative_to(shm / "files")) for p in (shm / "files").rglob("*"))
+        assert got == ["sub", "sub/page.html"], got
+        st = (shm / "files" / "sub" / "page.html").stat()
+        assert (st.st_mode & 0o777, st.st_uid, st.st_gid) == (0o640, 0, NOBODY.pw_gid)
+    finally:
+        shutil.rmtree(shm)
+    assert secret.untouched()
+
+
 # ------------------------------------------------------------ scratch filesystems
 
 
@@ -324,6 +378,7 @@ def test_a_directory_for_images_another_user_made_first_is_refused(
     with pytest.raises(UserError) as raised:
         fs.mount()
     assert str(theirs) in str(raised.value)
+    fs.discard()  # as `perflab clean` does: nothing there is perflab's
     assert losetup_j(fs.backing_file) == "" and not (fs.mountpoint / "planted").exists()
     assert sorted(p.name for p in theirs.iterdir()) == [fs.backing_file.name, f"{fs.backing_file.name}.perflab-mkfs.json"]
 

@@ -45,6 +45,7 @@ from perflab.targets.mariadb.settings import (
 from perflab.targets.postgres.homes import (
     claim_home,
     cluster_home,
+    foreign_home,
     home_digest,
     sweep_orphan_homes,
 )
@@ -587,6 +588,8 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         directories' contents); the server must be stopped. A directory
         without perflab's mark is not touched."""
         self.run_as = current_run_as(self.settings)
+        if foreign_home(self._home(), self.workdir):
+            return 0  # a home under /tmp another user made: nothing in it is perflab's
         scratch = self._scratch()
         freed = sum(fs.discard() for fs in scratch.values())
         data = self._dir("data")

@@ -132,12 +132,21 @@ def sweep_orphan_homes(tmp: Path | None = None, mine_too: bool = False,
     return removed
 
 
+def foreign_home(home: Path, workdir: Path) -> str | None:
+    """Why `home`, the home cluster_home gives target directory `workdir`,
+    is not perflab's own (None: it is `workdir`, or not made yet, or one
+    claim_home would take again): then nothing in it is perflab's to remove."""
+    if home == workdir or not os.path.lexists(home):
+        return None
+    return private_dir_problem(home)
+
+
 def drop_emptied_home(home: Path, workdir: Path) -> None:
     """A home under /tmp that holds nothing but its owner mark, the
     server's log and empty mount points once the data is gone goes too;
     the log moves to the output directory `workdir`, where it is when the
-    server's user can reach that."""
-    if home == workdir or not (home / HOME_OWNER).exists() or mounts_under(home):
+    server's user can reach that. Never one that is not perflab's own."""
+    if home == workdir or foreign_home(home, workdir) or not (home / HOME_OWNER).exists() or mounts_under(home):
         return
     kept = (HOME_OWNER, "server.log")
     if all(c.name in kept or (c.is_dir() and not any(c.iterdir())) for c in home.iterdir()):

@@ -45,6 +45,7 @@ from perflab.targets.postgres.homes import (
     claim_home,
     cluster_home,
     drop_emptied_home,
+    foreign_home,
     home_digest,
     remove_path,
     size_bytes,
@@ -649,6 +650,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         the server must be stopped. A cluster without perflab's mark is not
         touched."""
         self.run_as = resolve_run_as(self.settings.run_as)
+        if foreign_home(self._home(), self.workdir):
+            return 0  # a home under /tmp another user made: nothing in it is perflab's
         scratch = self._scratch()
         freed = sum(fs.discard() for fs in scratch.values())  # a scratch filesystem goes whole
         if "data" in scratch:
