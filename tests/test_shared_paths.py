@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ from perflab.targets.mariadb import MariadbSettings, MariadbTarget
 from perflab.targets.postgres import CREATED_MARK, PostgresSettings, PostgresTarget
 from perflab.targets.postgres.homes import home_name, sweep_orphan_homes
 from perflab.targets.process import ProcessSettings, ProcessTarget
-from perflab.targets.serverhome import scratch_filesystems
+from perflab.targets.serverhome import scratch_filesystems, scratch_problems
 from perflab.targets.webserver import linked_tree
 from test_hostctl_scratchfs import force_undo, losetup_j
 
@@ -304,6 +305,13 @@ def test_a_tree_on_another_filesystem_copies_with_modes_and_follows_no_link_out(
 needs_loop = pytest.mark.skipif(not Path("/dev/loop-control").exists(), reason="no loop devices here")
 
 
+def _shared_storage(shared: Path) -> Any:
+    """target.storage with a data filesystem whose image goes in `shared`."""
+    return PostgresSettings.model_validate(
+        {"kind": "postgres", "storage": {"data_fs": {"type": "ext2", "size": "16MB", "backing_dir": str(shared)}}}
+    ).storage
+
+
 @pytest.fixture
 def shared_scratch(workdir: Path) -> Iterator[tuple[Path, ScratchFs, int]]:
     """A sticky world-writable backing_dir (as /var/tmp), the data
@@ -312,9 +320,7 @@ def shared_scratch(workdir: Path) -> Iterator[tuple[Path, ScratchFs, int]]:
     shared = workdir / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
-    storage = PostgresSettings.model_validate(
-        {"kind": "postgres", "storage": {"data_fs": {"type": "ext2", "size": "16MB", "backing_dir": str(shared)}}}
-    ).storage
+    storage = _shared_storage(shared)
     (workdir / "home").mkdir()
     fs = scratch_filesystems(storage, lambda: workdir / "home", workdir / "t", "test", Path)["data"]
     assert fs.settings.size is not None
@@ -381,6 +387,18 @@ def test_a_directory_for_images_another_user_made_first_is_refused(
     fs.discard()  # as `perflab clean` does: nothing there is perflab's
     assert losetup_j(fs.backing_file) == "" and not (fs.mountpoint / "planted").exists()
     assert sorted(p.name for p in theirs.iterdir()) == [fs.backing_file.name, f"{fs.backing_file.name}.perflab-mkfs.json"]
+
+
+@as_root
+def test_check_names_a_directory_for_images_another_user_made(shared_scratch: tuple[Path, ScratchFs, int],
+                                                              workdir: Path) -> None:
+    shared, fs, _ = shared_scratch
+    storage = _shared_storage(shared)
+    assert not [p for p in scratch_problems(storage, workdir) if p[0].endswith("backing_dir")]
+    fs.backing_file.parent.mkdir()
+    nobodys(fs.backing_file.parent)
+    problems = [text for key, text in scratch_problems(storage, workdir) if key == "target.storage.data_fs.backing_dir"]
+    assert len(problems) == 1 and str(fs.backing_file.parent) in problems[0], problems
 
 
 def _mount_options(mountpoint: Path) -> set[str]:
