@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from perflab import search
 from perflab.errors import UserError
+from perflab.extras import install_hint
 from perflab.model import fmt_level
 from perflab.store import Store
 
@@ -98,9 +99,9 @@ def write_parquet(columns: list[str], rows: Iterable[dict[str, Any]], path: Path
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
-    except ImportError:
-        raise UserError("--format parquet needs pyarrow (a perflab dependency), which is not installed",
-                        "run ./dev setup to install perflab's dependencies, or export --format csv") from None
+    except ImportError as exc:
+        raise UserError(f"--format parquet needs the Python library pyarrow, which does not import here ({exc})",
+                        f"{install_hint('pyarrow')}, or export --format csv") from None
     data: dict[str, list[Any]] = {c: [] for c in columns}
     count = 0
     for row in rows:
