@@ -92,7 +92,7 @@ def counter_stalled(result: RunResult, collector: str, counters: list[str], seco
     if Flag.COUNTER_STALLED not in result.flags:
         result.flags.append(Flag.COUNTER_STALLED)
     result.events.append(Event(0.0, "counter-stalled", (
-        f"{collector}: {', '.join(counters)} did not advance over the run ({seconds:.1f} s), though {must}: a "
+        f"{collector}: {', '.join(counters)} did not advance over the run ({seconds:.3g} s), though {must}: a "
         "counter that does not advance is not a measurement, so its figures are left out")))
 
 

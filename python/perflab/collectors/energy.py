@@ -457,7 +457,7 @@ class EnergyCollector(SamplingCollector):
         result.flags.append(Flag.COUNTER_STALLED)
         if len(dead) < len(counted):
             result.events.append(Event(0.0, "counter-stalled", (
-                f"{p}: {names} read 0 J over the run ({seconds:.1f} s) while the other counters advanced: a counter "
+                f"{p}: {names} read 0 J over the run ({seconds:.3g} s) while the other counters advanced: a counter "
                 f"that does not advance is not a measurement; the total ({' + '.join(meter.total_of)}) holds "
                 "only the counters that did")))
             return
@@ -470,7 +470,7 @@ class EnergyCollector(SamplingCollector):
             fallback = f"no energy figure: the model cannot stand in ({self._shadow_missing or 'no reading'})"
             track.spans.clear()
         result.events.append(Event(0.0, "counter-stalled", (
-            f"{p}: {names} read 0 J over the run ({seconds:.1f} s): a counter that does not advance is not a "
+            f"{p}: {names} read 0 J over the run ({seconds:.3g} s): a counter that does not advance is not a "
             f"measurement; {fallback}. Set collect.{p}.source to choose the source")))
 
     def component_joules(self) -> dict[str, float]:
