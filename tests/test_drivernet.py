@@ -32,7 +32,9 @@ from perflab.store import Store
 pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems()),
                                  reason="network namespaces need root, ip and tc")]
 
-GONE_WITHIN_S = 5.0
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 
 
 def _leftovers_of_this_test(before: set[str]) -> list[str]:

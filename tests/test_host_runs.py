@@ -32,7 +32,9 @@ from perflab.targets.postgres import PostgresSettings, PostgresTarget, server_cg
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="host changes need root")
 
-GONE_WITHIN_S = 5.0
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 SYSCTL = Path("/proc/sys/vm/dirty_background_ratio")
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 NR_HUGEPAGES = Path("/proc/sys/vm/nr_hugepages")

@@ -33,7 +33,9 @@ from perflab.hostctl.cgroups import (
 # serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
 pytestmark = pytest.mark.serial
 
-GONE_WITHIN_S = 5.0  # the guardian's promise after a SIGKILL of perflab
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 PYTHON_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
     p for p in (str(Path(__file__).resolve().parents[1] / "python"), os.environ.get("PYTHONPATH")) if p)}
 
@@ -382,8 +384,8 @@ def test_after_a_sigkill_the_guardian_kills_the_tasks_and_removes_the_cgroup() -
         while time.monotonic() - killed_at < GONE_WITHIN_S and (
                 any(map(_alive, pids)) or any(d.exists() for d in dirs) or _alive(report["guardian"])):
             time.sleep(0.05)
-        assert not any(map(_alive, pids)), "a task in the cgroup outlived perflab by 5 s"
-        assert not any(d.exists() for d in dirs), "the cgroup outlived perflab by 5 s"
+        assert not any(map(_alive, pids)), "a task in the cgroup outlived perflab"
+        assert not any(d.exists() for d in dirs), "the cgroup outlived perflab"
         assert not _alive(report["guardian"]), "the guardian outlived its work"
     finally:  # only if the test failed
         undo_cgroup({"dirs": report.get("dirs", [])})

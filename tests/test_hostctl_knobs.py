@@ -40,7 +40,9 @@ from perflab.hostctl.knobs import (
 # serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
 pytestmark = pytest.mark.serial
 
-GONE_WITHIN_S = 5.0  # the guardian's promise
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 LOOP = "loop7"  # an unused loop device: never the disk the tests run on
 SCHEDULER = Path(f"/sys/block/{LOOP}/queue/scheduler")
 READAHEAD = Path(f"/sys/block/{LOOP}/queue/read_ahead_kb")
@@ -473,5 +475,5 @@ def test_sigkill_leaves_the_guardian_to_restore_sysctl_and_thp(host: HostState) 
     while time.monotonic() - killed_at < GONE_WITHIN_S and (
             _alive(guardian) or (read_value(ratio), read_value(THP_ENABLED)) != originals):
         time.sleep(0.05)
-    assert (read_value(ratio), read_value(THP_ENABLED)) == originals, "not restored within 5 s of the SIGKILL"
+    assert (read_value(ratio), read_value(THP_ENABLED)) == originals, "not restored after the SIGKILL"
     assert not _alive(guardian), "the guardian outlived its work"

@@ -32,7 +32,9 @@ from perflab.spec import pydantic_problems
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and mounts need root")
 
-GONE_WITHIN_S = 5.0  # the guardian's promise after a SIGKILL
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 KEY = "target.storage.data_fs"
 SIZES = {"ext4": "64MB", "ext2": "64MB", "xfs": "300MB", "btrfs": "128MB", "tmpfs": "32MB"}
 

@@ -25,7 +25,9 @@ from perflab.store import Store
 pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0 or bool(netns.problems(("ip", "ethtool", "nft"))),
                                  reason="the router needs root, ip, ethtool and nft")]
 
-GONE_WITHIN_S = 5.0
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 
 
 def _experiment(workdir: Path, workload: str = 'duration = "2s"', rules: str = "{ count = 0 }", more: str = "",

@@ -32,7 +32,9 @@ from perflab.targets.postgres import server_cgroup_name, sweep_orphan_homes
 # serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
 pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")]
 
-GONE_WITHIN_S = 10.0
+# The guardian's undo after a SIGKILL, waited for: its promise (within 5 s)
+# is a quiet machine's figure, measured by benchmarks/host_changes.py.
+GONE_WITHIN_S = 60.0
 
 EXPERIMENT = """
     [experiment]
