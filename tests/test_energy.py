@@ -293,3 +293,15 @@ def test_a_model_asked_for_says_so_on_a_machine_with_power_events(
     assert not any("no perf power events" in n for n in notes), notes
     assert result.metrics["energy.joules"].method.startswith("model: ")
     assert Flag.COUNTER_STALLED not in result.flags
+
+
+def test_the_energy_section_names_the_runs_whose_counter_stalled() -> None:
+    from perflab.collectors.energy_report import sections
+    from perflab.section import RunGroup, Text
+
+    runs = [{"id": 1, "factors": {}, "flags": [Flag.COUNTER_STALLED.value],
+             "metrics": {"energy.joules": 40.0, "energy.seconds": 4.0}},
+            {"id": 2, "factors": {}, "flags": [], "metrics": {"energy.joules": 50.0, "energy.seconds": 4.0}}]
+    [section] = [s for s in sections([RunGroup(1, "all runs", runs)]) if s.title == "Energy per query"]
+    [text] = [b.text for b in section.blocks if isinstance(b, Text) and Flag.COUNTER_STALLED.value in b.text]
+    assert text.endswith(": run 1.")

@@ -12,7 +12,7 @@ import json
 import statistics
 from typing import Any
 
-from perflab.model import natural_key
+from perflab.model import Flag, natural_key
 from perflab.section import Figure, RunGroup, Section, Table, Text
 
 MAX_GROUPS_DRAWN = 6
@@ -33,6 +33,7 @@ def sections(groups: list[RunGroup]) -> list[Section]:
         return []
     rows = []
     below_idle: list[str] = []
+    stalled: list[str] = []
     per_query: dict[str, dict[str, dict[str, list[float]]]] = {}  # group -> query -> component -> joules
     delay: list[tuple[int, str, frozenset[str], float, float]] = []  # (index, label, query names, s, J)
     sources: set[str] = set()
@@ -52,6 +53,8 @@ def sections(groups: list[RunGroup]) -> list[Section]:
                          m.get("energy.queries.joules"), m.get("energy.gaps.joules"),
                          ", ".join(f"{k.split('.')[2]} {v:.3g}" for k, v in sorted(m.items())
                                    if k.startswith("energy.component.") and k.endswith(".joules"))])
+            if Flag.COUNTER_STALLED.value in run.get("flags", []):
+                stalled.append(f"run {run['id']}")
             above = m.get("energy.joules_above_idle")
             if above is not None and above < 0:
                 seconds = m.get("energy.seconds")
@@ -79,6 +82,10 @@ def sections(groups: list[RunGroup]) -> list[Section]:
         blocks.append(Text("Flagged energy-below-idle (the idle baseline, measured just before the run, drew more "
                            "than the run: other work during the baseline, or power that varies by more than the "
                            "run adds): " + "; ".join(below_idle) + "."))
+    if stalled:
+        blocks.append(Text("Flagged counter-stalled (a counter read zero or did not advance over the run; its "
+                           "counter-stalled event names it; where it was the energy counter, the figures above are "
+                           "the model's, and their source says so): " + ", ".join(stalled) + "."))
     if per_query:
         blocks.append(_per_query_figure(per_query, source_text))
     else:
