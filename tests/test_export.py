@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,8 +33,10 @@ def test_series_as_csv_one_row_per_sample_with_the_factors(store_dir: Path) -> N
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     # per done run: 4 points x (2 sql series + 5 vmstat series)
     assert len(rows) == 3 * 4 * 7
-    assert set(rows[0]) == {"run", "combination", "repetition", "status", "workload.clients",
-                            "target.settings.synchronous_commit", "source", "name", "t", "value"}
+    assert set(rows[0]) == {"experiment", "experiment_id", "run", "combination", "repetition", "status",
+                            "workload.clients", "target.settings.synchronous_commit", "workload.clients.level",
+                            "target.settings.synchronous_commit.level", "source", "name", "t", "value", "unit",
+                            "phase"}
     tps = [r for r in rows if r["name"] == "tps" and r["run"] == "1"]
     assert [float(r["t"]) for r in tps] == [2.5, 5.0, 7.5, 10.0]
 
@@ -139,3 +142,164 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_queries(tmp_path: 
     assert db.execute("SELECT count(*) FROM leftover").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM attempt").fetchone() == (0,)
     db.close()
+
+
+@pytest.fixture(scope="module")
+def levels_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 x 2 combinations x 3 repetitions with histograms; the second factor's
+    levels are sizes, listed largest first; run 2 flagged, run 1 with a
+    warm-up and a cool-down around its measured window."""
+    from perflab.model import Event
+    from perflab.store import Store
+
+    out = build_store(tmp_path_factory.mktemp("levels") / "out", clients=[4, 1], sync=["1GB", "128MB"],
+                      repetitions=3, series_points=10, flag_runs={2: ["noisy-host", "client-bound"]})
+    store = Store.open(out)
+    store.add_event(1, Event(3.0, "measure-start", "warm-up ended"))
+    store.add_event(1, Event(8.0, "measure-end", "measured window ended"))
+    store.close()
+    return out
+
+
+def _parquet(store_dir: Path, table: str, tmp_path: Path) -> Any:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / f"{table}.parquet"
+    proc = _export(str(store_dir), "--table", table, "--format", "parquet", "--output", str(out))
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return pq.read_table(out)
+
+
+@pytest.mark.parametrize("table", ["metrics", "series", "queries", "histograms"])
+def test_every_table_names_its_experiment_and_run(levels_dir: Path, tmp_path: Path, table: str) -> None:
+    from perflab.store import Store
+
+    store = Store.open(levels_dir)
+    name, exp_id = store.experiment()["name"], store.experiment_id()
+    store.close()
+    rows = _parquet(levels_dir, table, tmp_path).to_pylist()
+    assert {(r["experiment"], r["experiment_id"]) for r in rows} <= {(name, exp_id)}
+    assert table == "queries" or (rows and all(isinstance(r["run"], int) for r in rows))
+
+
+def test_factors_are_typed_with_their_order_and_sizes_in_bytes(levels_dir: Path, tmp_path: Path) -> None:
+    table = _parquet(levels_dir, "metrics", tmp_path)
+    assert str(table.schema.field("workload.clients").type) == "int64"
+    rows = table.to_pylist()
+    # the file's order, not the values' (4 before 1, "1GB" before "128MB")
+    assert {(r["workload.clients"], r["workload.clients.level"]) for r in rows} == {(4, 1), (1, 2)}
+    sizes = {(r["target.settings.synchronous_commit"], r["target.settings.synchronous_commit.level"],
+              r["target.settings.synchronous_commit.bytes"]) for r in rows}
+    assert sizes == {("1GB", 1, 2**30), ("128MB", 2, 128 * 2**20)}
+
+
+def test_metrics_carry_the_runs_flags_and_parquet_the_experiment(levels_dir: Path, tmp_path: Path) -> None:
+    table = _parquet(levels_dir, "metrics", tmp_path)
+    flags = {r["run"]: r["flags"] for r in table.to_pylist()}
+    assert flags[2] == "noisy-host,client-bound" and flags[1] == ""
+    meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+    assert meta["perflab.experiment"] == "synthetic" and meta["perflab.seed"] == "7"
+    assert "kernel" in json.loads(meta["perflab.host"]) and "[factors]" in meta["perflab.spec"]
+    assert meta["perflab.file"].endswith("experiment.toml")
+
+
+def test_series_carry_unit_and_phase(levels_dir: Path, tmp_path: Path) -> None:
+    rows = _parquet(levels_dir, "series", tmp_path).to_pylist()
+    assert {r["unit"] for r in rows if r["name"] == "latency_p99_ms"} == {"ms"}
+    assert {r["unit"] for r in rows if r["name"] == "us_pct"} == {"%"}
+    phases = [(r["t"], r["phase"]) for r in rows if r["run"] == 1 and r["name"] == "tps"]
+    assert phases == [(1.0, "warm-up"), (2.0, "warm-up"), (3.0, "measured"), (4.0, "measured"), (5.0, "measured"),
+                      (6.0, "measured"), (7.0, "measured"), (8.0, "measured"), (9.0, "cool-down"),
+                      (10.0, "cool-down")]
+    assert {r["phase"] for r in rows if r["run"] == 2} == {"measured"}
+
+
+def test_the_reports_figures_come_back_from_the_parquet_alone(levels_dir: Path, tmp_path: Path) -> None:
+    """Per-level means and the pooled p99 of every combination (all its
+    repetitions' histograms merged), from the exported files alone, equal
+    the report's."""
+    from perflab.report import data as report_data
+    from perflab.report import latency
+    from perflab.store import Store
+
+    metrics = _parquet(levels_dir, "metrics", tmp_path).to_pylist()
+    buckets = _parquet(levels_dir, "histograms", tmp_path).to_pylist()
+    store = Store.open(levels_dir)
+    d = report_data.load(store)
+    checked = 0
+    for combo in d.combinations:
+        runs = set(combo.run_ids)
+        tps = [r["value"] for r in metrics if r["run"] in runs and r["metric"] == "tps"]
+        assert sum(tps) / len(tps) == pytest.approx(sum(d.values_of(combo, "tps")) / len(d.values_of(combo, "tps")))
+        # pooled p99: counts summed per bucket over the runs, the first bucket reaching 99% of them
+        counts: dict[float, int] = {}
+        for r in buckets:
+            if r["run"] in runs and r["histogram"] == "latency":
+                counts[r["value_ms"]] = counts.get(r["value_ms"], 0) + r["count"]
+        total, need, running = sum(counts.values()), None, 0
+        need = max(1, int(0.99 * total + 0.5))
+        for value in sorted(counts):
+            running += counts[value]
+            if running >= need:
+                break
+        blobs = [bytes(h["data"]) for run_id in combo.run_ids for h in store.histograms(run_id)]
+        (p99_us,), count = latency.merged_percentiles(blobs, [99.0])
+        assert count == total and value == pytest.approx(p99_us / 1000.0)
+        checked += 1
+    store.close()
+    assert checked == 4
+
+
+SEARCH_SPEC = """\
+[experiment]
+name = "probes"
+[target]
+kind = "nginx"
+[workload]
+kind = "http"
+duration = "1s"
+request_mix = [{ path = "/a" }, { path = "/b", method = "HEAD" }]
+[search]
+over = "workload.rate"
+goal = "latency_p99_ms <= 5"
+from = 100
+to = 800
+repetitions = 1
+"""
+
+
+def test_probes_carry_rate_and_verdict_and_mix_entries_their_request(tmp_path: Path) -> None:
+    """A search's probes are rows of their runs (rate, met or why not), and an
+    http mix's r1, r2 are named by method and path, in metrics and histograms."""
+    from perflab import _engine
+    from perflab.host import host_facts
+    from perflab.model import Event, Histogram, RunResult
+    from perflab.plan import PlannedRun
+    from perflab.store import Store
+
+    out = tmp_path / "out"
+    store = Store.create(out, name="probes", spec_text=SEARCH_SPEC, spec_path=str(tmp_path / "e.toml"), seed=1,
+                         factors=["workload.rate"], host=host_facts())
+    p99 = {100: 1.0, 200: 2.0, 400: 9.0, 300: 4.0}
+    store.add_plan([PlannedRun(i, i, 1, {"workload.rate": rate}) for i, rate in enumerate(p99, start=1)])
+    for i, latency in enumerate(p99.values(), start=1):
+        store.start_run(i, 0)
+        result = RunResult()
+        result.add_metric("latency_p99_ms", latency, "ms")
+        result.add_metric("requests.r1", 10, "req")
+        result.add_metric("latency.r2_p99_ms", latency, "ms")
+        result.histograms.append(Histogram("latency.r2", "us", "hdr-v2-deflate", bytes(_engine.hdr_encode([900]))))
+        result.events.append(Event(0.0, "request-mix", json.dumps({"r1": {"method": "GET", "path": "/a"},
+                                                                    "r2": {"method": "HEAD", "path": "/b"}})))
+        store.finish_run(i, result, status="done", seconds=1.0, target=None)
+    store.close()
+    rows = json.loads(_export(str(out), "--format", "json").stdout)
+    probes = [r for r in rows if r["metric"] == "search.probe"]
+    assert [(r["run"], r["value"], r["method"]) for r in probes] == [
+        (1, 100, "met"), (2, 200, "met"), (3, 400, "missed: latency_p99_ms 9"), (4, 300, "met")]
+    assert all(r["experiment"] == "probes" and r["workload.rate"] == r["value"] for r in probes)
+    request = {r["metric"]: (r["request_method"], r["request_path"]) for r in rows if r["run"] == 1}
+    assert request["requests.r1"] == ("GET", "/a") and request["latency.r2_p99_ms"] == ("HEAD", "/b")
+    assert request["latency_p99_ms"] == (None, None)
+    hist = json.loads(_export(str(out), "--table", "histograms", "--format", "json").stdout)
+    assert {(r["histogram"], r["request_method"], r["request_path"]) for r in hist} == {("latency.r2", "HEAD", "/b")}
+    assert [r["value_ms"] for r in hist if r["run"] == 1] == [pytest.approx(0.9, rel=0.01)]

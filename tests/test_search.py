@@ -185,6 +185,11 @@ def test_a_search_on_postgres_finds_the_highest_rate_that_meets_p99_and_resume_c
     answer = [r for r in rows if r["metric"] == "search.sustainable"]
     assert answer and float(answer[0]["value"]) == found.lo and answer[0]["unit"] == "tx/s"
     assert answer[0]["method"] == f"goal: latency_p99_ms <= {GOAL_MS}"
+    # every probe with its run, rate and verdict
+    probes = [r for r in rows if r["metric"] == "search.probe"]
+    assert [(int(r["run"]), float(r["value"])) for r in probes] == [(p.run_id, p.rate) for p in found.probes]
+    assert [r["method"] for r in probes] == ["met" if p.met else f"missed: {p.why}" for p in found.probes]
+    assert {r["experiment"] for r in rows} == {"pg-capacity"} and all(r["experiment_id"] for r in rows)
     report = (out / "report.html").read_text()
     assert "Capacity search" in report and (out / "figures" / "search-latency-rate.svg").is_file()
     # the rates are probes, not treatments: Effects compares none of them

@@ -270,13 +270,19 @@ def rate_unit(store: Store, s: SearchSettings) -> str:
 
 
 def export_rows(store: Store) -> list[dict[str, Any]]:
-    """`search.sustainable` (and the first rate above it that missed) as
-    metric rows with no run, the goal in their `method`."""
+    """Each probe as a `search.probe` row of its run (value: its rate,
+    method: "met" or "missed: why"); `search.sustainable` (and the first
+    rate above it that missed) as rows with no run, the goal in their `method`."""
     a = answer(store)
-    if a is None or a.lo is None or not a.finished:
+    if a is None:
         return []
     unit = rate_unit(store, a.settings)
-    rows = [{"metric": "search.sustainable", "value": a.lo, "unit": unit or a.settings.over,
+    rows: list[dict[str, Any]] = [
+        {"run": p.run_id, "metric": "search.probe", "value": p.rate, "unit": unit or a.settings.over,
+         "method": "met" if p.met else f"missed: {p.why}"} for p in a.probes]
+    if a.lo is None or not a.finished:
+        return rows
+    rows += [{"metric": "search.sustainable", "value": a.lo, "unit": unit or a.settings.over,
              "method": f"goal: {a.settings.goal}"}]
     if a.hi is not None:
         rows.append({"metric": "search.first_missed", "value": a.hi, "unit": unit or a.settings.over,

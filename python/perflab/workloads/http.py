@@ -46,6 +46,7 @@ flagged `http-errors`, with an event naming the classes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -554,6 +555,10 @@ class HttpWorkload(Workload[HttpEndpoint]):
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True,
                          lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")
         self._metrics(out, result, mix)
+        if mix:  # what each request type of the metrics (requests.r1, latency.r1_p99_ms) asked: for the export
+            result.events.append(Event(0.0, "request-mix", json.dumps(
+                {t.name: {"method": r.method, "path": r.path, "weight": r.weight}
+                 for t, r in zip(out.by_type, mix, strict=False)})))
         churn(out, result, clients=s.clients, requests_per_connection=s.requests_per_connection)
         error_classes(out, result)
         stalls.annotate(result)
