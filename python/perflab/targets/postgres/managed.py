@@ -370,10 +370,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         assert self.data_dir is not None
         for name, text in (("pg_hba.conf", hba_text(self.remote[1] if self.remote else None)),
                            ("pg_ident.conf", ident_text(SUPERUSER, self.run_as))):
-            path = self.data_dir / name
-            path.unlink(missing_ok=True)  # a new file: nothing planted there is written through
-            path.write_text(text)
-            chown(path, self.run_as)
+            # a new file renamed into place: nothing the server's user planted there is written through
+            write_file(self.data_dir / name, text, mode=0o600, owner=file_owner(self.run_as))
 
     def _clear_stale_lock(self) -> None:
         """A postmaster that was killed leaves postmaster.pid behind, and until
