@@ -550,7 +550,7 @@ class Runner:
                 raise Interrupted("stop requested")
             check = workload.check(endpoint, ctx)
             for name, (passed, detail) in check.checks.items():
-                result.add_metric(f"check.{name}", 1.0 if passed else 0.0, "pass", detail)
+                result.add_metric(f"check.{name}", 1.0 if passed else 0.0, "bool", detail)  # 1: passed
             if not check.passed:
                 failed = [f"{k}: {d}" for k, (ok, d) in check.checks.items() if not ok]
                 raise RunFailure("consistency check failed: " + "; ".join(failed))
