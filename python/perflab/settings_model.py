@@ -33,7 +33,8 @@ OsText = Annotated[str, AfterValidator(_no_nul), WithJsonSchema({"type": "string
 def _own_comments(cls: type) -> dict[str, str]:
     """The comments above (or beside) each field declared in `cls`'s own body;
     a field right below another shares its comment when the comment names it
-    ("Run length, and the warm-up before it": duration and warmup)."""
+    ("Run length, and the warm-up before it": duration and warmup) or the two
+    are named alike (io_read_bps, io_write_bps)."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
@@ -50,6 +51,7 @@ def _own_comments(cls: type) -> dict[str, str]:
     indent = None
     out: dict[str, str] = {}
     group: str | None = None  # the comment of the run of fields going on
+    owner = ""  # the field it stands above
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
         if not stripped or number == 1:
@@ -69,13 +71,19 @@ def _own_comments(cls: type) -> dict[str, str]:
             above.insert(0, comments[n][0])
             n -= 1
         if above:
-            group = " ".join(above)
+            group, owner = " ".join(above), name
         beside = comments.get(number)
         if beside and not beside[1]:
             out[name] = beside[0]
-        elif above or (group and _squashed(name) in _squashed(group)):  # a comment on several fields names each
-            out[name] = group or ""
+        elif above or (group and (_squashed(name) in _squashed(group) or _kin(name, owner))):
+            out[name] = group or ""  # a comment on several fields names each, or they are of a kind
     return out
+
+
+def _kin(name: str, other: str) -> bool:
+    """Fields named alike (io_read_bps, io_write_bps; data_fs, wal_fs)."""
+    a, b = name.split("_"), other.split("_")
+    return len(a) > 1 and len(b) > 1 and (a[0] == b[0] or a[-1] == b[-1])
 
 
 def _squashed(text: str) -> str:

@@ -80,6 +80,7 @@ def _validating(stored: bool) -> Iterator[None]:
 class ExperimentSection(StrictModel):
     # It names the output directory (results/NAME-TIMESTAMP).
     name: str = Field(json_schema_extra={"pattern": NAME_PATTERN.pattern})
+    # A line saying what the experiment is for (the report shows it).
     description: str = ""
     # Runs of every factor combination.
     repetitions: int = Field(default=1, json_schema_extra={"minimum": 1, "maximum": MAX_PLAN_RUNS})

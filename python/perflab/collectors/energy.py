@@ -101,19 +101,29 @@ __all__ = ["EnergyCollector", "EnergySettings", "Span", "parse_perf_interval_lin
 
 
 class EnergySettings(CollectorSettings):
+    # Where joules come from: "rapl" (the CPU's energy counters in sysfs), "perf" (perf's power events),
+    # "model" (estimated from CPU use and TDP), or "auto": the first that works.
     source: Literal["auto", "rapl", "perf", "model"] = "auto"
     tdp_watts: float | None = Field(default=None, gt=0, le=100_000, description="CPU packages' TDP for the model (W)")
+    # The model's power at idle, as a share of full power.
     idle_fraction: float = Field(default=DEFAULT_IDLE_FRACTION, ge=0, le=1)
+    # The model's watts per CPU at idle (Cloud Carbon Footprint's coefficient).
     min_watts_per_cpu: float = Field(default=CCF_MIN_WATTS_PER_VCPU, ge=0, le=1000)
+    # The model's watts per CPU at full use (Cloud Carbon Footprint's coefficient).
     max_watts_per_cpu: float = Field(default=CCF_MAX_WATTS_PER_VCPU, gt=0, le=1000)
+    # The model's watts per GB of memory.
     dram_watts_per_gb: float = Field(default=CCF_MEMORY_WATTS_PER_GB, ge=0, le=100)
+    # The model's joules per byte read or written (an assumed figure, said so with the result).
     disk_joules_per_byte: float = Field(default=ASSUMED_DISK_JOULES_PER_BYTE, ge=0, le=1)
+    # The model's joules per disk I/O operation (an assumed figure, said so with the result).
     disk_joules_per_op: float = Field(default=ASSUMED_DISK_JOULES_PER_OP, ge=0, le=1)
     # Seconds measured idle before the run (0: none, and no above-idle figures).
     idle_baseline: Duration = Field(default=DEFAULT_IDLE_BASELINE_S, ge=0, le=3600)
     # The model's CPU utilisation: the whole host's, or the target's processes'.
     cpu_scope: Literal["host", "target"] = "host"
+    # Where the RAPL counters are read (powercap in sysfs).
     rapl_root: str = POWERCAP_ROOT
+    # Where perf's power events are read.
     perf_events: str = PERF_POWER_EVENTS
 
 

@@ -44,8 +44,12 @@ V6_BASE = int(ipaddress.IPv6Address("fd00:dead::1"))
 
 
 class RuleSettings(StrictModel):
+    # Rules per address family on the router's forward hook.
     count: int = Field(default=0, ge=0, le=MAX_RULES)
+    # "nomatch-address": rules on a source no packet has; "nomatch-port": on ports no flow uses; "set": one
+    # lookup in a set of count addresses (nft only).
     type: RuleType = "nomatch-address"
+    # The tool that installs them: nft, or iptables (legacy or nft).
     backend: Backend = "nft"
 
 

@@ -424,10 +424,15 @@ class DriverNetwork(StrictModel):
     With namespace = false the rest is kept but unused, so `namespace` can be
     a factor (a local client against the same client across the link)."""
 
+    # Drive from a network namespace of perflab's own across a shaped veth link (false: the driver on the
+    # host, the rest kept unused).
     namespace: bool = False
     delay: Duration = Field(default=0.0, ge=0, le=10.0, description="one way, each direction")
+    # Random variation of the delay, each direction (at most the delay).
     jitter: Duration = Field(default=0.0, ge=0, le=10.0)
+    # The link's rate, each direction ("100mbit", "1gbit"; default: unlimited).
     rate: Rate | None = None
+    # Packets dropped on the link, each direction ("0.5%").
     loss: Percent = 0.0
     # auto: netem where the kernel has it, else tbf for the rate and perflab's
     # delay relay for delay and jitter.

@@ -101,6 +101,7 @@ SAFE_OPTIONS = ["nosuid", "nodev"]
 class FsSettings(StrictModel):
     """One scratch filesystem of [target.storage] (`data_fs`, `wal_fs`)."""
 
+    # The filesystem perflab makes (mkfs on a loop device in the target's directory; tmpfs in memory).
     type: FsType
     # Required but for tmpfs, where it is the tmpfs's size (the kernel's
     # default, half the memory, without it).

@@ -36,6 +36,7 @@ def _loopback_address(host: str, port: int) -> str:
 
 class HttpTargetSettings(TargetSettings):
     kind: Literal["http"]
+    # The server's base URL (http://host:port/prefix/): perflab starts nothing and only reads.
     url: str
 
     @field_validator("url")

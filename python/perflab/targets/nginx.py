@@ -103,6 +103,7 @@ class NginxSettings(ManagedServerSettings):
     kind: Literal["nginx"]
     # The nginx binary; default: `nginx` on PATH (or /usr/sbin/nginx).
     binary: str | None = None
+    # nginx directives, name = value: each goes in its context (main, events or http; perflab writes the whole file).
     settings: dict[str, DirectiveValue] = Field(default_factory=dict)
 
     @field_validator("settings")

@@ -43,9 +43,11 @@ ROLES = ("client", "router", "server")
 
 class RouterSettings(TargetSettings):
     kind: Literal["router"]
+    # The firewall rules every forwarded packet crosses on the router (count, type, backend).
     rules: RuleSettings = Field(default_factory=RuleSettings)
     # GRO, GSO and TSO on every veth end (ethtool -K).
     offloads: bool = True
+    # The MTU of every veth link (jumbo frames up to 9000).
     mtu: int = Field(default=1500, ge=1280, le=9000)
 
 

@@ -214,6 +214,7 @@ def read_mix_file(path: Path) -> list[MixRequest]:
 
 class HttpSettings(harness.HarnessSettings):
     kind: Literal["http"]
+    # The SPECweb99-like file set the server serves (its size, or SPECweb99 rule from connections).
     fileset: FileSetSettings = Field(default_factory=FileSetSettings)
     clients: int = Field(default=16, ge=1, le=harness.MAX_CLIENTS)
     # Requests per client (instead of a duration).

@@ -57,8 +57,11 @@ def option_line(name: str, value: SettingValue) -> str:
 class Storage(RoleStorage):
     ROLES = ("data", "redo", "undo")
 
+    # The data directory (empty or absent; relative to the experiment file).
     data_dir: OsText | None = None
+    # The redo log's directory (innodb_log_group_home_dir), apart from the data.
     redo_dir: OsText | None = None
+    # The undo tablespaces' directory (innodb_undo_directory), apart from the data.
     undo_dir: OsText | None = None
     # A filesystem perflab makes for each (false, as TOML has no null, is none).
     data_fs: FsSettings | Literal[False] | None = None
@@ -120,6 +123,7 @@ class MysqlSettings(TargetSettings):
     kind: Literal["mysql"]
     # mysql://user:password@host:port/database, or ?unix_socket=/path for a socket
     dsn: str
+    # Let perflab create its own marked databases on the server and write in them.
     allow_destructive: bool = False
     # "insert" for a server that refuses LOAD DATA LOCAL (MySQL 8's local_infile is OFF by default).
     load_method: LoadMethod = "load-data"
