@@ -19,6 +19,7 @@ from pathlib import Path
 
 from perflab.errors import UserError
 from perflab.targets.postgres.users import as_user
+from perflab.targets.serverproc import server_env
 
 
 def version_of(bin_dir: Path, user: str | None = None) -> tuple[int, ...] | None:
@@ -36,7 +37,7 @@ def _version_probe(bin_dir_text: str, user: str | None, *identity: int) -> tuple
     try:
         out = subprocess.run(
             [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, timeout=20,
-            **as_user(user),
+            env=server_env(user=user), **as_user(user),  # nothing of perflab's environment
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None

@@ -25,6 +25,7 @@ from perflab.targets.postgres.binaries import find_bin_dir, version_of
 from perflab.targets.postgres.settings import PostgresSettings, SettingValue
 from perflab.targets.postgres.users import as_user
 from perflab.targets.serverhome import resolve_run_as
+from perflab.targets.serverproc import server_env
 
 # Units PostgreSQL accepts after a number (docs: "Parameter Names and Values").
 SETTING_UNITS = ("B", "kB", "MB", "GB", "TB", "us", "ms", "s", "min", "h", "d")
@@ -243,8 +244,9 @@ def _probe_setting(bin_dir_text: str, user: str | None, name: str, value: str | 
         if value is not None:
             argv += ["-c", f"{name}={value}"]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30,
-                                  env={**os.environ, "LC_ALL": "C"}, **as_user(user))
+            # as the server's user, with nothing of perflab's environment (its /proc/PID/environ is that user's)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=server_env(user=user),
+                                  **as_user(user))
         except (OSError, subprocess.SubprocessError) as exc:
             return "error", str(exc)
     finally:
