@@ -282,3 +282,16 @@ def test_check_refuses_driver_cpus_this_perflab_may_not_use(tmp_path: Path, run_
     proc = run_cli("check", f, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "\n  driver.cpus: " in proc.stderr and "allowed: CPUs of" in proc.stderr
+
+
+def test_check_refuses_more_clients_than_a_managed_postgres_takes(tmp_path: Path, run_cli) -> None:
+    """150 clients on a managed PostgreSQL of max_connections 100 lost clients
+    in every run, after the load: check refuses it and names the setting."""
+    f = tmp_path / "e.toml"
+    base = '[experiment]\nname = "k"\n[target]\nkind = "postgres"\n{}[workload]\nkind = "tpcb"\nclients = 150\n'
+    f.write_text(base.format(""))
+    proc = run_cli("check", f, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "\n  workload.clients: " in proc.stderr and "target.settings.max_connections" in proc.stderr
+    f.write_text(base.format("[target.settings]\nmax_connections = 200\n"))
+    assert "workload.clients" not in run_cli("check", f, check=False).stderr

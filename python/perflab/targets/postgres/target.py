@@ -17,6 +17,28 @@ from perflab.targets.base import REACH_TIMEOUT_S, CheckedWorkload, Target, Targe
 from perflab.targets.postgres.endpoint import PostgresEndpoint
 from perflab.targets.postgres.settings import RESERVED_SETTINGS, PostgresSettings
 
+# PostgreSQL's max_connections when postgresql.conf does not set it (every version since 8.x).
+DEFAULT_MAX_CONNECTIONS = 100
+
+
+def too_many_clients(settings: PostgresSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
+    """A managed server's max_connections below the workload's clients: every
+    run would lose clients at connect ("sorry, too many clients already")
+    after the load; refused at check. (The clients connect as the superuser,
+    which may use every slot.)"""
+    clients_of = getattr(workload.settings, "effective_clients", None)
+    given = settings.settings.get("max_connections", DEFAULT_MAX_CONNECTIONS)
+    try:
+        allowed = int(given)
+    except (TypeError, ValueError):
+        return []  # the server's own check names a bad value
+    clients = clients_of() if callable(clients_of) else None
+    if not isinstance(clients, int) or clients <= allowed:
+        return []
+    return [("workload.clients", f"got {clients}, more than the managed server's max_connections = {allowed}"
+             + ("" if "max_connections" in settings.settings else " (PostgreSQL's default)")
+             + f"; allowed: at most {allowed} clients, or target.settings.max_connections = {clients + 5}")]
+
 
 class PostgresTarget(Target[PostgresSettings, PostgresEndpoint]):
     Settings: ClassVar[type[TargetSettings]] = PostgresSettings
@@ -61,7 +83,9 @@ class PostgresTarget(Target[PostgresSettings, PostgresEndpoint]):
     @classmethod
     def validate_for_workload(cls, settings: PostgresSettings, workload: CheckedWorkload) -> list[tuple[str, str]]:
         kind = cls._kind(settings)
-        return super().validate_for_workload(settings, workload) if kind is cls else kind.validate_for_workload(settings, workload)
+        problems = super().validate_for_workload(settings, workload) if kind is cls else \
+            kind.validate_for_workload(settings, workload)
+        return problems + (too_many_clients(settings, workload) if settings.dsn is None else [])
 
     @classmethod
     def preflight(cls, settings: PostgresSettings, base_dir: Path) -> list[tuple[str, str]]:
