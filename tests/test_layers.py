@@ -22,8 +22,9 @@ LAYERS: list[set[str]] = [
      "perflab.host", "perflab.progress", "perflab.proc", "perflab.guardian", "perflab.hostctl", "perflab.cache"},
     {"perflab.analysis", "perflab.targets", "perflab.store", "perflab.drivers"},
     {"perflab.workloads", "perflab.collectors"},
-    {"perflab.spec", "perflab.plan", "perflab.search"},
-    {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report", "perflab.clean"},
+    {"perflab.spec", "perflab.plan", "perflab.search", "perflab.keys", "perflab.cost"},
+    {"perflab.runner", "perflab.hostrun", "perflab.drivernet", "perflab.export", "perflab.report", "perflab.clean",
+     "perflab.serve"},
     {"perflab.cli"},
 ]
 

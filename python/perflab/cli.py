@@ -88,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--output", type=Path, metavar="OUT_DIR",
                     help="write report.html and figures/ into OUT_DIR instead (a read-only DIR, say)")
 
+    sv = sub.add_parser("serve", help="a read-only web view of a running or finished experiment (live figures, "
+                        "/metrics for Prometheus)")
+    sv.add_argument("dir", type=Path)
+    sv.add_argument("--port", type=int, default=0, help="port to listen on (default 0: a free one, printed)")
+    sv.add_argument("--bind", metavar="ADDRESS",
+                    help="listen on ADDRESS instead of 127.0.0.1; beyond loopback every URL needs the printed token")
+
     cl = sub.add_parser("clean", help="remove what an experiment made outside its results (its schemas in other "
                         "databases, a kept cluster, a database file perflab created)")
     cl.add_argument("dir", type=Path)
@@ -242,6 +249,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     Store.open(args.dir, write=False).close()  # a clear message when DIR is not an experiment, or damaged
     _report(args.dir, output=args.output)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from perflab.serve import serve
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port {args.port} is no port", "give --port from 0 (any free port) to 65535")
+    serve(args.dir, args.port, args.bind)
     return 0
 
 
@@ -550,7 +566,7 @@ def _table(columns: list[str], rows: list[list[str]]) -> str:
 COMMANDS = {
     "run": cmd_run, "check": cmd_check, "plan": cmd_plan, "resume": cmd_resume, "show": cmd_show,
     "export": cmd_export, "list": cmd_list, "report": cmd_report, "compare": cmd_compare, "cache": cmd_cache,
-    "clean": cmd_clean, "keys": cmd_keys, "schema": cmd_schema,
+    "clean": cmd_clean, "serve": cmd_serve, "keys": cmd_keys, "schema": cmd_schema,
 }
 
 
