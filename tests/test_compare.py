@@ -190,3 +190,31 @@ def test_cli_compare_prints_the_table_and_bad_dirs_exit_2(tmp_path: Path) -> Non
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2
     assert "no perflab store" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_no_change_says_the_smallest_change_it_could_have_seen(tmp_path: Path) -> None:
+    """Issue 43, item 5: an inconclusive comparison states the change it could
+    have detected at 80% power from the noise it measured, and the runs a
+    side a 5% change would need; the figures are scipy's noncentral t."""
+    a = build_store(tmp_path / "a", clients=[2], sync=["on"], repetitions=4, seed=3, histograms=False)
+    b = build_store(tmp_path / "b", clients=[2], sync=["on"], repetitions=4, seed=4, histograms=False)
+    text = compare([a, b])
+    (row,) = _rows(text, "tps")
+    said = re.search(r"could have detected (\d+\.\d)% \(80% power\); a 5% change needs (\d+) runs a side", row)
+    assert said, row
+    va, vb = np.log(load_values(a)[2]), np.log(load_values(b)[2])
+    se = np.sqrt(va.var(ddof=1) / 4 + vb.var(ddof=1) / 4)
+    crit = scipy_stats.t.ppf(0.975, 6)
+    from scipy.optimize import brentq
+
+    # the noncentrality whose two-sided power is 80%, solved with scipy (its lower tail is nan where it is 0)
+    nct = scipy_stats.nct
+    lam = brentq(lambda x: nct.sf(crit, 6, x) + np.nan_to_num(nct.cdf(-crit, 6, x)) - 0.8, 0.1, 20)
+    assert float(said.group(1)) == pytest.approx(100 * np.expm1(lam * se), abs=0.051)
+    def power(m: int) -> float:  # m runs a side, at the two sides' measured spreads
+        x = np.log(1.05) / np.sqrt((va.var(ddof=1) + vb.var(ddof=1)) / m)
+        c = scipy_stats.t.ppf(0.975, 2 * m - 2)
+        return float(nct.sf(c, 2 * m - 2, x) + np.nan_to_num(nct.cdf(-c, 2 * m - 2, x)))
+
+    m = int(said.group(2))
+    assert power(m) >= 0.8 and (m == 2 or power(m - 1) < 0.8)

@@ -10,14 +10,23 @@ cites each method):
   "undefined": never better or worse, and not tested;
 - fewer than MIN_VERDICT_N runs on a side: the ratio alone, no test, no
   verdict ("too few runs");
-- positive figures (rates, latencies, energy): Welch's t test on the
-  logarithms; the ratio is that of the geometric means, its 95% interval the
-  exponentiated Welch interval of the difference of mean logs. Valid at any n
-  for log-normal runs;
+- positive figures of a plan in blocks (perflab.analysis.blocks), where
+  every block holds a run of both levels: the paired t on log ratios across
+  blocks; the ratio is the geometric mean of the blocks' ratios, its
+  interval the exponentiated paired t interval. A slow drift of the machine
+  that is shared inside a block falls out of each ratio;
+- other positive figures (rates, latencies, energy), or blocks incomplete
+  (a failed run): Welch's t test on the logarithms; the ratio is that of the
+  geometric means, its 95% interval the exponentiated Welch interval of the
+  difference of mean logs. Valid at any n for log-normal runs;
 - figures that may be zero or negative: the exact permutation test of the
   difference of means (every relabelling; random ones beyond
   EXACT_PERMUTATION_MAX); the ratio of the means gets a percentile bootstrap
   interval only from BOOTSTRAP_MIN_N runs a side, where it is sound.
+
+Every tested comparison states the smallest change it could have detected
+(80% power, two-sided at SIGNIFICANCE, from the noise it measured) and the
+blocks (or runs a side) a 5% change would need: what a "no change" means.
 
 `settle` then turns p-values into verdicts for a set of comparisons:
 Benjamini-Hochberg adjusted p-values (q) against SIGNIFICANCE, and no change
@@ -34,11 +43,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perflab.analysis import blocks
 from perflab.analysis.stats import (
     BOOTSTRAP_MIN_N,
     CONFIDENCE,
     DEFAULT_SEED,
     EXACT_PERMUTATION_MAX,
+    MAX_SUGGESTED_N,
     MIN_VERDICT_N,
     SIGNIFICANCE,
     WIDE_FACTOR,
@@ -62,14 +73,19 @@ SAME_SETUP = "same set-up"  # two levels that resolve to one set-up: their sprea
 NOT_TESTED = (TOO_FEW, UNDEFINED, SAME_SETUP)
 
 LEGEND = (
-    f"Verdicts need {MIN_VERDICT_N} or more runs a side (else \"{TOO_FEW}\"). Positive figures: Welch's t test on "
+    f"Verdicts need {MIN_VERDICT_N} or more runs a side (else \"{TOO_FEW}\"). Positive figures of a plan in blocks: "
+    f"{blocks.METHOD} ({blocks.CITATION}); the ratio is the geometric mean of the blocks' ratios with its paired 95% "
+    "interval. Other positive figures, or blocks left incomplete by a failed run: Welch's t test on "
     "the logarithms (Welch 1947); the ratio is that of the geometric means with the Welch 95% interval. Figures that "
     "can be 0: exact permutation test of the difference of means (Fisher 1935; every relabelling); their ratio gets a "
     f"percentile bootstrap interval only from {BOOTSTRAP_MIN_N} runs a side. Verdicts use Benjamini-Hochberg adjusted "
     f"p-values (q < {SIGNIFICANCE}) over all the comparisons shown; the intervals are not adjusted. "
     f"{NO_DIFFERENCE} = no significant difference; \"{WITHIN_NOISE}\" = significant but within the noise floor of "
     f"identical set-ups; \"{UNDEFINED}\" = a side is 0 or not a number, so the ratio means nothing; "
-    f"\"{SAME_SETUP}\" = both levels ran one set-up (their runs count in the noise floor, not as an effect)."
+    f"\"{SAME_SETUP}\" = both levels ran one set-up (their runs count in the noise floor, not as an effect). "
+    f"A tested comparison states the smallest change it could have detected ({blocks.POWER:.0%} power, from the "
+    f"noise it measured; noncentral t, Cohen 1988) and the blocks or runs a side a {blocks.REFERENCE_CHANGE:.0%} "
+    "change would need."
 )
 
 
@@ -81,6 +97,23 @@ class Effect:
     verdict: str
     direction: str = ""  # what a significant change would be called: "better", "worse", "differs"
     q_value: float | None = None  # Benjamini-Hochberg adjusted, once settled
+    detectable: float | None = None  # the smallest change detected with blocks.POWER (0.04: 4%), if tested
+    needed: int | None = None  # blocks (paired) or runs a side a blocks.REFERENCE_CHANGE needs; None: over 100
+    paired: int = 0  # blocks the comparison was paired in (0: unpaired)
+
+    @property
+    def needed_unit(self) -> str:
+        return "blocks" if self.paired else "runs a side"
+
+    def power_note(self) -> str:
+        """What the comparison could have told: "could have detected 4.1% (80% power); a 5% change needs 12
+        blocks"; empty when it was not tested."""
+        if self.detectable is None or not math.isfinite(self.detectable):
+            return ""
+        needed = (f"more than {MAX_SUGGESTED_N} {self.needed_unit}" if self.needed is None
+                  else f"{self.needed} {self.needed_unit}")
+        return (f"could have detected {self.detectable:.1%} ({blocks.POWER:.0%} power); "
+                f"a {blocks.REFERENCE_CHANGE:.0%} change needs {needed}")
 
     @property
     def tested(self) -> bool:
@@ -110,9 +143,12 @@ def undefined_reason(a: Sequence[float], b: Sequence[float]) -> str | None:
 
 
 def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None,
-           seed: int = DEFAULT_SEED, confidence: float = CONFIDENCE) -> Effect:
+           seed: int = DEFAULT_SEED, confidence: float = CONFIDENCE,
+           pairs: tuple[Sequence[float], Sequence[float]] | None = None) -> Effect:
     """B against A, tested as the module says; the verdict is that of this one
-    comparison at SIGNIFICANCE (settle() makes it that of a set)."""
+    comparison at SIGNIFICANCE (settle() makes it that of a set). `pairs`:
+    the same runs as (a, b) aligned by block, when every block holds both
+    levels (the caller knows the plan); then the comparison is paired."""
     reason = undefined_reason(a, b)
     if reason is not None:
         return Effect(Interval(math.nan, math.nan, math.nan, confidence, f"undefined ({reason})"),
@@ -128,12 +164,24 @@ def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None
     if min(len(xa), len(xb)) < MIN_VERDICT_N:
         return Effect(Interval(estimate, math.nan, math.nan, confidence, f"none (fewer than {MIN_VERDICT_N} a side)"),
                       f"none: fewer than {MIN_VERDICT_N} runs a side", None, TOO_FEW, direction)
+    if positive and pairs is not None and len(pairs[0]) == len(pairs[1]) >= MIN_VERDICT_N:
+        pa, pb = _finite(pairs[0]), _finite(pairs[1])
+        if len(pa) == len(pb) == len(pairs[0]) and (pa > 0).all() and (pb > 0).all():
+            t = blocks.paired_log_ratio(pa, pb, confidence)
+            ratio = Interval(math.exp(t.mean), math.exp(t.low), math.exp(t.high), confidence,
+                             f"{blocks.METHOD} ({t.n} blocks)", too_wide=t.high - t.low > math.log(WIDE_FACTOR))
+            direction = "differs" if higher_is_better is None else (
+                "better" if (t.mean > 0) == higher_is_better else "worse")
+            return Effect(ratio, f"{blocks.METHOD}, {t.n} blocks ({blocks.CITATION})", t.p_value,
+                          direction if t.p_value < SIGNIFICANCE else NO_DIFFERENCE, direction,
+                          detectable=math.expm1(t.detectable), needed=t.needed, paired=t.n)
     if positive:
         w = welch(np.log(xa), np.log(xb), confidence)
         ratio = Interval(estimate, math.exp(w.low), math.exp(w.high), confidence,
                          "Welch t interval on logs (ratio of geometric means)",
                          too_wide=w.high - w.low > math.log(WIDE_FACTOR))
         method, p = "Welch t on logs", w.p_value
+        sd_a, sd_b = float(np.log(xa).std(ddof=1)), float(np.log(xb).std(ddof=1))
     else:
         test = permutation_test(xa, xb, seed=seed)
         if min(len(xa), len(xb)) >= BOOTSTRAP_MIN_N:
@@ -146,8 +194,15 @@ def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None
         if math.comb(len(xa) + len(xb), len(xa)) <= EXACT_PERMUTATION_MAX and \
                 2.0 / math.comb(len(xa) + len(xb), len(xa)) >= SIGNIFICANCE:
             method += f" (cannot reach p < {SIGNIFICANCE} at {len(xa)}/{len(xb)} runs)"
+        # what it could detect, by the normal-theory approximation of the relative difference of means
+        scale = abs(float(xa.mean()))
+        sd_a, sd_b = float(xa.std(ddof=1)) / scale, float(xb.std(ddof=1)) / scale
     verdict = direction if p < SIGNIFICANCE else NO_DIFFERENCE
-    return Effect(ratio, method, p, verdict, direction)
+    se = math.sqrt(sd_a * sd_a / len(xa) + sd_b * sd_b / len(xb))
+    smallest = blocks.detectable(se, len(xa) + len(xb) - 2)
+    return Effect(ratio, method, p, verdict, direction,
+                  detectable=math.expm1(smallest) if math.isfinite(smallest) else None,
+                  needed=blocks.runs_needed(sd_a, sd_b))
 
 
 def same_setup(found: Effect) -> Effect:

@@ -30,7 +30,7 @@ from perflab.analysis.stats import (
 from perflab.collectors import COLLECTORS
 from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
 from perflab.model import Flag, fmt_factors, fmt_level, natural_key, without_label
-from perflab.report import figures, latency
+from perflab.report import effects_table, figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, applied, flatten, representative_run
 from perflab.section import Figure, RunGroup, Section, Table, Text
@@ -313,7 +313,7 @@ class ReportBuilder:
         of the Results), and the flags (failed, noisy or otherwise marked runs)."""
         d = self.data
         meta = d.spec.get("experiment", {}) if isinstance(d.spec.get("experiment"), dict) else {}
-        reps, order = meta.get("repetitions", 1), meta.get("order", "sequential")
+        reps = meta.get("repetitions", 1)
         varied = {f: levels for f, levels in d.factor_values.items() if len(levels) >= 2}
         if d.factor_values:
             items = "".join(
@@ -321,7 +321,8 @@ class ReportBuilder:
                 + (" (one level: fixed)" if len(levels) < 2 else "") + "</li>"
                 for f, levels in d.factor_values.items())
             what = (f"<p>Varied: {len(varied)} factor(s), {len(d.combinations)} combination(s) x {reps} "
-                    f"repetition(s), run in {h.esc(order)} order.</p><ul class=\"varied\">{items}</ul>")
+                    f"repetition(s), run in {h.esc(effects_table.design_words(d))}.</p>"
+                    f"<ul class=\"varied\">{items}</ul>")
         else:
             what = f"<p>Nothing varied: {reps} repetition(s) of one set-up.</p>"
         servers = self.server_names()
@@ -448,7 +449,8 @@ class ReportBuilder:
                         b = [d.values[r][name] for r in b_ids if name in d.values.get(r, {})]
                         if not a or not b:
                             continue
-                        found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"])
+                        found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"],
+                                               pairs=effects_table.pairs(d, a_ids, b_ids, name))
                         if found.verdict != effects.UNDEFINED and \
                                 len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and a_ids[0] in setup_of:
                             found = effects.same_setup(found)
@@ -456,8 +458,10 @@ class ReportBuilder:
                                     len(a), len(b)))
         # one report, many comparisons: Benjamini-Hochberg over all of them,
         # and no change called within the metric's noise floor
-        floors = self.noise_floors()
-        settled = effects.settle([row[5] for row in out], [floors.get(row[4]) for row in out])
+        floors = self.noise_floors()  # a paired comparison's: that of its blocks' mean ratio
+        settled = effects.settle([row[5] for row in out],
+                                 [effects_table.within_block_floor(d, row[4], row[5].paired) if row[5].paired
+                                  else floors.get(row[4]) for row in out])
         return [(*row[:5], found, *row[6:]) for row, found in zip(out, settled, strict=True)]
 
     def factor_effects(self) -> list[SectionHtml]:
@@ -503,6 +507,8 @@ class ReportBuilder:
                                    found.verdict, found.verdict)
                     if found.verdict == effects.NO_DIFFERENCE and ratio.too_wide:
                         verdict = "no significant change, and too few runs to rule one out"
+                    if found.verdict in (effects.NO_DIFFERENCE, effects.WITHIN_NOISE) and found.power_note():
+                        verdict += f" ({found.power_note()})"
                     answers.append(
                         f"{_short(factor)} = {fmt_level(level)} against {fmt_level(base)}"
                         + (f" (at {where})" if context else "")
@@ -551,6 +557,7 @@ class ReportBuilder:
                     f"combination of the other factors; {how}. better/worse follow the metric's direction. "
                     f"{effects.LEGEND}",
                 ))
+            + (h.note(effects_table.blocking_note(d, leads)) if d.blocks() else "")
             + h.note(f"{sum(1 for r in rows_found if r[5].tested)} comparisons were tested in this report; their "
                      "p-values are adjusted for the false discovery rate (Benjamini & Hochberg 1995) and a change "
                      f"is called where q < {SIGNIFICANCE} and the ratio is outside the metric's noise floor "
@@ -844,12 +851,14 @@ class ReportBuilder:
         parts = []
         combos = {c.index: c for c in d.combinations}
         for name, per_combo in sorted(by_name.items()):
-            unit = units[name]
+            # latency in ms, as every other table and the export say it (histograms hold µs)
+            scale, unit = (1e-3, "ms") if units[name] == "us" else (1.0, units[name])
             lines, rows = [], []
             try:
                 for index, blobs in sorted(per_combo.items()):
                     combo = combos[index]
                     values, count = latency.merged_percentiles(blobs, figures.SPECTRUM_PERCENTILES, encodings[name])
+                    values = [v * scale for v in values]
                     lines.append((combo.label(), figures.SPECTRUM_PERCENTILES, values))
                     at = dict(zip(figures.SPECTRUM_PERCENTILES, values, strict=True))
                     rows.append([index, combo.label(), len(blobs), count,
@@ -1208,8 +1217,8 @@ class ReportBuilder:
         parts.append("<h3>Versions</h3>" + h.table(["component", "version"], version_rows, css_class="kv"))
         parts.append(self.settings_tables(targets))
         seed = exp["seed"]
-        order = d.spec.get("experiment", {}).get("order", "sequential")
-        parts.append(h.note(f"Plan order: {order} (seed {seed}); factors: {', '.join(exp['factors']) or 'none'}."))
+        parts.append(h.note(f"Plan: {effects_table.design_words(d)} (seed {seed}); "
+                            f"factors: {', '.join(exp['factors']) or 'none'}."))
         parts.append(self.left_behind())
         return [("experiment", "Experiment", "".join(parts))]
 

@@ -241,6 +241,8 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
             verdict, why = INCONCLUSIVE, "within the noise floor"
         elif verdict == effects.NO_DIFFERENCE:
             verdict, why = INCONCLUSIVE, f"not significant: q >= {effects.SIGNIFICANCE}"
+            if e.power_note():  # what "no change" means: the change it could have seen
+                why += f"; {e.power_note()}"
         rows.append(Row(labels[key], metric, unit, len(va), len(vb), sum(va) / len(va), sum(vb) / len(vb),
                         e.ratio, e.method, e.p_value, verdict, e.q_value, floor.factor if floor else None, why))
     key_order = {label: i for i, label in enumerate(dict.fromkeys(r.combination for r in rows))}

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from perflab.analysis.blocks import blocks_of
 from perflab.analysis.stats import NoiseFloor, Summary, noise_floor, summarize
 from perflab.model import SETUP_IGNORES, fmt_factors, fmt_level, without_label
 from perflab.store import Store
@@ -137,6 +138,13 @@ class ReportData:
             groups.setdefault(key if key is not None else f"combination {combo.index}", []).append(combo)
         self.__dict__["_setups"] = list(groups.values())
         return list(groups.values())
+
+    def blocks(self) -> dict[int, int] | None:
+        """Run id -> block when the plan ran in blocks (analysis.blocks.blocks_of), else None."""
+        if "_blocks" not in self.__dict__:
+            self.__dict__["_blocks"] = blocks_of(self.runs)
+        found: dict[int, int] | None = self.__dict__["_blocks"]
+        return found
 
     def equivalent_levels(self) -> list[list[Combination]]:
         """Groups of two or more combinations that resolve to one set-up."""
