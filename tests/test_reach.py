@@ -132,7 +132,7 @@ def test_a_wrong_password_fails_check_and_run_before_anything_is_made(password_s
     refused(run_cli("check", none, check=False, env=NO_PASSWORD_ENV), "asks for a password", "PGPASSWORD")
     # The password is what mattered: given in PGPASSWORD, check passes and run runs.
     ok = run_cli("check", none, env={**NO_PASSWORD_ENV, "PGPASSWORD": RIGHT})
-    assert ok.stdout.startswith("ok: reach: 1 runs")
+    assert ok.stdout.startswith("ok: reach: 1 run ")
     run_cli("run", none, "--out", out, "--no-report", env={**NO_PASSWORD_ENV, "PGPASSWORD": RIGHT})
     status = sqlite3.connect(out / "perflab.sqlite").execute("SELECT status FROM run").fetchall()
     assert status == [("done",)]
