@@ -179,6 +179,8 @@ def _type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
         return str(schema["format"])
     if "const" in schema or "enum" in schema:
         values = schema.get("enum", [schema.get("const")])
+        if all(isinstance(v, bool) for v in values):
+            return "boolean"
         return "string" if all(isinstance(v, str) for v in values) else "value"
     kind = schema.get("type")
     if kind == "array":
