@@ -303,3 +303,32 @@ def test_probes_carry_rate_and_verdict_and_mix_entries_their_request(tmp_path: P
     hist = json.loads(_export(str(out), "--table", "histograms", "--format", "json").stdout)
     assert {(r["histogram"], r["request_method"], r["request_path"]) for r in hist} == {("latency.r2", "HEAD", "/b")}
     assert [r["value_ms"] for r in hist if r["run"] == 1] == [pytest.approx(0.9, rel=0.01)]
+
+
+def test_the_reports_latency_table_in_ms_is_the_exports_pooled_p99(levels_dir: Path, tmp_path: Path) -> None:
+    """The report's percentile table says ms, as every other table and the
+    export do, and its p99 of each combination is the one the exported
+    histograms give."""
+    import re
+    import shutil
+
+    from perflab.report import write_report
+    from perflab.units import format_number
+
+    out = tmp_path / "copy"
+    shutil.copytree(levels_dir, out)
+    html = write_report(out).read_text()
+    header = re.search(r"<th>p99 \((\w+)\)</th>", html)
+    assert header is not None and header.group(1) == "ms", "no p99 column in ms"
+    buckets = _parquet(levels_dir, "histograms", tmp_path).to_pylist()
+    for combo in {r["combination"] for r in buckets}:
+        counts: dict[float, int] = {}
+        for r in buckets:
+            if r["combination"] == combo:
+                counts[r["value_ms"]] = counts.get(r["value_ms"], 0) + r["count"]
+        need, running = max(1, int(0.99 * sum(counts.values()) + 0.5)), 0
+        for value in sorted(counts):
+            running += counts[value]
+            if running >= need:
+                break
+        assert f'<td class="num">{format_number(value)}</td>' in html, (combo, value)
