@@ -641,6 +641,13 @@ def _leaf_namer(raw: dict[str, Any], fpath: str) -> LeafNamer:
 
     def name(key: str, value: object) -> str | None:
         full = key if key == fpath else f"{fpath}.{key}"
+        if full == "target.kind" and isinstance(value, str) and value in TARGETS:
+            # a server kind by the server and the version it runs ("Apache 2.4.71"), where it says
+            try:
+                label = getattr(TARGETS.get(value), "server_label", None)
+            except ImportError:  # a kind whose library is missing: check says so
+                return None
+            return label() if callable(label) else None
         if full == "target.bin_dir" and kind == "mariadb" and isinstance(value, str):
             from perflab.targets.mariadb import version_label
 

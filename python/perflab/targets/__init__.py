@@ -32,6 +32,21 @@ TARGETS.register(
     "nginx from PATH, managed: configuration from target.settings, 127.0.0.1 on a free port",
 )
 TARGETS.register(
+    "apache",
+    "perflab.targets.apache:ApacheTarget",
+    "Apache httpd 2.4, managed: its own configuration from target.settings (mpm prefork, worker or event)",
+)
+TARGETS.register(
+    "lighttpd",
+    "perflab.targets.lighttpd:LighttpdTarget",
+    "lighttpd 1.4, managed: one process, one event loop, its own configuration from target.settings",
+)
+TARGETS.register(
+    "h2o",
+    "perflab.targets.h2o:H2oTarget",
+    "h2o 2.2, managed: num_threads event loops, its own YAML configuration from target.settings",
+)
+TARGETS.register(
     "process",
     "perflab.targets.process:ProcessTarget",
     "any web server started from a command line with {port} and {root}, ready when a URL answers",

@@ -184,6 +184,16 @@ class NginxTarget(ManagedWebServer[NginxSettings]):
         return self.workdir / "nginx.conf"
 
     @classmethod
+    def server_label(cls, binary: str | None = None) -> str | None:
+        """"nginx 1.22.1": the server and its version, as tables name a level of target.kind."""
+        from perflab.targets.packaged import version_label
+
+        try:
+            return version_label("nginx", find_nginx(binary))
+        except UserError:
+            return None
+
+    @classmethod
     def preflight(cls, settings: NginxSettings, base_dir: Path) -> list[tuple[str, str]]:
         problems = super().preflight(settings, base_dir)
         try:

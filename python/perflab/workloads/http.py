@@ -632,6 +632,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         section. From the store only."""
         from perflab.analysis import pivot
         from perflab.section import Section, Table, Text
+        from perflab.workloads import webstudy
 
         if not runs:
             return []
@@ -648,7 +649,10 @@ class HttpWorkload(Workload[HttpEndpoint]):
         by_bytes = any("throughput_mbps" in values.get(r["id"], {}) for r in done)
         unit, by = ("Mb/s", "throughput_mbps") if by_bytes else ("req/s", "req_per_s")
         sections = []
-        if done:
+        if done and by_bytes and webstudy.server_factors(config):
+            # the server is a factor: the study's Table 10 and Figure 12, a column and a line per server
+            sections += webstudy.sections(store, done, metric, data_set, config)
+        elif done:
             headers, rows = pivot.pivot(done, metric(by), data_set, config)
             if not data_set:
                 headers[0] = "data set" if by_bytes else "request mix"

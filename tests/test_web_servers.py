@@ -1,0 +1,248 @@
+"""The managed web servers beside nginx (apache, lighttpd, h2o), each from
+Debian's package and started by perflab on 127.0.0.1: every process runs as
+run_as (never root), serves the file set with no error, stops, and nothing
+is left after a SIGKILL of perflab; a misspelt setting, a port and a missing
+binary are refused at check (exit 2) naming the fix; and the server as a
+factor gives the study's Table 10 layout, a row per data set and a column
+per server. Traffic to 127.0.0.1 only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import _tempdir, cli_command
+from perflab import _engine
+from perflab.endpoints import HttpEndpoint
+from perflab.section import Figure, Table
+from perflab.targets import TARGETS
+from perflab.targets.serverproc import server_processes
+
+DIRS = 2  # about 10 MB
+BINARIES = {"apache": "apache2", "lighttpd": "lighttpd", "h2o": "h2o"}
+# (kind, settings): Apache under two of its MPMs, the others as they come
+SERVERS = [("apache", {"mpm": "prefork"}), ("apache", {"mpm": "event"}), ("lighttpd", {}),
+           ("h2o", {"num_threads": 2})]
+
+
+def installed(kind: str) -> bool:
+    return shutil.which(BINARIES[kind], path=os.environ.get("PATH", "") + ":/usr/sbin") is not None
+
+
+def needs(kind: str) -> Any:
+    return pytest.mark.skipif(not installed(kind), reason=f"{BINARIES[kind]} is not installed "
+                              f"(./dev setup installs it: apt-get install {BINARIES[kind]})")
+
+
+def server_params(servers: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    return [pytest.param(kind, settings, marks=needs(kind),
+                         id="-".join([kind, *map(str, settings.values())])) for kind, settings in servers]
+
+
+@pytest.fixture(scope="module")
+def cache() -> Iterator[Path]:
+    d = _tempdir("perflab-fileset-cache-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def root_set(cache: Path) -> Path:
+    return Path(_engine.fileset_prepare(str(cache), dirs=DIRS, seed=1, jobs=2).root)
+
+
+def _real_uid(pid: int) -> int:
+    """The uid of a live process: real, effective, saved and fs alike (/proc/PID/status)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("Uid:"))
+    uids = {int(u) for u in line.split()[1:]}
+    assert len(uids) == 1, line  # no way back to another user
+    return uids.pop()
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """The live processes under `pid` (children, theirs, ...), with their start times."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = _stat(int(entry.name))
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        fields = _stat(child)
+        if fields is not None:
+            found[child] = fields[19]
+            todo += children.get(child, [])
+    return found
+
+
+def alive(processes: dict[int, str]) -> list[int]:
+    """Those of `processes` (pid: start time) still alive, the same processes."""
+    return [pid for pid, start in processes.items() if (f := _stat(pid)) is not None and f[19] == start]
+
+
+@pytest.mark.parametrize(("kind", "options"), server_params(SERVERS))
+def test_each_server_serves_the_set_as_run_as_with_no_error_and_stops(kind, options, root_set, tmp_path) -> None:
+    cls = TARGETS.get(kind)
+    target = cls(cls.Settings.model_validate({"kind": kind, "settings": options}), tmp_path / "target")
+    token = None
+    try:
+        endpoint = target.provision()
+        assert isinstance(endpoint, HttpEndpoint) and endpoint.publish is not None
+        endpoint.publish(root_set)
+        token = target.token
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=4, threads=1,
+                               t0_ns=time.monotonic_ns(), transactions=100)
+        assert out.failed == 0 and out.transactions == 400, out.errors_by_kind
+        processes = target.processes()
+        assert processes
+        # every process of it, its master too, is run_as (nobody) when perflab is root; else perflab's user
+        owner = __import__("pwd").getpwnam("nobody").pw_uid if os.geteuid() == 0 else os.geteuid()
+        assert {_real_uid(p) for p in processes} == {owner}, processes
+        described = target.describe()
+        assert described["version"].split()[0] in ("Apache", "lighttpd", "h2o")
+        if kind == "apache":
+            assert described["settings"]["mpm"] == options["mpm"]
+        assert target.check_alive() is None
+    finally:
+        target.teardown()
+    assert token is not None and server_processes(token) == []
+
+
+def _experiment(workdir: Path, cache: Path, target: str, duration: str = "1s", extra: str = "") -> Path:
+    experiment = workdir / "e.toml"
+    experiment.write_text(textwrap.dedent(f"""
+        [experiment]
+        name = "web-servers"
+        order = "sequential"
+        [target]
+        {target}
+        [workload]
+        kind = "http"
+        clients = 4
+        duration = "{duration}"
+        warmup = "0s"
+        [workload.fileset]
+        size = "5MB"
+        cache_dir = "{cache}"
+        {extra}
+        [collect]
+    """))
+    return experiment
+
+
+@pytest.mark.parametrize(("kind", "options"), server_params(SERVERS[:1] + SERVERS[2:]))
+def test_nothing_is_left_after_a_sigkill_of_perflab(kind, options, workdir, cache) -> None:
+    inline = ", ".join(f'{k} = {v if isinstance(v, int) else chr(34) + v + chr(34)}' for k, v in options.items())
+    experiment = _experiment(workdir, cache, f'kind = "{kind}"\nsettings = {{ {inline} }}', duration="60s")
+    run = subprocess.Popen(cli_command("run", experiment, "--out", workdir / "out", "--quiet", "--no-report"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "PERFLAB_STATE_DIR": str(workdir / "state")})
+    servers: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 90
+        while not servers:
+            assert time.monotonic() < deadline and run.poll() is None, "the server never started"
+            time.sleep(0.1)
+            servers = {p: s for p, s in descendants(run.pid).items()
+                       if BINARIES[kind].encode() in Path(f"/proc/{p}/cmdline").read_bytes()}
+        time.sleep(1.0)  # serving
+        # its workers too, not perflab's guardian
+        servers = {p: s for p, s in descendants(run.pid).items()
+                   if p in servers or b"perflab.guardian" not in Path(f"/proc/{p}/cmdline").read_bytes()}
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        # perflab's guardian, which outlives it, ends every one of the server's processes
+        deadline = time.monotonic() + 60
+        while alive(servers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert alive(servers) == []
+    finally:
+        if run.poll() is None:
+            run.kill()
+        for pid in alive(servers):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize(("kind", "typo"), [pytest.param("apache", "mpn", marks=needs("apache")),
+                                            pytest.param("lighttpd", "port", marks=needs("lighttpd")),
+                                            pytest.param("h2o", "num_thread", marks=needs("h2o"))])
+def test_a_misspelt_setting_or_a_port_is_refused_at_check(kind, typo, workdir, cache, run_cli) -> None:
+    experiment = _experiment(workdir, cache, f'kind = "{kind}"\nsettings = {{ {typo} = 80 }}')
+    proc = run_cli("check", experiment, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"target.settings.{typo}" in proc.stderr and "allowed:" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=needs(k)) for k in BINARIES])
+def test_a_missing_binary_exits_2_naming_the_package(kind, workdir, cache, run_cli) -> None:
+    missing = workdir / f"no-{BINARIES[kind]}"
+    experiment = _experiment(workdir, cache, f'kind = "{kind}"\nbinary = "{missing}"')
+    proc = run_cli("check", experiment, check=False)
+    assert proc.returncode == 2 and "target.binary" in proc.stderr, proc.stderr
+    assert f"apt-get install {BINARIES[kind]}" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli("run", experiment, "--out", workdir / "out", check=False)
+    assert proc.returncode == 2 and f"apt-get install {BINARIES[kind]}" in proc.stderr, proc.stderr
+
+
+@needs("apache")
+@needs("lighttpd")
+def test_server_kinds_as_a_factor_are_labelled_by_server_and_version(workdir, cache) -> None:
+    from perflab.spec import load
+
+    experiment = _experiment(workdir, cache, 'kind = "nginx"', extra=textwrap.dedent("""
+        [factors]
+        "target.kind" = ["apache", "lighttpd"]
+    """))
+    labels = [level["label"] for level in load(experiment).factors["target.kind"]]
+    assert labels[0].startswith("Apache 2.") and labels[1].startswith("lighttpd 1."), labels
+
+
+@needs("apache")
+@needs("lighttpd")
+def test_two_servers_by_two_data_sets_give_table_10(workdir, cache, run_cli) -> None:
+    from perflab.store import Store
+    from perflab.workloads.http import HttpWorkload
+
+    experiment = _experiment(workdir, cache, 'kind = "nginx"', extra=textwrap.dedent("""
+        [factors]
+        "workload.fileset.size" = ["5MB", "10MB"]
+        "target" = [{ kind = "lighttpd" }, { kind = "apache", settings = { mpm = "prefork" } }]
+    """))
+    run_cli("run", experiment, "--out", workdir / "out", "--no-report")
+    store = Store.open(workdir / "out", write=False)
+    runs = store.runs()
+    assert [r["status"] for r in runs] == ["done"] * 4
+    [headline] = [s for s in HttpWorkload.report_sections(store, runs) if s.headline]
+    tables = [b for b in headline.blocks if isinstance(b, Table)]
+    throughput, *profiles = tables
+    assert throughput.headers[0] == "data set" and len(throughput.headers) == 3
+    assert throughput.headers[1].startswith("lighttpd 1.") and throughput.headers[2].startswith("Apache 2.")
+    assert "prefork" in throughput.headers[2] and "=" not in throughput.headers[1]  # not target=...
+    assert [row[0] for row in throughput.rows] == ["5MB", "10MB"]
+    assert all(cell != "–" for row in throughput.rows for cell in row[1:])
+    assert len(profiles) == 2  # one per data set
+    for table in profiles:
+        assert table.headers[1:] == throughput.headers[1:]
+        assert [row[0] for row in table.rows] == ["5%", "median", "95%", "mean"]
+        assert all(cell != "–" for row in table.rows for cell in row[1:])
+    assert [b.name for b in headline.blocks if isinstance(b, Figure)] == ["http-latency-cdf-by-server"]
