@@ -209,7 +209,7 @@ def test_bad_paths_are_404_bad_parameters_400_and_no_file_outside_dir_is_served(
             assert b"SQLite format" not in body and b"secret" not in body
         for path in ("/api/series", "/api/series?run=x", "/api/series?run=1&points=1",
                      "/api/series?run=1&points=99999999", "/api/series?run=1&run=2", "/api/events?after=-1",
-                     "/api/series?run=1.5"):
+                     "/api/series?run=1.5", "/api/series?run=1&window=0"):
             status, body, _ = served.get(path)
             assert status == 400, (path, status)
             assert "error" in json.loads(body)
@@ -333,6 +333,11 @@ def test_a_store_gaining_rows_is_read_as_it_grows(tmp_path: Path) -> None:
                     assert s["tpcb.tps"]["last"] == [float(second), 100.0 + second]
                     assert max(s["tpcb.tps"]["max"]) == 100.0 + second
             assert seen == [10, 20, 30]
+            # the rate within the run, per window (here 10 s), with its trend (analysis.degradation.within_run)
+            windows = served.json("/api/series?run=1&points=20&window=10")["series"]["tpcb.tps"]["windows"]
+            assert windows["means"] == [105.5, 115.5, 125.5] and windows["starts"] == [1.0, 11.0, 21.0]
+            assert windows["verdict"].startswith("changes within the run")  # no figure says which way is worse
+            assert "windows" not in served.json("/api/series?run=1")["series"].get("vmstat.us_pct", {})
             store.add_event(1, kind="stall", message='a "quoted" <b>event</b>')
             events = served.json("/api/events?after=0")["events"]
             assert [e["kind"] for e in events][-1] == "stall"

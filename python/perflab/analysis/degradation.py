@@ -259,3 +259,108 @@ def _verdict(d: Degradation, significance: float) -> str:
     if not parts:
         return f"no significant change (trend p={d.trend.p_value:.3g}; no change point at p<{significance})"
     return "; ".join(parts)
+
+
+# --------------------------------------------------------------------- within a run
+
+# A durability run lasts days: its rate per hour of the run, and a trend over
+# those hours, says whether it slowed within itself.
+WINDOW_S = 3600.0
+MIN_WINDOWS = 3
+
+
+@dataclass(frozen=True)
+class WithinRun:
+    """A series' mean over each whole window of one run, in order, each one's
+    change from the first, and a trend over them."""
+
+    window_s: float
+    starts: list[float]  # each window's start on the run's clock (s)
+    means: list[float]  # NaN: a window with no value in it
+    change_pct: list[float]
+    trend: Trend | None  # slope per window; None below MIN_WINDOWS windows with a value
+    verdict: str
+    autocorrelation: float = math.nan  # lag-1, of the trend's residuals
+
+
+def _trend_with_autocorrelation(y: np.ndarray, x: np.ndarray, confidence: float) -> tuple[Trend, float]:
+    """OLS slope whose interval allows for lag-1 autocorrelated residuals, as
+    the hours of one run are (a slow hour is often followed by another): the
+    effective sample size n (1 - r1) / (1 + r1) sets the standard error and
+    the degrees of freedom (Santer et al. 2000, "Statistical significance of
+    trends and trend differences in layer-average atmospheric temperature
+    time series", JGR 105(D6):7337, eq. 6). Undefined (NaN interval) when
+    fewer than three effective values are left."""
+    plain = ols_trend(y.tolist(), x.tolist(), confidence)
+    n = len(y)
+    residuals = y - (plain.intercept + plain.slope * x)
+    ss = float((residuals**2).sum())
+    r1 = float((residuals[:-1] * residuals[1:]).sum()) / ss if ss > 0 else 0.0
+    n_eff = n * (1.0 - r1) / (1.0 + r1) if r1 > 0 else float(n)
+    method = "OLS slope per window, Student t interval on the effective sample size for lag-1 autocorrelation " \
+             "(Santer et al. 2000)"
+    if n_eff <= 2.0 or ss == 0:
+        if ss == 0:  # a straight line: the slope is exact
+            return Trend(plain.slope, plain.intercept, plain.slope, plain.slope,
+                         0.0 if plain.slope != 0 else 1.0, confidence, n, method), r1
+        return Trend(plain.slope, plain.intercept, math.nan, math.nan, math.nan, confidence, n, method), r1
+    sxx = float(((x - x.mean()) ** 2).sum())
+    df = n_eff - 2.0
+    se = math.sqrt(ss / df / sxx)
+    half = t_ppf((1.0 + confidence) / 2.0, df) * se
+    p = 2.0 * (1.0 - t_cdf(abs(plain.slope / se), df))
+    return Trend(plain.slope, plain.intercept, plain.slope - half, plain.slope + half, p, confidence, n, method), r1
+
+
+def within_run(t: Sequence[float] | np.ndarray, values: Sequence[float | None] | np.ndarray,
+               higher_is_better: bool | None,
+               window_s: float = WINDOW_S, confidence: float = CONFIDENCE) -> WithinRun:
+    """The series (t, values in time order, e.g. a run's per-second rate) cut
+    into whole windows of `window_s` from its first sample (a last window the
+    run did not fill is left out: a part of an hour is no hour), each
+    window's mean (missing values count in none), and a trend over the
+    windows with a verdict that says whether the run slowed within itself."""
+    if window_s <= 0:
+        raise ValueError("window_s must be positive")
+    ts = np.asarray(t, dtype=float)
+    vs = np.asarray(values, dtype=float)
+    if len(ts) == 0:
+        return WithinRun(window_s, [], [], [], None, "no values")
+    step = float(np.median(np.diff(ts))) if len(ts) > 1 else 0.0
+    whole = int((ts[-1] - ts[0] + step) // window_s)
+    index = ((ts - ts[0]) // window_s).astype(np.int64)
+    keep = np.isfinite(vs) & (index < whole)
+    sums = np.bincount(index[keep], weights=vs[keep], minlength=whole)[:whole]
+    counts = np.bincount(index[keep], minlength=whole)[:whole]
+    means = [float(s / c) if c else math.nan for s, c in zip(sums, counts, strict=True)]
+    starts = [float(ts[0] + k * window_s) for k in range(whole)]
+    change = change_from_first_pct(means) if means and math.isfinite(means[0]) else [math.nan] * len(means)
+    have = [k for k, m in enumerate(means) if math.isfinite(m)]
+    span = _window_words(window_s)
+    if len(have) < MIN_WINDOWS:
+        return WithinRun(window_s, starts, means, change, None,
+                         f"{len(have)} whole {span} window(s) with values; a trend within the run needs {MIN_WINDOWS}")
+    trend, r1 = _trend_with_autocorrelation(np.asarray([means[k] for k in have]),
+                                            np.asarray([k + 1.0 for k in have]), confidence)
+    first = means[have[0]]
+    per_window = trend.slope / abs(first) * 100.0 if first else math.nan
+    if not math.isfinite(trend.slope_low):
+        verdict = (f"no trend test: the {len(have)} {span} windows are too autocorrelated "
+                   f"(lag-1 r = {r1:.2f}) to leave three independent values")
+    elif trend.significant:
+        worse = _worse(trend.slope, higher_is_better)
+        word = {True: "degrades", False: "improves", None: "changes"}[worse]
+        verdict = (f"{word} within the run: {per_window:+.2f}% of the first window's mean per {span} "
+                   f"(slope CI excludes 0, p={trend.p_value:.3g}, {len(have)} windows)")
+    else:
+        verdict = (f"no significant trend within the run over {len(have)} {span} windows "
+                   f"({per_window:+.2f}% per {span}, p={trend.p_value:.3g})")
+    return WithinRun(window_s, starts, means, change, trend, verdict, r1)
+
+
+def _window_words(window_s: float) -> str:
+    if window_s % 3600 == 0:
+        return "hour" if window_s == 3600 else f"{window_s / 3600:g}-hour"
+    if window_s % 60 == 0:
+        return "minute" if window_s == 60 else f"{window_s / 60:g}-minute"
+    return f"{window_s:g}-s"

@@ -8,7 +8,7 @@ unless told `--bind ADDRESS`; then every path must begin with a random token
 printed at start (/TOKEN/...). On loopback the Host header must name
 loopback, so that a web page elsewhere cannot read it by rebinding a name.
 
-Paths: / (the page), /api/state, /api/series?run=N&points=K,
+Paths: / (the page), /api/state, /api/series?run=N&points=K&window=SECONDS,
 /api/events?after=ID[&run=N], /metrics (openmetrics.py), and the report
 when one was written (/report.html, /figures/NAME), opened without following
 a link. Anything else is 404; a bad parameter is 400.
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from perflab.analysis.degradation import WINDOW_S
 from perflab.errors import UserError
 from perflab.serve.openmetrics import CONTENT_TYPE
 from perflab.serve.page import PAGE
@@ -122,7 +123,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/api/series":
             run = parse_int(params, "run", low=1, high=2**62)
             points = parse_int(params, "points", DEFAULT_POINTS, low=10, high=MAX_POINTS)
-            self.reply(HTTPStatus.OK, view.series(run, points))
+            window = parse_int(params, "window", int(WINDOW_S), low=1, high=7 * 86400)
+            self.reply(HTTPStatus.OK, view.series(run, points, float(window)))
         elif path == "/api/events":
             after = parse_int(params, "after", 0, low=0, high=2**62)
             run_id = parse_int(params, "run", low=1, high=2**62) if "run" in params else None

@@ -36,7 +36,8 @@ svg text { font-size: 10px; fill: #555; }
 <div id="status" class="muted">loading…</div>
 </header>
 <section id="plan"><h2>Plan</h2><div class="scroll"><table id="runs"><thead></thead><tbody></tbody></table></div></section>
-<section id="live"><h2 id="live-title">Run</h2><div class="big" id="now"></div><div class="figs" id="driver-figs"></div></section>
+<section id="live"><h2 id="live-title">Run</h2><div class="big" id="now"></div><div class="figs" id="driver-figs"></div>
+<div id="within"></div></section>
 <section id="os"><h2>OS figures (vmstat, as OSDL drew them)</h2><div class="figs" id="os-figs"></div></section>
 <section id="events"><h2>Events and flags</h2><div class="scroll"><table id="event-table">
 <thead><tr><th>run</th><th class="num">t (s)</th><th>at</th><th>kind</th><th>message</th></tr></thead><tbody></tbody></table></div></section>
@@ -44,6 +45,8 @@ svg text { font-size: 10px; fill: #555; }
 <script>
 "use strict";
 const POLL_MS = 2000;
+const WINDOW = new URLSearchParams(location.search).get("window");  // seconds per within-run window (default an hour)
+const seriesURL = (run, points) => `api/series?run=${run}&points=${points}` + (WINDOW ? `&window=${encodeURIComponent(WINDOW)}` : "");
 let state = null, selected = null, followCurrent = true, lastEvent = 0, updates = 0;
 const esc = s => String(s ?? "").replace(/[&<>"']/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 function fmt(v, digits = 4) {
@@ -145,6 +148,14 @@ function renderSeries(data) {
     '<p class="muted">No per-second figures for this run yet.</p>';
   document.getElementById("driver-figs").innerHTML = shown.map(([what, x]) =>
     chart(`${what}: ${x.source}.${x.name}`, x.name.endsWith("_ms") ? "ms" : "per second", [{...x, label: x.name}])).join("");
+  const w = rate && rate.windows;
+  document.getElementById("within").innerHTML = !w ? "" :
+    `<h3>${esc(rate.name)} within the run, per ${fmt(w.window_s / 60, 4)}-minute window</h3>` +
+    `<p class="verdict ${w.slope && w.verdict.startsWith("degrades") ? "warn" : "muted"}">${esc(w.verdict)}</p>` +
+    (w.means.length ? `<div class="scroll"><table><thead><tr><th class=num>window from (h)</th><th class=num>mean</th>` +
+      `<th class=num>change from first</th></tr></thead><tbody>` + w.means.map((m, i) =>
+      `<tr><td class=num>${fmt(w.starts[i] / 3600, 4)}</td><td class=num>${fmt(m)}</td><td class=num>${pct(w.change_pct[i])}</td></tr>`).join("") +
+      "</tbody></table></div>" : "");
   const os = n => s["vmstat." + n];
   const group = (title, unit, names, divisor) => {
     const lines = names.map(([n, label, colour]) => os(n) && {...os(n), label, colour}).filter(Boolean);
@@ -176,7 +187,7 @@ async function refresh() {
     renderEvents(await getJSON("api/events?after=" + lastEvent));
     if (selected !== null) {
       const points = Math.max(50, Math.min(2000, Math.floor(window.innerWidth / 2)));
-      renderSeries(await getJSON(`api/series?run=${selected}&points=${points}`));
+      renderSeries(await getJSON(seriesURL(selected, points)));
     }
     document.documentElement.dataset.updates = String(++updates);
   } catch (e) {
@@ -190,7 +201,7 @@ document.querySelector("#runs tbody").addEventListener("click", ev => {
   selected = Number(tr.dataset.run);
   followCurrent = selected === (state && state.current);
   renderState(state);
-  getJSON(`api/series?run=${selected}&points=600`).then(renderSeries).catch(() => {});
+  getJSON(seriesURL(selected, 600)).then(renderSeries).catch(() => {});
 });
 refresh();
 </script>

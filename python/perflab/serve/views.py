@@ -212,15 +212,18 @@ class StoreView:
 
     # ------------------------------------------------------------ series
 
-    def series(self, run_id: int, points: int) -> dict[str, Any]:
+    def series(self, run_id: int, points: int, window_s: float = degradation.WINDOW_S) -> dict[str, Any]:
         """Every series of a run, decimated to `points` buckets, and each one's
         latest value: the driver's (rate, p99, errors) apart from the
-        collectors', and OSDL's vmstat figures named."""
+        collectors', and OSDL's vmstat figures named. Each of the driver's
+        also in whole windows of `window_s` with a trend over them
+        (analysis.degradation.within_run): did the run slow within itself."""
         with self.connect() as store:
             row = store.conn.execute("SELECT status, attempts, started_at FROM run WHERE id=?", (run_id,)).fetchone()
             if row is None:
                 raise NotFound(f"no run {run_id}")
             rows = self._run_rows(store, run_id, (row["status"], row["attempts"], row["started_at"]))
+            metrics = self.data(store).metrics
         collectors = set(COLLECTORS.names())
         out: dict[str, Any] = {}
         for (source, name), values in sorted(rows.items()):
@@ -232,6 +235,17 @@ class StoreView:
                 "last": [float(values[-1, 0]), float(values[-1, 1])] if len(values) else None,
                 "samples": len(values),
             }
+            if source not in collectors:
+                # which way is worse: the run's figure of the same name says, if it has one
+                info = metrics.get(name)
+                w = degradation.within_run(values[:, 0], values[:, 1], info.higher_is_better if info else None,
+                                           window_s)
+                out[f"{source}.{name}"]["windows"] = {
+                    "window_s": w.window_s, "starts": w.starts, "means": w.means, "change_pct": w.change_pct,
+                    "slope": None if w.trend is None else [w.trend.slope, w.trend.slope_low, w.trend.slope_high,
+                                                           w.trend.p_value],
+                    "method": None if w.trend is None else w.trend.method, "verdict": w.verdict,
+                }
         return finite({"run": run_id, "status": row["status"], "points": points, "series": out,
                        "os": [f"{OS_SOURCE}.{n}" for n in OS_SERIES if f"{OS_SOURCE}.{n}" in out]})
 
