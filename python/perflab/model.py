@@ -320,6 +320,10 @@ class Flag(str, Enum):
     # The driver ran in a network namespace over a shaped veth link
     # (driver.network): its latency includes the link's delay.
     SHAPED_LINK = "shaped-link"
+    # The run's per-second rate never settled: MSER-5 put the end of its
+    # warm-up in the second half of the measured window
+    # (analysis.steady; workloads/harness.steady_window).
+    NO_STEADY_STATE = "no-steady-state"
     # A closed-loop run had a second with no completions, or throughput below
     # a tenth of its median for more than a second (workloads/stalls.py):
     # its percentiles cannot show that; its events say where.

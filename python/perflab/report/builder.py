@@ -725,6 +725,13 @@ class ReportBuilder:
             notes.append(h.note(
                 "; ".join(f"{m}: {MARK_MEANING[m]}" for m in marked) + ". The Experiment history section lists "
                 "every attempt and what it changed in the data.", "warn"))
+        if Flag.NO_STEADY_STATE in flags:
+            notes.append(h.note(
+                "no-steady-state: the run's per-second rate had not settled by half its measured window (MSER-5, "
+                "White 1997, on batch means of 5 seconds: the truncation that minimises the standard error of what "
+                "is left lay in the second half). Its figures include a warm-up still under way: give it a longer "
+                "warm-up or duration. Each harness run stores where its rate settled (steady_start_s) and a "
+                "steady-state event.", "warn"))
         if Flag.LOOP_BACKED in flags:
             notes.append(h.note(
                 "loop-backed: the server's data or WAL was on a scratch filesystem over a loop device, a file "

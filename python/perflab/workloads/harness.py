@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from perflab import _engine
+from perflab.analysis import steady
 from perflab.context import RunContext
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, Histogram, RunResult
@@ -170,6 +171,28 @@ def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, c
         result.flags.append(Flag.LOST_CONNECTIONS)
     if out.client_bound:
         result.flags.append(Flag.CLIENT_BOUND)
+    steady_window(result, out.series)
+
+
+def steady_window(result: RunResult, seconds: list[_engine.Interval]) -> None:
+    """Where the run's per-second rate settled after the configured warm-up
+    (the minimum), by MSER-5 (analysis.steady): stored as `steady_start_s`
+    (seconds after the warm-up's end) and a "steady-state" event at that
+    time; a rate that had not settled by half the measured window flags the
+    run no-steady-state. Nothing with fewer than 20 measured seconds. The
+    run's figures stay those of the whole measured window."""
+    measured = [iv for iv in seconds if not iv.warmup]
+    found = steady.steady_state([iv.t_s for iv in measured], [iv.tps for iv in measured])
+    if found is None:
+        return
+    after = max(0.0, found.start_s - measured[0].t_s)
+    result.add_metric("steady_start_s", after, "s", f"where the per-second rate settled, after the warm-up "
+                      f"({found.method})")
+    said = (f"steady from {after:g} s after the warm-up ({found.method})" if found.reached else
+            f"no steady state: {found.method} puts the end of the warm-up in the second half of the window")
+    result.events.append(Event(found.start_s, "steady-state", said))
+    if not found.reached:
+        result.flags.append(Flag.NO_STEADY_STATE)
 
 
 def ms(us: float) -> float:
