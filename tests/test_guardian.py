@@ -214,7 +214,10 @@ def test_a_journal_whose_perflab_and_guardian_were_killed_is_undone_by_the_next_
     assert "restored" not in again.stderr
 
 
-def test_resume_finds_the_journal_in_its_output_directory(workdir: Path) -> None:
+def test_resume_reports_the_journal_in_its_output_directory_and_never_acts_on_it(workdir: Path) -> None:
+    """The copy in an output directory is evidence, not an order (issue 50):
+    with the state directory's journal lost (a reboot cleared /run), resume
+    says what the copy lists and undoes none of it."""
     state, out, made = _kill_after_journaling(workdir, "both")
     for f in state.glob("journal-*.json"):  # the state directory was lost (a reboot cleared /run)
         f.unlink()
@@ -225,8 +228,8 @@ def test_resume_finds_the_journal_in_its_output_directory(workdir: Path) -> None
         said = recover_orphans(out)
     finally:
         del os.environ["PERFLAB_STATE_DIR"]
-    assert len(said) == 1 and "restored 1 of 1" in said[0]
-    assert not made.exists() and not (out / "host-journal.json").exists()
+    assert len(said) == 1 and str(out / "host-journal.json") in said[0] and "restored" not in said[0]
+    assert made.is_dir() and (out / "host-journal.json").exists()
 
 
 def test_a_guardian_that_did_its_work_deletes_the_journal_files(workdir: Path) -> None:

@@ -182,7 +182,7 @@ def test_the_process_target_runs_any_server_from_a_command_line_and_stops_it(roo
         assert out.failed == 0 and out.transactions == 40, out.errors_by_kind
     finally:
         target.teardown()
-    assert server_processes(token, str(tmp_path / "target")) == []
+    assert server_processes(token) == [] and nginx_pids(str(tmp_path / "target")) == []
 
 
 def _uid(pid: int) -> int:
@@ -244,7 +244,7 @@ def test_no_server_process_that_answers_requests_runs_as_root(kind, tmp_path) ->
             assert processes and all(_uid(p) == nobody for p in processes), processes
     finally:
         target.teardown()
-    assert token is not None and server_processes(token, str(tmp_path / "target")) == []
+    assert token is not None and server_processes(token) == [] and nginx_pids(str(tmp_path / "target")) == []
     assert not home.exists()
     assert (source / "dir00000" / "class1_0").is_file()  # the cache is left as it was
 
@@ -282,7 +282,7 @@ def test_a_managed_nginx_runs_inside_its_memory_limit(root_set, tmp_path) -> Non
         token, cgroup = target.token, target.cgroup
     finally:
         target.teardown()
-    assert token is not None and server_processes(token, str(tmp_path / "target")) == []
+    assert token is not None and server_processes(token) == [] and nginx_pids(str(tmp_path / "target")) == []
     assert all(not d.exists() for d in cgroup.directories())
 
 

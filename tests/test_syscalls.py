@@ -357,16 +357,17 @@ def test_no_tracer_left_after_ctrl_c_or_sigkill(workdir: Path, sig: int) -> None
 
 
 def test_journal_kind_kill_process_is_known() -> None:
-    from perflab.guardian import UNDO, kill_process
+    from perflab.guardian import TOKEN_VAR, UNDO, kill_process, new_token
 
     assert UNDO["kill-process"] is kill_process
     # a process that is not the journaled one (start time differs) is left alone
-    proc = subprocess.Popen(["sleep", "30"])
+    token = new_token()
+    proc = subprocess.Popen(["sleep", "30"], env={**os.environ, TOKEN_VAR: token})
     try:
-        kill_process({"pid": proc.pid, "start": "0"})
+        kill_process({"pid": proc.pid, "start": "0", "token": token})
         assert proc.poll() is None
         start = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-        kill_process({"pid": proc.pid, "start": start})
+        kill_process({"pid": proc.pid, "start": start, "token": token})
         assert proc.wait(timeout=5) == -signal.SIGKILL
     finally:
         if proc.poll() is None:

@@ -8,8 +8,10 @@ filesystem's backing file, a DuckDB file perflab created: `Target.data_locations
 and `discard_data`, which never touch what perflab did not make). The
 results (the store, the runs' files, the report) stay.
 
-The experiment's writer lock is taken first: the experiment must not be
-running. The targets are reached with the settings of the experiment file,
+The output directory and its store must be this user's own (`own_output_dir`,
+for `resume` too): a results directory from anyone else is read (`show`,
+`report`), never acted on. The experiment's writer lock is taken first: the
+experiment must not be running. The targets are reached with the settings of the experiment file,
 as `resume` reaches them: a password the store masked is taken from the
 original file while it is unchanged, or else from PGPASSWORD or ~/.pgpass.
 """
@@ -17,6 +19,8 @@ original file while it is unchanged, or else from PGPASSWORD or ~/.pgpass.
 from __future__ import annotations
 
 import hashlib
+import os
+import pwd
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +30,7 @@ from perflab import plan as plan_mod
 from perflab import spec as spec_mod
 from perflab.errors import UserError
 from perflab.secrets import MASK, mask_secrets
-from perflab.store import Store
+from perflab.store import STORE_NAME, Store
 from perflab.targets import TARGETS
 from perflab.targets.base import Target
 from perflab.targets.confine import Owner, format_bytes
@@ -71,6 +75,42 @@ def _experiment_text(store: Store) -> str:
     return _MASKED_URI.sub(r"\1@", _MASKED_KV.sub("", text))
 
 
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refuse_foreign(out_dir: Path, command: str) -> None:
+    """A UserError when the output directory or its store is not this user's
+    own (or the store is a link): `command` acts only on results of its own."""
+    me = os.geteuid()
+    for path in (out_dir, out_dir / STORE_NAME):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue  # none: Store.open says so
+        why = ("is a symbolic link" if path != out_dir and os.path.islink(path)
+               else f"is owned by {_user(st.st_uid)}" if st.st_uid != me else None)
+        if why is not None:
+            raise UserError(
+                f"{path} {why}, not by this user, {_user(me)}: `perflab {command}` acts only on an output "
+                "directory and a store of its own user's (what perflab recorded there decides what it removes, "
+                "stops and undoes); nothing was changed",
+                f"run `perflab {command}` as its owner, or read it with `perflab show` and `perflab report`")
+
+
+def own_output_dir(out_dir: Path, command: str) -> Path:
+    """`out_dir`, absolute, once checked for `resume` and `clean`: this user's
+    own, holding a store of this user's that perflab reads (Store.open's
+    checks). A UserError (exit 2) otherwise, before anything is undone."""
+    path = Path(out_dir).resolve()
+    _refuse_foreign(path, command)
+    Store.open(path).close()
+    return path
+
+
 def _target_dir(out_dir: Path, kind: str, identity: str) -> Path:
     """Where the runner keeps a target's files (Runner._target_dir)."""
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
@@ -81,6 +121,7 @@ def prepare(out_dir: Path) -> Cleanup:
     """What `perflab clean` would remove, found without changing anything;
     the experiment's writer lock is held from here (a running experiment is a
     UserError)."""
+    _refuse_foreign(Path(out_dir).resolve(), "clean")
     store = Store.open(Path(out_dir).resolve())
     try:
         store.lock()

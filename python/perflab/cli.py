@@ -576,9 +576,20 @@ RECOVERING = {"run", "check", "resume", "clean"}
 
 
 def _recover(args: argparse.Namespace) -> None:
+    """Undo what killed perflabs left journaled in the state directory (the
+    guardian's journals: a copy in an output directory is only reported).
+    `resume` and `clean` first check their output directory (this user's,
+    with a store of this user's that perflab reads: else exit 2, nothing
+    undone); `clean` undoes nothing without --yes."""
     from perflab.guardian import recover_orphans
 
-    out_dir = Path(args.dir).resolve() if args.command in ("resume", "clean") else None
+    out_dir = None
+    if args.command in ("resume", "clean"):
+        from perflab.clean import own_output_dir
+
+        out_dir = own_output_dir(args.dir, args.command)
+        if args.command == "clean" and not args.yes:
+            return
     for line in recover_orphans(out_dir):
         print(f"perflab: {line}", file=sys.stderr)
 

@@ -29,19 +29,32 @@ process in the state directory (`state_dir()`), and a copy in the output
 directory of the experiment it serves (`bind`). The guardian deletes both
 once it has undone everything; a clean exit deletes them. A file whose owner
 and guardian are both gone is therefore work left undone: any later perflab
-start (`recover_orphans`, from `run`, `resume` and `check`) undoes it and
-says what it undid.
+start (`recover_orphans`, from `run`, `resume`, `check` and `clean --yes`)
+undoes it and says what it undid.
+
+A journal is evidence, not an order (OpenSSH's StrictModes): a file is acted
+on only in the state directory, and only when the directory and the file are
+this user's own, real (no symbolic link) and writable by no one else. The copy
+in an output directory is never acted on: it says what a killed perflab left,
+and is deleted once the state directory's journal it copies has been undone.
+Each undo acts only on what perflab could have made: `remove-dir` a directory
+named perflab-* (never through a link), `kill-process` a process that carries
+the token perflab gave it (`TOKEN_VAR` in its environment), and each module's
+own kinds likewise (a `host-file` only under /proc/sys and /sys).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import importlib
 import json
 import os
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -52,7 +65,8 @@ from typing import IO, Any
 
 # /proc's one reader (perflab.proc): pid_alive and start_time are imported
 # from here by those that journal a process.
-from perflab.proc import cmdline, pid_alive, start_time
+from perflab.errors import UserError
+from perflab.proc import cmdline, environ_has, pid_alive, start_time
 
 # At a normal exit, how long to wait for the guardian to undo what is left
 # (a server's shutdown) before leaving it to finish on its own.
@@ -68,21 +82,64 @@ def register_undo(kind: str, undo: Callable[[dict[str, Any]], None]) -> None:
     UNDO[kind] = undo
 
 
+# The environment variable that marks a process perflab started (its value a
+# token perflab journals): a server's whole tree inherits it, a tracer carries it.
+TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
+MADE_PREFIX = "perflab-"  # the name of every directory perflab makes outside an output directory
+
+
+def made_dir_problem(path: str) -> str | None:
+    """Why `path` cannot be a directory perflab made (None: it can): an
+    absolute, normal path named perflab-*, a real directory (not a link)."""
+    if not os.path.isabs(path) or os.path.normpath(path) != path or not os.path.basename(path).startswith(MADE_PREFIX):
+        return f"{path!r} is not an absolute path named {MADE_PREFIX}*"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "gone"
+    return None if stat.S_ISDIR(st.st_mode) else "not a directory (a link, a file)"
+
+
 def remove_dir(args: dict[str, Any]) -> None:
-    shutil.rmtree(args["path"], ignore_errors=True)
+    """Remove a directory perflab made: one named perflab-*, never through a link."""
+    path = args.get("path")
+    if isinstance(path, str) and made_dir_problem(path) is None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-register_undo("remove-dir", remove_dir)  # a directory perflab made: remove it
+register_undo("remove-dir", remove_dir)  # a directory perflab made (named perflab-*): remove it
 
+
+
+def new_token() -> str:
+    """A token for a process perflab starts: put it in the process's
+    environment as TOKEN_VAR and journal it with the process."""
+    return secrets.token_hex(8)
+
+
+def started_by_perflab(pid: int, start: Any, token: Any) -> bool:
+    """`pid` is the process journaled (its start time: a pid may be reused)
+    and perflab started it (its environment holds TOKEN_VAR=token): a pid and
+    start time alone prove only that it is the same process, not whose."""
+    if not isinstance(token, str) or not token or start is None or _start_time(pid) != start:
+        return False
+    # A process still in execve (just started) shows no command line and no
+    # environment yet for a moment: wait for them, up to 1 s.
+    deadline = time.monotonic() + 1.0
+    while not environ_has(pid, f"{TOKEN_VAR}={token}"):
+        if cmdline(pid) or time.monotonic() > deadline or _start_time(pid) != start:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def kill_process(args: dict[str, Any]) -> None:
-    """SIGKILL args["pid"] when it is still the process journaled (its start
-    time, args["start"]: a pid alone may have been reused), and wait up to
-    3 s for it to go."""
+    """SIGKILL args["pid"] when it is still the process journaled and carries
+    the token perflab started it with (args["start"], args["token"]:
+    `started_by_perflab`), and wait up to 3 s for it to go."""
     pid = int(args["pid"])
     start = args.get("start")
-    if start is None or _start_time(pid) != start:
+    if not started_by_perflab(pid, start, args.get("token")):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -94,7 +151,7 @@ def kill_process(args: dict[str, Any]) -> None:
 
 
 # a process perflab started (a tracer: bpftrace, strace): SIGKILL it if the
-# pid still has the journaled start time
+# pid still has the journaled start time and the token in its environment
 register_undo("kill-process", kill_process)
 
 
@@ -120,23 +177,105 @@ GUARDIAN_WAIT_S = 8.0  # how long recovery lets a live guardian finish first
 
 
 def state_dir() -> Path:
-    """Where every perflab on this machine keeps its journal file: PERFLAB_STATE_DIR,
-    else /run/perflab (cleared at boot, as are most host changes), else a
-    directory of this user's under /tmp."""
+    """Where every perflab of this user keeps its journal file: PERFLAB_STATE_DIR,
+    else /run/perflab (root; cleared at boot, as are most host changes), else
+    $XDG_RUNTIME_DIR/perflab (this user's own, 0700), else
+    /tmp/perflab-state-UID, which is used only while it is this user's real
+    directory that no one else may write (`trust_problem`)."""
     given = os.environ.get("PERFLAB_STATE_DIR")
     if given:
         return Path(given)
-    if os.access("/run", os.W_OK):
+    if os.geteuid() == 0 or os.access("/run", os.W_OK):
         return Path("/run/perflab")
-    return Path(f"/tmp/perflab-state-{os.getuid()}")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime) and trust_problem(Path(runtime), directory=True) is None:
+        return Path(runtime) / "perflab"
+    return Path(f"/tmp/perflab-state-{os.geteuid()}")
+
+
+def _trust_problem(st: os.stat_result, directory: bool) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not (stat.S_ISDIR(st.st_mode) if directory else stat.S_ISREG(st.st_mode)):
+        return f"is not a {'directory' if directory else 'regular file'}"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+    if not directory and st.st_nlink != 1:
+        return "has other hard links"
+    return None
+
+
+def trust_problem(path: Path, directory: bool = False) -> str | None:
+    """Why perflab may not act on `path` (None: it may): it is not this
+    user's own real directory (or regular file) that no one else may write."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return _trust_problem(st, directory)
+
+
+def _state_dir_made() -> Path:
+    """The state directory, made (0700) where it is not; a UserError when it is
+    there but not this user's own (a link, another's, writable by others)."""
+    directory = state_dir()
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700, parents=True)
+    why = trust_problem(directory, directory=True)
+    if why is not None:
+        raise UserError(f"perflab's state directory {directory} {why}; perflab keeps its journal of host changes "
+                        "there and will not use it",
+                        "remove it (perflab makes it again, this user's, mode 0700), or set PERFLAB_STATE_DIR to "
+                        "a directory of this user's that no one else may write")
+    return directory
+
+
+def read_own_file(path: Path) -> tuple[bytes | None, str | None]:
+    """(the content of `path`, None) when it is a file perflab may act on
+    (this user's regular file, writable by no one else: `trust_problem`),
+    else (None, why not). Opened without following a link, and judged on
+    what was opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, "is a symbolic link" if exc.errno == errno.ELOOP else f"cannot be read ({exc.strerror})"
+    try:
+        why = _trust_problem(os.fstat(fd), directory=False)
+        if why is not None:
+            return None, why
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(), None
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    finally:
+        os.close(fd)
+
+
+def read_trusted(path: Path) -> tuple[Any, str | None]:
+    """(the JSON in `path`, None) when it is a file perflab may act on
+    (`read_own_file`), else (None, why not)."""
+    data, why = read_own_file(path)
+    if data is None:
+        return None, why
+    try:
+        return json.loads(data), None
+    except ValueError:
+        return None, "is not JSON"
 
 
 _start_time = start_time
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write `path` whole, 0600, never through a link (a temporary file made
+    anew beside it, then renamed over it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     os.replace(tmp, path)
 
 
@@ -178,6 +317,7 @@ class Journal:
                              "perflab.guardian.register_undo in the module that makes the change")
         entry = {"op": "add", "kind": kind, "key": key, "args": args, "module": undo.__module__}
         with self._lock:
+            self._state_path()  # a state directory perflab may not use is refused before the change
             self._entries.pop(key, None)  # re-added: it is the newest again
             self._entries[key] = entry
             self._send(entry)
@@ -196,10 +336,7 @@ class Journal:
             for path in self.files():
                 path.unlink(missing_ok=True)
             return
-        if self._state_file is None:
-            directory = state_dir()
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._state_file = directory / f"journal-{os.getpid()}.json"
+        self._state_path()
         text = json.dumps({
             "pid": os.getpid(), "start": _start_time(os.getpid()), "guardian": self.guardian_pid(),
             "out_dir": str(self._out_dir) if self._out_dir else None, "entries": list(self._entries.values()),
@@ -211,6 +348,11 @@ class Journal:
             # The guardian deletes them once it has undone everything.
             self._send({"op": "files", "paths": files})
             self._files_sent = files
+
+    def _state_path(self) -> Path:
+        if self._state_file is None:
+            self._state_file = _state_dir_made() / f"journal-{os.getpid()}.json"
+        return self._state_file
 
     def close(self) -> None:
         """At a normal exit: end the journal and wait for the guardian, which
@@ -314,41 +456,77 @@ def _owner_gone(record: dict[str, Any]) -> bool:
     return not isinstance(pid, int) or _start_time(pid) != record.get("start")
 
 
+def _journal_files() -> tuple[Path, list[Path], str | None]:
+    """The state directory, its journal files, and why they may not be acted
+    on (None: they may, each file still judged on its own)."""
+    directory = state_dir()
+    if not directory.is_dir():
+        return directory, [], None
+    return directory, sorted(directory.glob("journal-*.json")), trust_problem(directory, directory=True)
+
+
 def live_journals() -> list[dict[str, Any]]:
     """The journals of the other perflab processes on this machine that are
     alive now (pid and start time): what they have changed and not yet
-    undone. Each record: pid, start, out_dir, entries."""
-    directory = state_dir()
+    undone. Each record: pid, start, out_dir, entries. Only files perflab
+    may trust are read (`read_trusted`)."""
+    _, paths, why = _journal_files()
     out = []
-    for path in sorted(directory.glob("journal-*.json")) if directory.is_dir() else []:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for path in paths if why is None else []:
+        record, _ = read_trusted(path)
         if isinstance(record, dict) and record.get("pid") != os.getpid() and not _owner_gone(record):
             out.append(record)
     return out
 
 
+def _same_perflab(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return (a.get("pid"), a.get("start")) == (b.get("pid"), b.get("start"))
+
+
+def _drop_copy(out_dir: Any, record: dict[str, Any]) -> None:
+    """Delete the output directory's copy of `record` (the journal just
+    undone), if it is that copy; a link is removed, never followed."""
+    if not isinstance(out_dir, str) or not out_dir:
+        return
+    copy = Path(out_dir) / JOURNAL_FILE
+    try:
+        fd = os.open(copy, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            found = json.loads(f.read())
+    except (OSError, ValueError):
+        return
+    finally:
+        os.close(fd)
+    if isinstance(found, dict) and _same_perflab(found, record):
+        with contextlib.suppress(OSError):
+            copy.unlink()
+
+
 def recover_orphans(extra: Path | None = None) -> list[str]:
     """Undo what a perflab and its guardian, both gone, left journaled: every
-    journal file in the state directory whose owner is dead, and `extra` (an
-    output directory's copy, for `resume`). Returns one line per journal
-    file acted on, for the user. A live guardian is given time to finish."""
-    directory = state_dir()
-    candidates = sorted(directory.glob("journal-*.json")) if directory.is_dir() else []
-    if extra is not None and (extra / JOURNAL_FILE).is_file():
-        candidates.append(extra / JOURNAL_FILE)
+    journal file in the state directory whose owner is dead, when the
+    directory and the file are this user's and no one else may write them
+    (`trust_problem`). `extra` (an output directory) is read for its copy of
+    a journal, which is never acted on: what it lists and why it was not
+    undone is said. Returns one line per journal file acted on or refused,
+    for the user. A live guardian is given time to finish."""
+    directory, candidates, refused = _journal_files()
     said = []
-    done: set[tuple[Any, Any]] = set()
+    done: list[dict[str, Any]] = []
     for path in candidates:
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
+        record, why = read_trusted(path)
+        if why is None and not isinstance(record, dict):
+            why = "is not a journal"
+        if why is None and not _owner_gone(record):
             continue
-        if not isinstance(record, dict) or not _owner_gone(record):
+        why = why or refused and f"its directory {directory} {refused}"
+        if why is not None:
+            said.append(f"not acted on: {path} {why}; a journal is trusted only in perflab's state directory, "
+                        "this user's own and writable by no one else (remove the file, or put it right)")
             continue
-        identity = (record.get("pid"), record.get("start"))
         guardian = record.get("guardian")
         if isinstance(guardian, int):
             deadline = time.monotonic() + GUARDIAN_WAIT_S
@@ -356,16 +534,29 @@ def recover_orphans(extra: Path | None = None) -> list[str]:
                 time.sleep(0.05)
             if not path.exists():  # the guardian finished and deleted it
                 continue
-        entries = [e for e in record.get("entries", []) if isinstance(e, dict) and _undoable(e)]
-        if identity not in done:
+        if not any(_same_perflab(record, d) for d in done):
+            entries = [e for e in record.get("entries", []) if isinstance(e, dict) and _undoable(e)]
             undone = _undo_all(entries)
-            done.add(identity)
+            done.append(record)
             where = f" (experiment {record['out_dir']})" if record.get("out_dir") else ""
             said.append(f"restored {len(undone)} of {len(entries)} host change(s) left by a killed perflab, "
                         f"pid {record.get('pid')}{where}: {', '.join(undone) or 'none'}")
-        for leftover in (path, *(Path(record["out_dir"]) / JOURNAL_FILE for _ in [0] if record.get("out_dir"))):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
+        with contextlib.suppress(OSError):
+            path.unlink()
+        _drop_copy(record.get("out_dir"), record)
+    copy = extra / JOURNAL_FILE if extra is not None else None
+    if copy is not None and copy.is_file() and not copy.is_symlink():
+        try:
+            record = json.loads(copy.read_text())
+        except (OSError, ValueError):
+            record = None
+        if isinstance(record, dict) and _owner_gone(record) and not any(_same_perflab(record, d) for d in done):
+            entries = [e for e in record.get("entries", []) if isinstance(e, dict)]
+            said.append(f"not acted on: {copy} lists {len(entries)} host change(s) of a perflab that is gone "
+                        f"(pid {record.get('pid')}): a journal in an output directory is evidence, not an order; "
+                        f"perflab undoes only the journals in its state directory {directory} (none is left for "
+                        "that perflab: a restart clears it, and most host changes with it); check them by hand, "
+                        "then delete the file")
     return said
 
 

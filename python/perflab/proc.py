@@ -79,6 +79,16 @@ def cmdline(pid: int) -> str:
         return ""
 
 
+def environ_has(pid: int, entry: str) -> bool:
+    """Whether the environment the process started with holds `entry`
+    ("NAME=value"): a token perflab gave it. A process that rewrote its
+    environment area (nginx, with its process title) no longer shows it."""
+    try:
+        return entry.encode() in read_bytes(f"/proc/{pid}/environ").split(b"\0")
+    except OSError:
+        return False
+
+
 def parents() -> dict[int, int]:
     """Every visible process's parent: pid -> ppid."""
     out = {}

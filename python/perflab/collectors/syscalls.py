@@ -70,10 +70,10 @@ The mechanism is stored as an event and the metric `mechanism_strace` (0 or
 1), and said in the report. Neither available: the collector is skipped
 with the reason (`perflab check` warns).
 
-The tracer is a child perflab journals ("kill-process", pid and start time)
-so the guardian kills it if perflab is killed; it runs in a session of its
-own so a Ctrl-C reaches perflab, which stops it (SIGINT: bpftrace prints its
-maps and exits).
+The tracer is a child perflab journals ("kill-process", pid, start time and
+the token in its environment) so the guardian kills it if perflab is
+killed; it runs in a session of its own so a Ctrl-C reaches perflab, which
+stops it (SIGINT: bpftrace prints its maps and exits).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ from perflab.collectors.base import (
     CollectorUnavailable,
 )
 from perflab.endpoints import Capability, PgWireEndpoint
-from perflab.guardian import journal
+from perflab.guardian import TOKEN_VAR, journal, new_token
 from perflab.hostctl import scratchfs  # noqa: F401 - registers the "mount" undo of the tracefs mount journaled here
 from perflab.model import Event, RunResult
 from perflab.proc import cpu_seconds, descendants, start_time, tracer_pid
@@ -434,12 +434,16 @@ class SyscallsCollector(Collector):
             self._start_strace(ctx, pm)
         ctx.run.series.add(self.name, "traced", ctx.run.now_s(), 1.0)
 
-    def _spawn(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **kw)
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[bytes]:
+        # the token proves the tracer perflab's to the guardian (a pid and start time alone do not)
+        token = new_token()
+        env = {**(os.environ if env is None else env), TOKEN_VAR: token}
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, env=env, **kw)
         # journaled at once (a pid cannot be journaled before it exists): a
         # perflab killed from here on leaves the guardian to kill the tracer
         self._key = f"kill-process:{proc.pid}"
-        journal().add("kill-process", self._key, pid=proc.pid, start=start_time(proc.pid), what=argv[0])
+        journal().add("kill-process", self._key, pid=proc.pid, start=start_time(proc.pid), token=token,
+                      what=argv[0])
         return proc
 
     def _start_bpftrace(self, ctx: CollectorContext, pm: int) -> None:

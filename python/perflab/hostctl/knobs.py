@@ -243,11 +243,31 @@ def _restore_steps(args: dict[str, Any]) -> list[tuple[str, str]]:
     return sorted(steps, key=lambda step: step[1].strip() not in ("0", ""))
 
 
+def restorable(path: Any, value: Any) -> bool:
+    """Whether the guardian may write `value` back to `path`: a file perflab's
+    knobs could have changed (under /proc/sys or /sys, by a normal absolute
+    path that stays there once its links are followed), and a value as one
+    was read from it (one line of text). Anything else in a journal was not
+    written by perflab, and is not acted on."""
+    if not isinstance(path, str) or not isinstance(value, str) or "\n" in value.strip("\n") or len(value) > 4096:
+        return False
+    if not os.path.isabs(path) or os.path.normpath(path) != path:
+        return False
+    return all(p.startswith(("/proc/sys/", "/sys/")) for p in (path, os.path.realpath(path)))
+
+
 def undo_host_file(args: dict[str, Any]) -> None:
     """The guardian's undo of kind "host-file": write the journaled value back
-    (and its partners'). Idempotent; never raises (a file that is gone, a
-    value the kernel no longer takes: nothing more to do)."""
-    for path, value in _restore_steps(args):
+    (and its partners'), only to a file perflab could have changed
+    (`restorable`). Idempotent; never raises (a file that is gone, a value
+    the kernel no longer takes: nothing more to do)."""
+    try:
+        steps = _restore_steps(args)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return
+    for path, value in steps:
+        if not restorable(path, value):
+            continue
         try:
             _write(Path(path), value)
         except (OSError, ValueError):

@@ -3,12 +3,13 @@
 Every process of such a server (a web server, a managed MariaDB) carries
 PERFLAB_SERVER_TOKEN=<token> in its environment, inherited by its workers
 and children, and runs in a session of its own. The target journals the
-token (and, where the server rewrites its environment area, a marker its
-command line keeps) *before* the server starts, and the session once it
-has; the guardian's undo (`undo_server_process`) finds the processes by any
-of them in /proc and ends them: SIGTERM, then SIGKILL, within 5 s of
-perflab's death. A pid alone is never enough: the session leader's start
-time is journaled with it.
+token *before* the server starts, and the session once it has; the
+guardian's undo (`undo_server_process`) finds the processes by either in
+/proc and ends them: SIGTERM, then SIGKILL, within 5 s of perflab's death.
+A server that rewrites its environment area (nginx, with its process
+title) is found by its session. A pid alone is never enough: the session
+leader's start time is journaled with it. A command line is never evidence:
+any user may start a process whose arguments name the target's directory.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perflab.guardian import pid_alive, register_undo, start_time
+from perflab.guardian import TOKEN_VAR, pid_alive, register_undo, start_time
 
-TOKEN_VAR = "PERFLAB_SERVER_TOKEN"
+__all__ = ["TOKEN_VAR", "server_env", "server_processes", "stop_server_processes", "undo_server_process"]
+
 STOP_WAIT_S = 5.0
 
 
@@ -45,14 +47,12 @@ def server_env(token: str | None = None, user: str | None = None) -> dict[str, s
     return env
 
 
-def server_processes(token: str, marker: str | None = None, session: int | None = None) -> list[int]:
+def server_processes(token: str, session: int | None = None) -> list[int]:
     """Pids of one managed server: its environment holds
-    PERFLAB_SERVER_TOKEN=token, or its command line names `marker` (the
-    target's directory: nginx rewrites its environment area with its process
-    title, which keeps the -p path), or it is in `session` (the server was
-    started in a session of its own; its workers stay in it)."""
+    PERFLAB_SERVER_TOKEN=token, or it is in `session` (the server was started
+    in a session of its own; its workers stay in it, nginx's too, whose
+    environment area holds its process title instead)."""
     needle = f"{TOKEN_VAR}={token}".encode()
-    mark = marker.encode() if marker else None
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -62,8 +62,6 @@ def server_processes(token: str, marker: str | None = None, session: int | None 
             if fields[0] in ("Z", "X"):
                 continue
             mine = session is not None and int(fields[3]) == session
-            if not mine and mark is not None:
-                mine = mark in (entry / "cmdline").read_bytes()
             if not mine:
                 mine = needle in (entry / "environ").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
@@ -73,12 +71,11 @@ def server_processes(token: str, marker: str | None = None, session: int | None 
     return found
 
 
-def stop_server_processes(token: str, marker: str | None, session: int | None,
-                          wait_s: float = STOP_WAIT_S) -> None:
+def stop_server_processes(token: str, session: int | None, wait_s: float = STOP_WAIT_S) -> None:
     """SIGTERM every process of the server, then SIGKILL what is left after
     `wait_s`; returns when none is alive (or 2 s after the SIGKILL)."""
     for sig, seconds in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 2.0)):
-        pids = server_processes(token, marker, session)
+        pids = server_processes(token, session)
         if not pids:
             return
         for pid in pids:
@@ -102,9 +99,13 @@ def session_of_ours(session: int | None, start: str | None) -> int | None:
 
 
 def undo_server_process(args: dict[str, Any]) -> None:
-    """The guardian's undo of a server started with a token (perflab died)."""
+    """The guardian's undo of a server started with a token (perflab died).
+    A `marker` an older perflab journaled (a command line to match) is no
+    evidence, and is ignored."""
     session = session_of_ours(args.get("session"), args.get("session_start"))
-    stop_server_processes(str(args["token"]), args.get("marker"), session, wait_s=2.0)
+    token = args.get("token")
+    if isinstance(token, str) and token:
+        stop_server_processes(token, session, wait_s=2.0)
 
 
 # a managed web server (nginx, process) or MariaDB: end every process with its token

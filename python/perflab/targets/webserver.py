@@ -353,7 +353,7 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
             argv = self.cgroup.wrap(argv)
         token = secrets.token_hex(8)
         # Before the server exists: if perflab dies from here on, its guardian stops it.
-        journal().add("web-server", f"web-server:{self.workdir}", token=token, marker=str(self.workdir))
+        journal().add("web-server", f"web-server:{self.workdir}", token=token)
         self.token = token
         self.log_path.touch()
         self._log_start = self.log_path.stat().st_size
@@ -369,7 +369,7 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
                 self._forget()
                 raise RunFailure(f"{self.server_name} did not start: {exc}") from None
         # Its session too, so that workers outliving a killed master are found.
-        journal().add("web-server", f"web-server:{self.workdir}", token=token, marker=str(self.workdir),
+        journal().add("web-server", f"web-server:{self.workdir}", token=token,
                       session=self.proc.pid, session_start=start_time(self.proc.pid))
         self.port = port
         deadline = time.monotonic() + float(self.settings.start_timeout)
@@ -406,7 +406,7 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
     def _stop(self) -> None:
         if self.token is not None:
             session = self.proc.pid if self.proc is not None else None
-            stop_server_processes(self.token, str(self.workdir), session)
+            stop_server_processes(self.token, session)
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=2)
@@ -465,7 +465,7 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
         if self.token is None:
             return {}
         main = self.proc.pid if self.proc is not None else None
-        pids = server_processes(self.token, str(self.workdir), main)
+        pids = server_processes(self.token, main)
         return {pid: ("master" if pid == main else "worker") for pid in pids}
 
     def resource_usage(self) -> dict[str, float]:

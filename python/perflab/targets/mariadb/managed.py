@@ -45,8 +45,10 @@ from perflab.targets.mariadb.settings import (
 from perflab.targets.postgres.homes import (
     claim_home,
     cluster_home,
+    created_mark,
     foreign_home,
     home_digest,
+    recorded_dirs,
     sweep_orphan_homes,
 )
 from perflab.targets.serverhome import (
@@ -172,10 +174,10 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
             given = getattr(settings.storage, f"{role}_dir")
             if given:
                 path = (base_dir / Path(given).expanduser()).resolve()
-                ours = (path / CREATED_MARK).exists() if role == "data" else False
+                ours = created_mark(path) is not None if role == "data" else False
                 if role != "data":
                     data = settings.storage.data_dir
-                    ours = bool(data and ((base_dir / Path(data).expanduser()).resolve() / CREATED_MARK).exists())
+                    ours = bool(data and created_mark((base_dir / Path(data).expanduser()).resolve()) is not None)
                 problems += storage_problems(f"target.storage.{role}_dir", path, ours)
         return problems
 
@@ -224,7 +226,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         data = self._dir("data")
         # a new (or emptied tmpfs) filesystem under one part of a kept server: the
         # other parts are of no use alone; all are perflab's, so it starts again
-        if fresh and data is not None and (data / CREATED_MARK).exists():
+        if fresh and data is not None and created_mark(data) is not None:
             self._remove_made_dirs()
 
     def _unmount_scratch(self) -> None:
@@ -300,12 +302,19 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
     def _made_dirs(self) -> list[Path]:
         return [d for d in (self._dir(r) for r in ROLES) if d is not None]
 
+    @staticmethod
+    def _recorded_dirs(data: Path) -> list[Path]:
+        """The redo and undo directories perflab made for the server in `data`,
+        as its mark recorded them when it made them (never the stored
+        experiment's redo_dir and undo_dir, which anyone may edit)."""
+        mark = created_mark(data)
+        return [d for role in ("redo", "undo") for d in recorded_dirs(mark, f"{role}_dir") if d != data]
+
     def _remove_made_dirs(self) -> None:
         data = self._dir("data")
         assert data is not None
-        for role in ("redo", "undo"):
-            d = self._dir(role)
-            if d is not None and d.is_dir():
+        for d in self._recorded_dirs(data):
+            if d.is_dir() and not d.is_symlink():
                 for child in d.iterdir():
                     shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         for child in data.iterdir():
@@ -317,7 +326,8 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         data = self._dir("data")
         assert data is not None and self.install is not None and self.server is not None
         self.data_dir = data
-        ours = (data / CREATED_MARK).exists()
+        mark = created_mark(data)
+        ours = mark is not None
         problems = []
         for role in ROLES:
             d = self._dir(role)
@@ -325,7 +335,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
                 problems += storage_problems(f"target.storage.{role}_dir", d, ours)
         if problems:
             raise SpecError(problems, "the target's storage")
-        if ours and MADE in (data / CREATED_MARK).read_text():
+        if mark is not None and MADE in mark.splitlines():
             self._write_options(self.settings.settings)
             return False
         if ours:  # an install cut short (perflab or the server killed): perflab's own, made again
@@ -337,8 +347,11 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         log = self._log_file()
         log.touch()
         _chown(log, self.run_as)
-        # marked before anything is made in it: whatever is left of a failed install is perflab's
-        (data / CREATED_MARK).write_text("created by perflab (mariadb-install-db); perflab may remove it\n")
+        # marked before anything is made in it: whatever is left of a failed install is perflab's; the
+        # redo and undo directories recorded as they are made (clean trusts this, not the stored experiment)
+        mark = "created by perflab (mariadb-install-db); perflab may remove it\n" + "".join(
+            f"{role}_dir: {d}\n" for role in ("redo", "undo") if (d := self._dir(role)) is not None and d != data)
+        write_file(data / CREATED_MARK, mark)
         argv = [str(self.install), f"--defaults-file={self._option_file()}", f"--datadir={data}",
                 "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"]
         if self.settings.bin_dir:
@@ -352,8 +365,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         if proc.returncode != 0:
             raise RunFailure(f"{INSTALL_BIN} failed (exit {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", log_tail=self.log_tail(40))
-        with (data / CREATED_MARK).open("a") as mark:
-            mark.write(f"{MADE}\n")
+        write_file(data / CREATED_MARK, f"{mark}{MADE}\n")
         return True
 
     def _enter_cgroup(self) -> None:
@@ -491,7 +503,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
     def processes(self) -> dict[int, str]:
         if self.token is None:
             return {}
-        return {pid: "mariadbd" for pid in server_processes(self.token, None, self.server_pid())}
+        return {pid: "mariadbd" for pid in server_processes(self.token, self.server_pid())}
 
     def data_paths(self) -> dict[str, Path]:
         if self.data_dir is None:
@@ -555,7 +567,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
 
     def _stop(self) -> None:
         if self.token is not None:
-            stop_server_processes(self.token, None, self.proc.pid if self.proc is not None else None,
+            stop_server_processes(self.token, self.proc.pid if self.proc is not None else None,
                                   wait_s=60.0)
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -578,10 +590,11 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         self.run_as = current_run_as(self.settings)
         scratch = self._scratch()
         data = self._dir("data")
-        if data is None or not (data / CREATED_MARK).exists():
-            return [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()]
-        return [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()] + [
-            d for role in ROLES if role not in scratch and (d := self._dir(role)) is not None and d.exists()]
+        kept = [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()]
+        if data is None or "data" in scratch or created_mark(data) is None:
+            return kept
+        return kept + [d for d in [data, *self._recorded_dirs(data)] if d.exists() and not any(
+            d.is_relative_to(fs.mountpoint) for fs in scratch.values())]
 
     def discard_data(self) -> int:
         """Remove the data directory perflab made (and its redo and undo
@@ -593,12 +606,12 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         scratch = self._scratch()
         freed = sum(fs.discard() for fs in scratch.values())
         data = self._dir("data")
-        if data is None or "data" in scratch or not (data / CREATED_MARK).exists():
+        if data is None or "data" in scratch or created_mark(data) is None:
             return freed
         if self.server_pid() is not None:
             raise UserError(f"{data}: the server is still running", "stop it before removing its data")
-        freed += sum(p.stat().st_size for d in self._made_dirs() if d.exists() for p in d.rglob("*")
-                     if p.is_file() and not p.is_symlink())
+        freed += sum(p.stat().st_size for d in [data, *self._recorded_dirs(data)] if d.exists()
+                     for p in d.rglob("*") if p.is_file() and not p.is_symlink())
         self._remove_made_dirs()
         shutil.rmtree(data, ignore_errors=True)
         return freed

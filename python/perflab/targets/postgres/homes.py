@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from perflab.guardian import read_own_file
 from perflab.hostctl.scratchfs import mounts_under
 from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
 from perflab.proc import start_time
@@ -29,6 +30,27 @@ from perflab.targets.serverhome import reachable_by
 # was not made by perflab, and perflab will not touch it.
 CREATED_MARK = "perflab-created"
 HOME_OWNER = "perflab-owner"
+
+
+def created_mark(data_dir: Path) -> str | None:
+    """The text of `data_dir`'s CREATED_MARK when perflab wrote it: a regular
+    file of this user's that no one else may write (the data directory is
+    the server's user's, who could plant one; guardian.read_own_file). None:
+    no such mark, and the directory is not perflab's."""
+    data, _ = read_own_file(data_dir / CREATED_MARK)
+    return data.decode(errors="replace") if data is not None else None
+
+
+def recorded_dirs(mark: str | None, role: str) -> list[Path]:
+    """The directories of `role` ("wal_dir", "redo_dir", "undo_dir") a mark
+    records perflab making or using at the time it made the cluster (lines
+    "ROLE: PATH", and "ROLE created: PATH" for one it created itself)."""
+    found = []
+    for line in (mark or "").splitlines():
+        for prefix in (f"{role}: ", f"{role} created: "):
+            if line.startswith(prefix) and os.path.isabs(path := line[len(prefix):].strip()):
+                found.append(Path(path))
+    return list(dict.fromkeys(found))
 
 
 def home_digest(workdir: Path) -> str:
@@ -170,7 +192,7 @@ def storage_problems(data_dir: Path, wal_dir: Path | None, run_as: str | None) -
     """What stops initdb into `data_dir` (and `wal_dir`), found before anything is made."""
     key = "target.storage.data_dir"
     if (data_dir / "PG_VERSION").exists():
-        if not (data_dir / CREATED_MARK).exists():
+        if created_mark(data_dir) is None:
             return [(key, f"{data_dir} holds a PostgreSQL cluster that perflab did not create; perflab will "
                      "not touch it; allowed: an empty or new directory")]
         return []  # a perflab cluster, reused as it is

@@ -44,9 +44,11 @@ from perflab.targets.postgres.homes import (
     CREATED_MARK,
     claim_home,
     cluster_home,
+    created_mark,
     drop_emptied_home,
     foreign_home,
     home_digest,
+    recorded_dirs,
     remove_path,
     size_bytes,
     storage_problems,
@@ -254,7 +256,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         # other half is of no use (WAL without its data, data without its WAL).
         # Both are perflab's own, so the cluster starts again (and is loaded again).
         data_dir, wal = self._data_dir(), self._wal_dir()
-        if new.get("wal") and (data_dir / CREATED_MARK).exists():
+        if new.get("wal") and created_mark(data_dir) is not None:
             shutil.rmtree(data_dir)
         if new.get("data") and "wal" in self.mounted and wal is not None and wal.exists():
             shutil.rmtree(wal)
@@ -322,8 +324,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
                 "--locale=C", "--no-sync"]
         created = "created by perflab initdb; perflab may drop and recreate it\n"
         if wal is not None:
-            if not wal.exists():
-                created += f"wal_dir created: {wal}\n"
+            # the WAL directory is recorded as it is made: clean trusts this, never the stored experiment
+            created += f"wal_dir{' created' if not wal.exists() else ''}: {wal}\n"
             wal.mkdir(parents=True, exist_ok=True, mode=0o700)
             chown(wal, self.run_as)
             args += ["-X", str(wal)]
@@ -638,10 +640,23 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         scratch = self._scratch()
         kept = [fs.backing_file for fs in scratch.values() if fs.backing_file.exists()]
         data_dir = None if "data" in scratch else self._data_dir()
-        wal = None if "wal" in scratch else self._wal_dir()
-        if data_dir is not None and not (data_dir / CREATED_MARK).exists():
+        wal = None if "wal" in scratch or data_dir is None else self._made_wal(data_dir)
+        if data_dir is not None and created_mark(data_dir) is None:
             data_dir = wal = None  # not a cluster perflab made: not its data (discard_data leaves it too)
         return kept + [p for p in (data_dir, wal) if p is not None and p.exists()]
+
+    @staticmethod
+    def _made_wal(data_dir: Path) -> Path | None:
+        """The separate WAL directory of perflab's cluster in `data_dir`: the
+        one its mark records (never the stored experiment's wal_dir, which
+        anyone may edit), and only while the cluster's pg_wal link still
+        leads there."""
+        recorded = recorded_dirs(created_mark(data_dir), "wal_dir")
+        link = data_dir / "pg_wal"
+        if not recorded or not link.is_symlink():
+            return None
+        there = os.path.realpath(link)
+        return next((w for w in recorded if os.path.realpath(w) == there), None)
 
     def discard_data(self) -> int:
         """Remove the cluster perflab created (and its separate WAL directory);
@@ -656,11 +671,12 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             drop_emptied_home(self._home(), self.workdir)
             return freed
         data_dir = self._data_dir()
-        if not (data_dir / CREATED_MARK).exists():
+        mark = created_mark(data_dir)
+        if mark is None:
             return freed
         if live_postmaster(data_dir) is not None:
             raise UserError(f"{data_dir}: the server is still running", "stop it before removing its data")
-        wal = None if "wal" in scratch else self._wal_dir()
+        wal = None if "wal" in scratch else self._made_wal(data_dir)
         freed += size_bytes(data_dir) + (size_bytes(wal) if wal else 0)
         # The mark goes last: a removal cut short is finished by the next one.
         for child in data_dir.iterdir():
@@ -670,7 +686,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
             for child in wal.iterdir():
                 remove_path(child)
             # a directory the user made (a mount point, say) stays, emptied
-            if (data_dir / CREATED_MARK).read_text().find(f"wal_dir created: {wal}") >= 0:
+            if f"wal_dir created: {wal}" in mark.splitlines():
                 with contextlib.suppress(OSError):
                     wal.rmdir()
         shutil.rmtree(data_dir, ignore_errors=True)
