@@ -578,10 +578,12 @@ def http_run(
     by_type: r1, r2, ... in its order; a status below 400 is good, no size
     is checked (ConfigError names a bad entry). The events end with one
     "http-connections": "opened=N connect_ns=N responses=N
-    closed_by_server=N http10=N" over the whole run (client "own").
-    `only` = (dir, class, file) asks for one file every time. Errors are
-    counted by kind (connect, timeout, 4xx, 5xx, short-body, long-body,
-    bad-response, closed); a refused connection loses the client."""
+    closed_by_server=N closed_silently=N http10=N" over the whole run
+    (client "own"; closed_silently: kept-alive connections the server ended
+    without Connection: close). `only` = (dir, class, file) asks for one
+    file every time. Errors are counted by kind (connect, timeout, 4xx, 5xx,
+    short-body, long-body, bad-response, reset, closed); a refused
+    connection loses the client."""
 
 @final
 class DelayRelay:

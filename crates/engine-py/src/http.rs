@@ -112,11 +112,12 @@ fn churn_event(churn: &Churn, t_s: f64) -> DriverEvent {
         t_s,
         kind: "http-connections".into(),
         message: format!(
-            "opened={} connect_ns={} responses={} closed_by_server={} http10={}",
+            "opened={} connect_ns={} responses={} closed_by_server={} closed_silently={} http10={}",
             churn.opened.load(Relaxed),
             churn.connect_ns.load(Relaxed),
             churn.responses.load(Relaxed),
             churn.closed_by_server.load(Relaxed),
+            churn.closed_silently.load(Relaxed),
             churn.http10.load(Relaxed),
         ),
     }

@@ -64,14 +64,16 @@ async fn read(stream: &Stream, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// Connection churn over a run, summed from every client: connections
-/// opened and the time their connects took, responses read, and how many
-/// of them ended their connection (Connection: close or HTTP/1.0).
+/// opened and the time their connects took, responses read, how many of
+/// them ended their connection (Connection: close or HTTP/1.0), and how many
+/// kept-alive connections the server closed without saying so.
 #[derive(Debug, Default)]
 pub struct Churn {
     pub opened: AtomicU64,
     pub connect_ns: AtomicU64,
     pub responses: AtomicU64,
     pub closed_by_server: AtomicU64,
+    pub closed_silently: AtomicU64,
     pub http10: AtomicU64,
 }
 
@@ -83,6 +85,7 @@ pub(crate) struct ChurnCounts {
     pub connect_ns: u64,
     pub responses: u64,
     pub closed_by_server: u64,
+    pub closed_silently: u64,
     pub http10: u64,
 }
 
@@ -93,6 +96,8 @@ impl ChurnCounts {
         to.responses.fetch_add(self.responses, Ordering::Relaxed);
         to.closed_by_server
             .fetch_add(self.closed_by_server, Ordering::Relaxed);
+        to.closed_silently
+            .fetch_add(self.closed_silently, Ordering::Relaxed);
         to.http10.fetch_add(self.http10, Ordering::Relaxed);
     }
 }

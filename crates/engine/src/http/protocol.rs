@@ -250,6 +250,9 @@ impl HttpProtocol {
         // goes out; that request is sent again once, on a new connection.
         let n = match c.exchange(true, 0, BUF).await {
             Ok(0) | Err(_) if reused => {
+                // The server ended a kept-alive connection without saying
+                // so (no Connection: close on the last response).
+                c.counts.closed_silently += 1;
                 Self::hang_up(c);
                 self.reconnect(c).await?;
                 c.exchange(true, 0, BUF).await.map_err(HttpError::Io)?
@@ -467,6 +470,7 @@ impl Protocol for HttpProtocol {
             HttpError::ShortBody { .. } => "short-body".to_string(),
             HttpError::LongBody { .. } => "long-body".to_string(),
             HttpError::BadResponse(_) => "bad-response".to_string(),
+            HttpError::Io(e) if e.kind() == io::ErrorKind::ConnectionReset => "reset".to_string(),
             HttpError::Io(_) => "closed".to_string(),
         };
         ErrorClass::Counted { kind }

@@ -76,6 +76,10 @@ fn errors_are_counted_by_kind_and_a_refusal_loses_the_client() {
     assert_eq!(kind(HttpError::Timeout), "timeout");
     assert_eq!(kind(HttpError::ConnectTimeout), "connect");
     assert_eq!(kind(HttpError::ShortBody { got: 1, want: 2 }), "short-body");
+    let reset = io::Error::from(io::ErrorKind::ConnectionReset);
+    assert_eq!(kind(HttpError::Io(reset)), "reset");
+    let eof = io::Error::from(io::ErrorKind::UnexpectedEof);
+    assert_eq!(kind(HttpError::Io(eof)), "closed");
     let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
     assert_eq!(p.classify(&HttpError::Refused(refused)), ErrorClass::Fatal);
 }
@@ -230,8 +234,21 @@ fn on_the_ring_a_client_reads_whole_responses_and_reconnects_onto_the_ring() {
     );
 }
 
-/// A server that answers each connection's one request as HTTP/1.0 with a
-/// body ended by the close (no Content-Length): "ok" for /ok, 404 otherwise.
+/// A GET of `path` in a request mix.
+fn entry(path: &str) -> MixEntry {
+    MixEntry {
+        method: "GET".into(),
+        path: path.into(),
+        headers: vec![],
+        body: vec![],
+        weight: 1.0,
+    }
+}
+
+/// A server that answers each connection's one request and closes it: as
+/// HTTP/1.0 with a body ended by the close (no Content-Length) "ok" for /ok;
+/// /silent as HTTP/1.1 without Connection: close; /reset not at all (closed
+/// with the request unread: a reset); 404 otherwise.
 fn closing_server() -> SocketAddr {
     use std::io::{Read as _, Write as _};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -239,8 +256,19 @@ fn closing_server() -> SocketAddr {
     std::thread::spawn(move || {
         for stream in listener.incoming().take(50) {
             let Ok(mut stream) = stream else { return };
-            let mut have = Vec::new();
             let mut buf = [0u8; 1024];
+            let mut peeked = 0;
+            while find_head_end(&buf[..peeked], 0).is_none() {
+                match stream.peek(&mut buf) {
+                    Ok(n) if n > peeked => peeked = n,
+                    Ok(_) => std::thread::yield_now(),
+                    Err(_) => break,
+                }
+            }
+            if buf.starts_with(b"GET /reset ") {
+                continue;
+            }
+            let mut have = Vec::new();
             while find_head_end(&have, 0).is_none() {
                 match stream.read(&mut buf) {
                     Ok(0) | Err(_) => break,
@@ -249,6 +277,8 @@ fn closing_server() -> SocketAddr {
             }
             let reply: &[u8] = if have.starts_with(b"GET /ok ") {
                 b"HTTP/1.0 200 OK\r\nServer: x\r\n\r\nok, the whole body"
+            } else if have.starts_with(b"GET /silent ") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
             } else if have.starts_with(b"GET /chunked ") {
                 b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
             } else {
@@ -263,13 +293,6 @@ fn closing_server() -> SocketAddr {
 #[test]
 fn a_mix_against_a_server_that_closes_every_connection_counts_the_churn() {
     let addr = closing_server();
-    let entry = |path: &str| MixEntry {
-        method: "GET".into(),
-        path: path.into(),
-        headers: vec![],
-        body: vec![],
-        weight: 1.0,
-    };
     let mut cfg = one_file(addr);
     let mix = [entry("/ok"), entry("/missing"), entry("/chunked")];
     cfg.requests = Requests::Mix(RequestMix::new(&mix, "h").unwrap());
@@ -297,4 +320,38 @@ fn a_mix_against_a_server_that_closes_every_connection_counts_the_churn() {
     assert_eq!(churn.closed_by_server.load(Relaxed), 6);
     assert_eq!(churn.http10.load(Relaxed), 5);
     assert!(churn.connect_ns.load(Relaxed) > 0);
+}
+
+#[test]
+fn a_close_without_a_word_is_counted_and_a_reset_is_its_own_kind() {
+    let addr = closing_server();
+    let mut cfg = one_file(addr);
+    let mix = [entry("/silent"), entry("/reset")];
+    cfg.requests = Requests::Mix(RequestMix::new(&mix, "h").unwrap());
+    let p = HttpProtocol::new(cfg);
+    let runtime = runtime();
+    runtime.block_on(async {
+        let mut c = p.connect(0).await.unwrap();
+        for _ in 0..4 {
+            p.execute(&mut c, 0, &HttpRequest::Mix(0)).await.unwrap();
+            assert!(c.conn.is_some(), "nothing said the connection ends");
+        }
+        // A new client: its first request finds no kept-alive connection
+        // to send again, so the reset is an error.
+        let mut c = p.connect(0).await.unwrap();
+        let err = p
+            .execute(&mut c, 1, &HttpRequest::Mix(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(p.classify(&err), ErrorClass::Counted { kind } if kind == "reset"),
+            "{err}"
+        );
+    });
+    let churn = p.churn();
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(churn.responses.load(Relaxed), 4);
+    assert_eq!(churn.closed_by_server.load(Relaxed), 0);
+    // Each request after the first found its connection closed.
+    assert_eq!(churn.closed_silently.load(Relaxed), 3);
 }
