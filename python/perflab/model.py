@@ -7,7 +7,6 @@ back from the store only. Every field is plain data so it serialises to JSON.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -386,12 +385,6 @@ class RunResult:
         for name in other.headline:
             if name not in self.headline:
                 self.headline.append(name)
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        for h in d["histograms"]:
-            h["data"] = h["data"].hex()
-        return d
 
 
 @dataclass

@@ -83,18 +83,6 @@ def _duration(value: object, info: ValidationInfo) -> float:
 Duration = Annotated[float, BeforeValidator(_duration), WithJsonSchema(DURATION_SCHEMA)]
 
 
-def format_duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    minutes, s = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{s:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 # Sizes as experiment files write them: "2GB", "512MiB", "64kB", or a bare
 # number of bytes. PostgreSQL's rule for kB/MB/GB/TB (powers of 1024, as
 # postgresql.conf reads them), and the IEC names for the same.

@@ -177,10 +177,6 @@ def normal_cdf(z: float) -> float:
     return _NORMAL.cdf(z)
 
 
-def normal_ppf(p: float) -> float:
-    return _NORMAL.inv_cdf(p)
-
-
 # --------------------------------------------------------------------- intervals
 
 
