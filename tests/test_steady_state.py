@@ -109,3 +109,21 @@ def test_a_harness_run_stores_where_its_rate_settled() -> None:
     short = RunResult()
     steady_window(short, seconds[:15])  # type: ignore[arg-type]
     assert "steady_start_s" not in short.metrics and not short.events
+
+
+def test_the_report_marks_where_the_rate_settled(tmp_path) -> None:
+    """The series figure draws each shown run's steady-state event, and says so."""
+    import sqlite3
+
+    from perflab.report import write_report
+    from synthetic_store import build_store
+
+    out = build_store(tmp_path / "out", clients=[1], sync=["on"], repetitions=1, series_points=20, histograms=False)
+    html = write_report(out).read_text()
+    assert "Dotted: where the run" not in html
+    db = sqlite3.connect(out / "perflab.sqlite")
+    with db:
+        db.execute("INSERT INTO event VALUES (1, 4.5, '2026-01-01T00:00:00Z', 'steady-state', 'steady from 4 s')")
+    db.close()
+    html = write_report(out).read_text()
+    assert "Dotted: where the run&#x27;s rate settled (MSER-5" in html

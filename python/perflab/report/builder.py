@@ -893,10 +893,13 @@ class ReportBuilder:
         d = self.data
         collector_sources = set(COLLECTORS.names())
         per_name: dict[tuple[str, str], list[tuple[str, list[float], list[float]]]] = {}
+        settled: dict[str, float | None] = {}  # line label -> where its run's rate settled (MSER-5)
         for combo in d.combinations[:MAX_LINES_PER_FIGURE]:
             run_id = representative_run(d, combo)
             if run_id is None:
                 continue
+            settled[f"{combo.label()} (run #{run_id})"] = next(
+                (e["t"] for e in self.store.events(run_id) if e["kind"] == "steady-state"), None)
             points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
             for p in self.store.series(run_id):
                 if p["source"] in collector_sources:
@@ -919,12 +922,16 @@ class ReportBuilder:
         for source, name in keys[:MAX_SERIES_FIGURES]:
             # the workload's own name for the series (an HTTP run's "tps" is req/s)
             shown = (WORKLOADS.get(source).series_labels if source in WORKLOADS else {}).get(name, name)
-            fig = figures.series_figure(per_name[(source, name)], shown, f"{source}: {shown} over time")
+            lines = per_name[(source, name)]
+            marks = [settled.get(label) for label, _, _ in lines]
+            marked = {"marks": marks} if any(m is not None for m in marks) else {}
+            fig = figures.series_figure(lines, shown, f"{source}: {shown} over time", **marked)
             caption = (
                 f"{source}.{name}" + (f" ({shown})" if shown != name else "") + " over the run, after warm-up, for "
                 "the run of each combination nearest its median (the others are in the store: perflab export "
                 "--table series). A gap in a line is a second in which nothing completed (a stall): it has no "
-                "latency."
+                "latency." + (" Dotted: where the run's rate settled (MSER-5, White 1997; its steady-state event)."
+                              if any(m is not None for m in marks) else "")
             )
             parts.append(self.figure(fig, f"series-{source}-{name}", caption))
         if len(keys) > MAX_SERIES_FIGURES:
@@ -1128,15 +1135,23 @@ class ReportBuilder:
                          rows, caption="Each perflab process that ran part of the experiment. A killed one has no "
                          "end time: it was found dead by the next resume.")]
         if attempts:
+            from perflab.report.partial import attempt_partial, lost_seconds
+
+            partials = [attempt_partial(self.store.dir, a) for a in attempts]
             arows = [[f"#{a['run_id']}", a["attempt"], a["status"], a["started_at"] or "–", a["ended_at"] or "–",
                       "–" if a["seconds"] is None else f"{a['seconds']:.1f}",
-                      (a["error"] or "").splitlines()[0][:160] if a["error"] else "", a["files"] or "–"]
-                     for a in attempts]
+                      (a["error"] or "").splitlines()[0][:160] if a["error"] else "",
+                      h.td(p.describe(), "warn") if p is not None else "–", a["files"] or "–"]
+                     for a, p in zip(attempts, partials, strict=True)]
+            lost = lost_seconds(attempts)
             parts.append("<h3>Earlier attempts</h3>" + h.table(
-                ["run", "attempt", "status", "started (UTC)", "ended (UTC)", "seconds", "cause", "files"], arows,
+                ["run", "attempt", "status", "started (UTC)", "ended (UTC)", "seconds", "cause",
+                 "what it measured", "files"], arows,
                 caption="Attempts that did not finish (killed, interrupted) or failed and were run again; each "
                 "run's figures are from its last attempt. A killed attempt's end is its last sign of life "
-                "(its newest file)."))
+                "(its newest file). What an attempt measured before it stopped (its per-second series and "
+                "query records) is kept in its files as partial figures, in no other table or figure."
+                + (f" Time lost to attempts that did not finish: {lost:,.0f} s." if lost else "")))
         effects = [e for e in self.store.effects() if e["kind"] != "load" or e["data"].get("reload")]
         if effects:
             erows = [[f"#{e['run_id']}", e["attempt"], e["kind"], json.dumps(e["data"], sort_keys=True), e["at"]]

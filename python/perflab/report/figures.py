@@ -187,13 +187,18 @@ def spectrum_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]
     return fig
 
 
-def series_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]], ylabel: str, title: str) -> Figure:
-    """lines: (label, t_s, values) on the run's clock."""
+def series_figure(lines: Sequence[tuple[str, Sequence[float], Sequence[float]]], ylabel: str, title: str,
+                  marks: Sequence[float | None] = ()) -> Figure:
+    """lines: (label, t_s, values) on the run's clock; marks[i]: a time on
+    line i's run drawn as a dotted line in its colour (where its rate settled)."""
     fig = new_figure(height_in=3.4)
     ax = fig.add_subplot()
     _style(ax)
-    for label, t, v in lines:
-        ax.plot(t, v, linewidth=1.2, label=label)
+    for i, (label, t, v) in enumerate(lines):
+        (drawn,) = ax.plot(t, v, linewidth=1.2, label=label)
+        mark = marks[i] if i < len(marks) else None
+        if mark is not None:
+            ax.axvline(mark, color=drawn.get_color(), linewidth=1, linestyle=":")
     ax.set_xlabel("time since run start (s)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10, loc="left")
