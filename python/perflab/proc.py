@@ -1,8 +1,9 @@
 """A process as Linux's /proc shows it (proc(5)): the one reader of
 /proc/PID for every layer, from the guardian up (the targets, the tracers,
-the collectors). Each function takes a pid and reads the process's files
-afresh; a process that is gone, or that this user may not see, reads as
-None (or as not alive, no children, an empty command line).
+the collectors, the workloads). Each function takes a pid and reads the
+process's files afresh; a process that is gone, or that this user may not
+see, reads as None (or as not alive, no children, an empty command line).
+And the machine's CPU time by mode (/proc/stat: parse_stat).
 
 /proc/PID/stat is split after the last ")" (a command name may hold spaces
 and parentheses): `stat_fields(pid)[0]` is the state, proc(5)'s field 3.
@@ -14,7 +15,7 @@ import os
 from pathlib import Path
 
 # Indices into stat_fields(): proc(5)'s field number minus 3.
-STATE, PPID, UTIME, STIME, STARTTIME = 0, 1, 11, 12, 19
+STATE, PPID, SESSION, FLAGS, UTIME, STIME, CUTIME, CSTIME, STARTTIME = 0, 1, 3, 6, 11, 12, 13, 14, 19
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 BASE_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -33,11 +34,21 @@ def read_bytes(path: Path | str) -> bytes:
         os.close(fd)
 
 
+def read_text(path: Path | str) -> str:
+    return read_bytes(path).decode("ascii", errors="replace")
+
+
 def split_stat(raw: bytes | str) -> list[str]:
     """The fields of a /proc/PID/stat text after the command name
     (IndexError on a text without one)."""
     text = raw.decode("ascii", errors="replace") if isinstance(raw, bytes) else raw
     return text.rsplit(")", 1)[1].split()
+
+
+def stat_comm(raw: bytes) -> str:
+    """The command name in a /proc/PID/stat text (proc(5)'s field 2, between
+    the first "(" and the last ")"; ValueError on a text without one)."""
+    return raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -161,3 +172,23 @@ def hugetlb_pages(pid: int) -> int | None:
             if page_kb > BASE_PAGE_KB:
                 pages += size_kb // page_kb
     return pages
+
+
+# /proc/stat "cpu" line, in proc(5) order; values in USER_HZ ticks.
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """/proc/stat: the aggregate cpu line as `cpu.<field>` ticks, and the
+    system counters intr (total), ctxt, processes, procs_running, procs_blocked."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(" ")
+        if key == "cpu":
+            for name, value in zip(CPU_FIELDS, rest.split(), strict=False):
+                out[f"cpu.{name}"] = int(value)
+        elif key == "intr":
+            out["intr"] = int(rest.split(None, 1)[0])
+        elif key in ("ctxt", "processes", "procs_running", "procs_blocked"):
+            out[key] = int(rest)
+    return out

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, CPU_FIELDS, read_bytes
 from perflab.model import Event, Flag, RunResult
+from perflab.proc import CSTIME, CUTIME, FLAGS, PPID, STARTTIME, STIME, UTIME, split_stat, stat_comm
 
 NOISY_HOST_CORES = 0.05
 SATURATED_IDLE_PCT = 5.0
@@ -73,12 +74,11 @@ def read_processes() -> dict[tuple[int, int], Proc]:
             stat = read_bytes(f"/proc/{entry}/stat")
         except OSError:
             continue
-        close = stat.rindex(b")")
-        comm = stat[stat.index(b"(") + 1:close].decode(errors="replace")
-        f = stat[close + 2:].split()
         try:
-            ticks = int(f[11]) + int(f[12]) + max(0, int(f[13])) + max(0, int(f[14]))
-            out[(int(entry), int(f[19]))] = Proc(int(entry), int(f[1]), comm, bool(int(f[6]) & PF_KTHREAD), ticks)
+            comm, f = stat_comm(stat), split_stat(stat)
+            ticks = int(f[UTIME]) + int(f[STIME]) + max(0, int(f[CUTIME])) + max(0, int(f[CSTIME]))
+            kthread = bool(int(f[FLAGS]) & PF_KTHREAD)
+            out[(int(entry), int(f[STARTTIME]))] = Proc(int(entry), int(f[PPID]), comm, kthread, ticks)
         except (IndexError, ValueError):
             continue
     return out

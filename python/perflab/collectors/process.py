@@ -41,6 +41,7 @@ from perflab.collectors.base import (
 )
 from perflab.collectors.procfs import CLOCK_TICKS_PER_S, PAGE_SIZE_KIB, read_bytes
 from perflab.model import Event, Flag, RunResult
+from perflab.proc import CSTIME, CUTIME, STARTTIME, STIME, UTIME, split_stat
 from perflab.proc import children as children_of
 from perflab.proc import cmdline as process_title
 from perflab.section import Block, RunGroup, Section, Table
@@ -120,8 +121,7 @@ def read_proc(pid: int, with_io: bool) -> ProcSample | None:
         statm = read_bytes(f"/proc/{pid}/statm").split()
     except OSError:
         return None
-    # the command name (field 2) may hold spaces and parentheses: split after the last ")"
-    fields = stat[stat.rindex(b")") + 2:].split()
+    fields = split_stat(stat)
     io: dict[bytes, int] = {}
     if with_io:
         try:
@@ -132,11 +132,11 @@ def read_proc(pid: int, with_io: bool) -> ProcSample | None:
             pass
     resident, shared = int(statm[1]), int(statm[2])
     return ProcSample(
-        start_ticks=int(fields[19]),
-        user_ticks=int(fields[11]),
-        system_ticks=int(fields[12]),
-        children_user_ticks=int(fields[13]),
-        children_system_ticks=int(fields[14]),
+        start_ticks=int(fields[STARTTIME]),
+        user_ticks=int(fields[UTIME]),
+        system_ticks=int(fields[STIME]),
+        children_user_ticks=int(fields[CUTIME]),
+        children_system_ticks=int(fields[CSTIME]),
         rss_anon_kib=(resident - shared) * PAGE_SIZE_KIB,
         rss_shared_kib=shared * PAGE_SIZE_KIB,
         read_bytes=io.get(b"read_bytes"),

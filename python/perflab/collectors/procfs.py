@@ -14,18 +14,16 @@ from pathlib import Path
 
 from perflab.collectors.base import CollectorUnavailable
 
-# A process's files are read by the one reader at the bottom layer (the
-# guardian and the targets use it too); the collectors take it from here.
+# A process's files, and /proc/stat, are read by the one reader at the bottom
+# layer (the guardian, the targets and the workloads use it too); the
+# collectors take it from here.
 from perflab.proc import CLOCK_TICKS_PER_S as CLOCK_TICKS_PER_S
+from perflab.proc import CPU_FIELDS as CPU_FIELDS
+from perflab.proc import parse_stat as parse_stat
 from perflab.proc import read_bytes as read_bytes
+from perflab.proc import read_text as read_text
 
-# /proc/stat "cpu" line, in proc(5) order; values in USER_HZ ticks.
-CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
 PAGE_SIZE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def read_text(path: Path | str) -> str:
-    return read_bytes(path).decode("ascii", errors="replace")
 
 
 def require_readable(*paths: Path | str) -> None:
@@ -36,22 +34,6 @@ def require_readable(*paths: Path | str) -> None:
                 f.read(1)
         except OSError as exc:
             raise CollectorUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def parse_stat(text: str) -> dict[str, int]:
-    """/proc/stat: the aggregate cpu line as `cpu.<field>` ticks, and the
-    system counters intr (total), ctxt, processes, procs_running, procs_blocked."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(" ")
-        if key == "cpu":
-            for name, value in zip(CPU_FIELDS, rest.split(), strict=False):
-                out[f"cpu.{name}"] = int(value)
-        elif key == "intr":
-            out["intr"] = int(rest.split(None, 1)[0])
-        elif key in ("ctxt", "processes", "procs_running", "procs_blocked"):
-            out[key] = int(rest)
-    return out
 
 
 def parse_kib_table(text: str) -> dict[str, int]:

@@ -19,10 +19,10 @@ import os
 import pwd
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 from perflab.guardian import TOKEN_VAR, pid_alive, register_undo, start_time
+from perflab.proc import SESSION, STATE, environ_has, stat_fields
 
 __all__ = ["TOKEN_VAR", "server_env", "server_processes", "stop_server_processes", "undo_server_process"]
 
@@ -52,22 +52,17 @@ def server_processes(token: str, session: int | None = None) -> list[int]:
     PERFLAB_SERVER_TOKEN=token, or it is in `session` (the server was started
     in a session of its own; its workers stay in it, nginx's too, whose
     environment area holds its process title instead)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
+    mark = f"{TOKEN_VAR}={token}"
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if fields[0] in ("Z", "X"):
-                continue
-            mine = session is not None and int(fields[3]) == session
-            if not mine:
-                mine = needle in (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
+        pid = int(entry)
+        fields = stat_fields(pid)
+        if fields is None or fields[STATE] in ("Z", "X"):
             continue
-        if mine:
-            found.append(int(entry.name))
+        if (session is not None and int(fields[SESSION]) == session) or environ_has(pid, mark):
+            found.append(pid)
     return found
 
 

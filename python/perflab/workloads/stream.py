@@ -40,13 +40,13 @@ from pydantic import Field, model_validator
 
 from perflab import _engine
 from perflab.analysis.linear import LINEAR_R2, LinearFit, linear_fit
-from perflab.collectors.procfs import CLOCK_TICKS_PER_S, parse_stat, read_text
 from perflab.context import RunContext
 from perflab.endpoints import Capability
 from perflab.errors import UserError
 from perflab.hostctl import netns
 from perflab.hostctl.netns import Rate
 from perflab.model import LoadResult, RunResult, without_label
+from perflab.proc import CLOCK_TICKS_PER_S, parse_stat, read_text
 from perflab.section import Section
 from perflab.targets.router import NetworkEndpoint
 from perflab.units import Duration
