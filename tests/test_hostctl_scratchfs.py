@@ -151,7 +151,7 @@ def test_settings_take_sizes_as_experiment_files_write_them() -> None:
     ({"type": "xfs", "size": "299MB"}, "size", "at least 300MB"),
     ({"type": "btrfs", "size": "100MB"}, "size", "at least 109MB (mkfs.btrfs refuses"),
     ({"type": "ext4", "size": 8}, "size", "at least 16MB"),
-    ({"type": "zfs", "size": "1GB"}, "type", "'ext4', 'xfs', 'btrfs', 'ext2' or 'tmpfs'"),
+    ({"type": "zfs", "size": "1GB"}, "type", "'ext4', 'xfs', 'btrfs', 'ext2', 'tmpfs', 'sshfs' or 'nfs'"),
     ({"type": "tmpfs", "mkfs_options": "-b 1024"}, "mkfs_options", "nothing for tmpfs"),
     ({"type": "tmpfs", "backing_dir": "/var/tmp"}, "backing_dir", "nothing for tmpfs"),
     ({"type": "ext4", "size": "1GB", "mkfs_options": "-L 'x"}, "mkfs_options", "as a shell would split"),

@@ -54,16 +54,20 @@ import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from perflab.errors import UserError
 from perflab.guardian import journal, register_undo
+from perflab.hostctl.netns import Rate
 from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
 from perflab.model import not_setup
 from perflab.settings_model import OsText, StrictModel
-from perflab.units import Size, format_size
+from perflab.units import Duration, Size, format_size
 
-FsType = Literal["ext4", "xfs", "btrfs", "ext2", "tmpfs"]
+FsType = Literal["ext4", "xfs", "btrfs", "ext2", "tmpfs", "sshfs", "nfs"]
+# A network filesystem: a directory of a server perflab starts in a network
+# namespace of its own, mounted over a shaped link (hostctl.netfs).
+NETWORK_TYPES = ("sshfs", "nfs")
 
 # The smallest size each type takes, and why (mkfs refuses smaller, or the
 # size is surely a typo: a bare number is bytes).
@@ -98,17 +102,56 @@ MADE_SUFFIX = ".perflab-mkfs.json"  # how the file's filesystem was made
 SAFE_OPTIONS = ["nosuid", "nodev"]
 
 
+class RaidSettings(StrictModel):
+    """A stripe under a scratch filesystem (hostctl.stripe): md's RAID-0 over
+    N loop devices where the kernel has md, else btrfs's own RAID-0."""
+
+    # The RAID level: 0, striping without redundancy.
+    level: Literal[0] = 0
+    # How many devices (loop devices, each on its own backing file) the stripe spans.
+    devices: int = Field(default=2, ge=2, le=16)
+    # md's chunk size (a power of two from 4KB; mdadm's default, 512KB, without it). btrfs's RAID-0 has none.
+    chunk: Size | None = None
+    # ext2/ext4 on md: mkfs's stride and stripe_width set from the chunk (false: left to mkfs, as the study compared).
+    stride: bool = True
+
+    @field_validator("chunk")
+    @classmethod
+    def _chunk(cls, value: int | None) -> int | None:
+        if value is not None and (value < 4096 or value & (value - 1)):
+            raise ValueError(f"got {format_size(value)} ({value} bytes); allowed: a power of two of at least "
+                             "4KB (\"8KB\", \"128KB\", \"512KB\")")
+        return value
+
+
 class FsSettings(StrictModel):
     """One scratch filesystem of [target.storage] (`data_fs`, `wal_fs`)."""
 
-    # The filesystem perflab makes (mkfs on a loop device in the target's directory; tmpfs in memory).
+    # The filesystem perflab makes (mkfs on a loop device in the target's directory; tmpfs in memory;
+    # sshfs or nfs: a server's directory over a shaped link, hostctl.netfs).
     type: FsType
+    # Striped over several loop devices (RAID-0; hostctl.stripe).
+    raid: RaidSettings | None = None
     # Required but for tmpfs, where it is the tmpfs's size (the kernel's
     # default, half the memory, without it).
     size: Size | None = Field(default=None, validate_default=True)
     mkfs_options: str = ""  # split as a shell would (shlex)
     mount_options: str = ""  # a comma list, as `mount -o` takes it
-    backing_dir: OsText | None = None  # where the backing file goes; None: the caller's choice
+    # Where the backing file goes (None: the caller's choice); with raid, one per device as a list
+    # (devices on different disks), or one for all.
+    backing_dir: OsText | list[OsText] | None = None
+    # sshfs, nfs: the link's one-way delay, each direction.
+    delay: Duration = Field(default=0.0, ge=0, le=10.0)
+    # sshfs, nfs: the link's rate, each direction ("1gbit"; default: unlimited).
+    rate: Rate | None = None
+
+    @field_validator("raid")
+    @classmethod
+    def _raid_on_a_disk(cls, value: RaidSettings | None, info: ValidationInfo) -> RaidSettings | None:
+        if value is not None and info.data.get("type") in ("tmpfs", *NETWORK_TYPES):
+            raise ValueError(f"got a raid for {info.data.get('type')}; allowed: raid on ext2, ext4, xfs or btrfs "
+                             "(a stripe of loop devices)")
+        return value
 
     @field_validator("size")
     @classmethod
@@ -116,11 +159,20 @@ class FsSettings(StrictModel):
         fstype = info.data.get("type")
         if fstype is None:  # the type is wrong: that is the problem to report
             return value
+        if fstype in NETWORK_TYPES:
+            if value is not None:
+                raise ValueError(f"got {format_size(value)}; allowed: no size for {fstype} (its files take the "
+                                 "room of the server's directory)")
+            return value
         if value is None:
             if fstype != "tmpfs":
                 raise ValueError(f'missing; allowed: a size for a {fstype} filesystem ("8GB")')
             return value
         minimum, why = MIN_SIZE[fstype]
+        raid = info.data.get("raid")
+        if raid is not None and value // raid.devices < minimum:
+            raise ValueError(f"got {format_size(value)} over {raid.devices} devices; allowed: at least "
+                             f"{format_size(minimum)} per device ({why})")
         if value < minimum:
             raise ValueError(f"got {format_size(value)} ({value} bytes); allowed: a {fstype} size of at least "
                              f"{format_size(minimum)} ({why})")
@@ -129,7 +181,7 @@ class FsSettings(StrictModel):
     @field_validator("mkfs_options")
     @classmethod
     def _mkfs_options(cls, value: str, info: ValidationInfo) -> str:
-        if value.strip() and info.data.get("type") == "tmpfs":
+        if value.strip() and info.data.get("type") in ("tmpfs", *NETWORK_TYPES):
             raise ValueError(f"got {value!r}; allowed: nothing for tmpfs, which has no mkfs "
                              "(its options go in mount_options)")
         try:
@@ -151,13 +203,30 @@ class FsSettings(StrictModel):
 
     @field_validator("backing_dir")
     @classmethod
-    def _backing_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+    def _backing_dir(cls, value: str | list[str] | None, info: ValidationInfo) -> str | list[str] | None:
         if value is not None:
-            if info.data.get("type") == "tmpfs":
-                raise ValueError(f"got {value!r}; allowed: nothing for tmpfs, which lives in memory")
-            if not os.path.isabs(value):
+            if info.data.get("type") in ("tmpfs", *NETWORK_TYPES):
+                raise ValueError(f"got {value!r}; allowed: nothing for {info.data.get('type')}, which has no "
+                                 "backing file")
+            raid = info.data.get("raid")
+            if isinstance(value, list) and (raid is None or len(value) != raid.devices):
+                raise ValueError(f"got {len(value)} directories; allowed: a list only with raid, one directory "
+                                 f"per device ({raid.devices if raid else 'raid.devices'})")
+            if not all(os.path.isabs(v) for v in (value if isinstance(value, list) else [value])):
                 raise ValueError(f"got {value!r}; allowed: an absolute directory path")
         return value
+
+    @model_validator(mode="after")
+    def _link_on_network(self) -> FsSettings:
+        if self.type not in NETWORK_TYPES and (self.delay or self.rate):
+            raise ValueError(f"got delay or rate for {self.type}; allowed: delay and rate on a network filesystem "
+                             '(type = "sshfs" or "nfs")')
+        return self
+
+    def backing_dirs(self) -> list[str | None]:
+        """The backing directory of each device (one unless raid)."""
+        count = self.raid.devices if self.raid is not None else 1
+        return list(self.backing_dir) if isinstance(self.backing_dir, list) else [self.backing_dir] * count
 
     def mkfs_argv(self) -> list[str]:
         return shlex.split(self.mkfs_options)

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from perflab.errors import UserError
-from perflab.hostctl.scratchfs import ScratchFs, fs_problems
+from perflab.hostctl import netfs, stripe
+from perflab.hostctl.scratchfs import NETWORK_TYPES, FsSettings, ScratchFs, fs_problems
 from perflab.hostctl.shareddir import private_dir_problem
 from perflab.settings_model import StrictModel
 
@@ -110,31 +111,60 @@ def scratch_problems(storage: RoleStorage, base_dir: Path) -> list[tuple[str, st
     problems = []
     for role in storage.ROLES:
         fs = getattr(storage, f"{role}_fs")
-        if fs is not None:
-            key = f"target.storage.{role}_fs"
-            backing = (base_dir / Path(fs.backing_dir).expanduser()).resolve() if fs.backing_dir else None
-            problems += fs_problems(key, fs, backing or Path.cwd())
-            own = backing / SCRATCH_DIR if backing is not None else None
-            if own is not None and os.path.lexists(own) and (problem := private_dir_problem(own)):
+        if fs is None:
+            continue
+        key = f"target.storage.{role}_fs"
+        if fs.type in NETWORK_TYPES:
+            problems += netfs.netfs_problems(key, fs)
+            continue
+        dirs = [(base_dir / Path(d).expanduser()).resolve() if d else None for d in fs.backing_dirs()]
+        if fs.raid is not None:
+            problems += stripe.stripe_problems(key, fs, [d or Path.cwd() for d in dirs])
+        else:
+            problems += fs_problems(key, fs, dirs[0] or Path.cwd())
+        for backing in dict.fromkeys(d for d in dirs if d is not None):
+            own = backing / SCRATCH_DIR
+            if os.path.lexists(own) and (problem := private_dir_problem(own)):
                 problems.append((f"{key}.backing_dir", f"{own} {problem}: perflab keeps its images only in a "
                                  f"directory no other user can write; fix: remove {own} if it is not perflab's"))
     return problems
 
 
+def scratch_notes(storage: RoleStorage) -> list[str]:
+    """What `check` says about the filesystems it accepts: which stripe, which network filesystem will run."""
+    notes = []
+    for role in storage.ROLES:
+        fs: FsSettings | None = getattr(storage, f"{role}_fs")
+        if fs is not None and fs.raid is not None:
+            notes.append(stripe.stripe_note(f"target.storage.{role}_fs", fs))
+        elif fs is not None and fs.type in NETWORK_TYPES:
+            notes.append(netfs.netfs_note(f"target.storage.{role}_fs", fs))
+    return notes
+
+
 def scratch_filesystems(storage: RoleStorage, home: Callable[[], Path], workdir: Path, digest: str,
-                        path_from_file: Callable[[str], Path], tag: str = "") -> dict[str, ScratchFs]:
+                        path_from_file: Callable[[str], Path], tag: str = "",
+                        run_as: str | None = None) -> dict[str, ScratchFs]:
     """The filesystems `storage` asks for (not yet mounted), by role: each is
     perflab-<digest>-<tag><role>, mounted at <home>/perflab-<role>-fs, its
     image (when loop-backed) in the target's directory `workdir`, or in
     SCRATCH_DIR, a directory of perflab's (0700) in its backing_dir
     (`path_from_file`): that may be shared (/var/tmp), and an image is kept
-    only where no other user can write (ScratchFs)."""
-    out = {}
+    only where no other user can write (ScratchFs). A stripe's images (one
+    per device) go likewise (hostctl.stripe); a network filesystem's files in
+    <home>/perflab-<role>-export, the server's user's (hostctl.netfs)."""
+    out: dict[str, ScratchFs] = {}
     for role in storage.ROLES:
         fs = getattr(storage, f"{role}_fs")
         if fs is None:
             continue
-        backing_dir = path_from_file(fs.backing_dir) / SCRATCH_DIR if fs.backing_dir else workdir
         name = f"perflab-{digest}-{tag}{role}"
-        out[role] = ScratchFs(name, fs, home() / f"perflab-{role}-fs", backing_dir / f"{name}.img")
+        mountpoint = home() / f"perflab-{role}-fs"
+        dirs = [path_from_file(d) / SCRATCH_DIR if d else workdir for d in fs.backing_dirs()]
+        if fs.type in NETWORK_TYPES:
+            out[role] = netfs.NetFs(name, fs, mountpoint, home() / f"perflab-{role}-export", run_as, workdir)
+        elif fs.raid is not None:
+            out[role] = stripe.StripedFs(name, fs, mountpoint, [d / f"{name}-{i}.img" for i, d in enumerate(dirs)])
+        else:
+            out[role] = ScratchFs(name, fs, mountpoint, dirs[0] / f"{name}.img")
     return out

@@ -85,6 +85,7 @@ from perflab.targets.serverhome import (
     reachable_by,
     resolve_run_as,
     scratch_filesystems,
+    scratch_notes,
     scratch_problems,
 )
 from perflab.targets.serverlog import LoggedServer, ServerLog
@@ -171,7 +172,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         notes = [f"target.settings.{name}: a developer option of this PostgreSQL (not in `postgres "
                  "--describe-config`), meant for testing the server; it may change or go between versions"
                  for name in developer_options(settings)]
-        return notes + io_method_notes(settings)
+        return notes + io_method_notes(settings) + scratch_notes(settings.storage)
 
     @classmethod
     def sizes_huge_pages(cls, settings: PostgresSettings) -> bool:
@@ -242,7 +243,7 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
     def _scratch(self) -> dict[str, ScratchFs]:
         """The scratch filesystems the settings ask for (not yet mounted)."""
         return scratch_filesystems(self.settings.storage, self._home, self.workdir, home_digest(self.workdir),
-                                   self.path_from_file)
+                                   self.path_from_file, run_as=self.run_as)
 
     def _mount_scratch(self) -> None:
         new = {}

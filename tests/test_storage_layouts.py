@@ -1,0 +1,178 @@
+"""The storage study's layouts (issue 49): a striped scratch filesystem
+(md RAID-0 where the kernel has md, else btrfs's own RAID-0) and a network
+filesystem (sshfs to perflab's own sshd in a namespace of its own, NFS where
+the kernel has a client), each made, used by a real short PostgreSQL run,
+and removed, also after a SIGKILL of perflab; what this kernel cannot do
+refused at `check` with exit 2, naming the lack and the stand-in."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import start_run_until
+from perflab.hostctl import netfs, stripe
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices, mounts and namespaces need root")
+
+GONE_WITHIN_S = 60.0
+NO_MD = stripe.md_missing()
+HAS_NFS = netfs._kernel_has_nfs()
+
+STRIPE = 'type = "btrfs"\nsize = "512MB"\nraid = { level = 0, devices = 2 }\n'
+
+
+def experiment(tmp: Path, data_fs: str = "", wal_fs: str = "", duration: str = "3s") -> Path:
+    text = ("[experiment]\nname = \"layouts\"\nrepetitions = 1\n"
+            "[target]\nkind = \"postgres\"\n[target.settings]\nshared_buffers = \"64MB\"\nmax_connections = 20\n")
+    if data_fs:
+        text += f"[target.storage.data_fs]\n{data_fs}"
+    if wal_fs:
+        text += f"[target.storage.wal_fs]\n{wal_fs}"
+    text += (f"[workload]\nkind = \"tpcb\"\nscale = 1\nclients = 2\nduration = \"{duration}\"\n"
+             "warmup = \"1s\"\n")
+    path = tmp / "layouts.toml"
+    path.write_text(text)
+    return path
+
+
+def wait_until(condition: Callable[[], bool], within: float = GONE_WITHIN_S) -> bool:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def mounts_under(path: Path) -> list[str]:
+    with open("/proc/mounts") as f:
+        return [line for line in f if line.split()[1].startswith(str(path))]
+
+
+def loops_on_files_under(path: Path) -> list[str]:
+    out = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if str(path) in line]
+
+
+def run_description(out: Path) -> tuple[str, float | None, dict[str, Any]]:
+    """The one run's status, tps and its scratch filesystems as the store describes them."""
+    with sqlite3.connect(out / "perflab.sqlite") as db:
+        run_id, status, target = db.execute("select id, status, target_json from run").fetchone()
+        tps = db.execute("select value from metric where run_id = ? and name = 'tps'", (run_id,)).fetchone()
+    return status, (tps[0] if tps else None), json.loads(target or "{}").get("scratch_fs", {})
+
+
+# ------------------------------------------------------------------ check
+
+
+@pytest.mark.skipif(NO_MD is None, reason="this kernel has md: a chunk is honoured (mdadm --chunk)")
+def test_a_chunk_without_md_is_refused_naming_the_lack_and_the_stand_in(tmp_path: Path, run_cli: Any) -> None:
+    path = experiment(tmp_path, data_fs=STRIPE.replace("devices = 2", 'devices = 2, chunk = "512KB"'))
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "target.storage.data_fs.raid.chunk" in said and "md" in said and "btrfs" in said
+    assert "Traceback" not in said
+
+
+@pytest.mark.skipif(NO_MD is None, reason="this kernel has md: an ext4 stripe is md's")
+def test_a_stripe_of_another_type_without_md_is_refused(tmp_path: Path, run_cli: Any) -> None:
+    path = experiment(tmp_path, wal_fs=STRIPE.replace('"btrfs"', '"ext4"'))
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 2 and "target.storage.wal_fs.type" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(HAS_NFS, reason="this kernel has an NFS client")
+def test_nfs_without_a_client_is_refused_naming_the_stand_in(tmp_path: Path, run_cli: Any) -> None:
+    path = experiment(tmp_path, wal_fs='type = "nfs"\ndelay = "1ms"\n')
+    proc = run_cli("check", path, check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said
+    assert "target.storage.wal_fs.type" in said and "sshfs" in said and "NFS client" in said
+
+
+def test_check_says_which_stripe_will_run(tmp_path: Path, run_cli: Any) -> None:
+    proc = run_cli("check", experiment(tmp_path, data_fs=STRIPE))
+    assert "target.storage.data_fs.raid" in proc.stdout + proc.stderr
+    assert ("btrfs RAID-0" if NO_MD else "md RAID-0") in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("raw, key", [
+    ({"type": "btrfs", "size": "512MB", "backing_dir": ["/a"], "raid": {"devices": 2}}, "backing_dir"),
+    ({"type": "btrfs", "size": "120MB", "raid": {"devices": 2}}, "size"),
+    ({"type": "tmpfs", "raid": {"devices": 2}}, "raid"),
+    ({"type": "ext4", "size": "1GB", "raid": {"chunk": "3KB"}}, "raid.chunk"),
+    ({"type": "sshfs", "size": "1GB"}, "size"),
+    ({"type": "ext4", "size": "1GB", "delay": "1ms"}, ""),
+])
+def test_settings_refuse_with_the_key(raw: dict[str, Any], key: str) -> None:
+    from pydantic import ValidationError
+
+    from perflab.hostctl.scratchfs import FsSettings
+    with pytest.raises(ValidationError) as e:
+        FsSettings.model_validate(raw)
+    assert any(".".join(map(str, err["loc"])) == key for err in e.value.errors()) or not key
+
+
+# ------------------------------------------------------------------ striped
+
+
+def test_a_stripe_is_made_used_and_removed(tmp_path: Path, run_cli: Any) -> None:
+    out = tmp_path / "out"
+    disks = [tmp_path / "disk0", tmp_path / "disk1"]
+    layout = STRIPE + f"backing_dir = {json.dumps([str(d) for d in disks])}\n"
+    run_cli("run", experiment(tmp_path, data_fs=layout), "--out", out, "--quiet", "--no-report")
+    status, tps, described = run_description(out)
+    assert status == "done" and tps and tps > 0
+    raid = described["data"]["raid"]
+    assert raid["devices"] == 2 and raid["by"] == ("btrfs" if NO_MD else "md")
+    # each device on its own disk's file
+    assert [Path(f).parent.parent for f in described["data"]["backing_files"]] == disks
+    assert not mounts_under(tmp_path) and not loops_on_files_under(tmp_path)
+
+
+@pytest.mark.skipif(NO_MD is not None, reason=f"md path not testable here: {NO_MD}")
+def test_md_applies_the_chunk_and_the_stride(tmp_path: Path) -> None:
+    from perflab.hostctl.scratchfs import FsSettings
+    fs = stripe.StripedFs("perflab-md-test", FsSettings.model_validate(
+        {"type": "ext4", "size": "256MB", "raid": {"devices": 2, "chunk": "128KB"}}),
+        tmp_path / "perflab-fs", [tmp_path / "perflab-img" / f"perflab-{i}.img" for i in range(2)])
+    try:
+        fs.mount()
+        detail = subprocess.run(["mdadm", "--detail", fs.md_device], capture_output=True, text=True).stdout
+        assert "Chunk Size : 128K" in detail
+        dump = subprocess.run(["dumpe2fs", "-h", fs.md_device], capture_output=True, text=True).stdout
+        assert "RAID stride:              32" in dump and "RAID stripe width:        64" in dump
+    finally:
+        fs.discard()
+    assert not Path(os.path.realpath(fs.md_device)).name.startswith("md") or not Path(fs.md_device).exists()
+
+
+def mounted_from(devices: list[str]) -> list[str]:
+    with open("/proc/mounts") as f:
+        return [line for line in f if line.split()[0] in devices]
+
+
+def test_a_sigkill_mid_run_leaves_no_loop_device_or_mount(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = experiment(tmp_path, data_fs=STRIPE, duration="60s")
+
+    def loops() -> list[str]:
+        return [line.split(":", 1)[0] for line in loops_on_files_under(tmp_path)]
+
+    run = start_run_until(path, out, lambda: len(loops()) == 2 and bool(mounted_from(loops())))
+    devices = loops()
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert wait_until(lambda: not mounted_from(devices) and not loops_on_files_under(tmp_path)), \
+        f"left: {mounted_from(devices)} {loops_on_files_under(tmp_path)}"
