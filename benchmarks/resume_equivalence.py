@@ -50,7 +50,9 @@ import psycopg
 
 from perflab import _engine
 from perflab.analysis import degradation
+from perflab.proc import cmdline
 from perflab.store import Store
+from perflab.targets.postgres.postmaster import PID_FILE, live_postmaster
 
 EXPERIMENT = """
 [experiment]
@@ -81,15 +83,8 @@ def perflab(*args: str) -> subprocess.CompletedProcess[str]:
 
 def postmasters_under(directory: Path) -> list[int]:
     """Live postmasters whose data directory lies under `directory` (their postmaster.pid files)."""
-    pids = []
-    for pidfile in directory.rglob("postmaster.pid"):
-        try:
-            pid = int(pidfile.read_text().split()[0])
-            if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                pids.append(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return pids
+    pids = [live_postmaster(pidfile.parent) for pidfile in directory.rglob(PID_FILE)]
+    return [pid for pid in pids if pid is not None and "postgres" in cmdline(pid)]
 
 
 def kill_in_run_3_refresh(f: Path, out: Path, sf: float, streams: int, victim: str = "perflab") -> None:

@@ -46,6 +46,7 @@ from perflab.guardian import start_time  # noqa: E402
 from perflab.hostctl.cgroups import find_hierarchies, parent_dir  # noqa: E402
 from perflab.store import Store  # noqa: E402
 from perflab.targets.postgres import server_cgroup_name  # noqa: E402
+from perflab.targets.postgres.postmaster import live_postmaster  # noqa: E402
 
 GONE_WITHIN_S = 10.0
 
@@ -117,13 +118,9 @@ class Experiment:
         data_dir = self.data_dir()
         if data_dir is None:
             return None
-        try:
-            pid = int((data_dir / "postmaster.pid").read_text().split()[0])
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, ValueError, IndexError):
-            return None
-        start = start_time(pid)
-        return (pid, start) if start is not None and state not in ("Z", "X") else None
+        pid = live_postmaster(data_dir)
+        start = None if pid is None else start_time(pid)
+        return None if pid is None or start is None else (pid, start)
 
     def cgroup_dirs(self) -> list[Path]:
         """Its server's cgroup directories that exist now (one per hierarchy its limits use)."""

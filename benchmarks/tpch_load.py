@@ -46,6 +46,7 @@ from perflab.collectors.process import children_of, read_proc
 from perflab.context import RunContext
 from perflab.targets.duckdb import DuckDbSettings, DuckDbTarget
 from perflab.targets.postgres import PostgresSettings, PostgresTarget
+from perflab.targets.postgres.postmaster import postmaster_pid
 from perflab.workloads.tpch import TpchSettings, TpchWorkload, schema
 
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "512MB", "max_wal_size": "8GB",
@@ -62,7 +63,9 @@ class CpuClock:
     and the server's process tree (see the module's docstring)."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+        pid = postmaster_pid(data_dir)
+        assert pid is not None, f"no postmaster.pid in {data_dir}"
+        self.postmaster = pid
         self.marks: list[tuple[str, float, float]] = [("start", time.perf_counter(), self.cpu_s())]
 
     def cpu_s(self) -> float:

@@ -24,7 +24,9 @@ from typing import Any
 
 import pytest
 
+from perflab.proc import cmdline
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
+from perflab.targets.postgres.postmaster import PID_FILE, live_postmaster
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -214,20 +216,8 @@ def postgres_processes(path_fragment: str) -> list[int]:
 
 def postmasters_under(directory: Path) -> list[int]:
     """Postmasters whose data directory lies under `directory` (from postmaster.pid files)."""
-    pids = []
-    for pidfile in directory.rglob("postmaster.pid"):
-        try:
-            pid = int(pidfile.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if b"postgres" in cmdline and state not in ("Z", "X"):
-            pids.append(pid)
-    return pids
+    pids = [live_postmaster(pidfile.parent) for pidfile in directory.rglob(PID_FILE)]
+    return [pid for pid in pids if pid is not None and "postgres" in cmdline(pid)]
 
 
 @contextlib.contextmanager

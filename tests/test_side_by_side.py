@@ -28,6 +28,7 @@ from perflab.guardian import journal, recover_orphans, start_time
 from perflab.hostctl.cgroups import cgroup_of, find_hierarchies, resource_problems
 from perflab.store import Store
 from perflab.targets.postgres import server_cgroup_name, sweep_orphan_homes
+from perflab.targets.postgres.postmaster import postmaster_pid
 
 # serial: measures the machine (timings, rates, other CPU) or changes it for everyone; runs after the parallel tests, alone
 pytestmark = [pytest.mark.serial, pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")]
@@ -89,11 +90,8 @@ class Experiment:
         record = self.record()
         if record is None:
             return None
-        try:
-            pid = int((Path(str(record["data_dir"])) / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-        return pid, start_time(pid)
+        pid = postmaster_pid(Path(str(record["data_dir"])))
+        return None if pid is None else (pid, start_time(pid))
 
     def cgroups(self) -> list[Path]:
         """Its server's cgroup directories that exist now (one per hierarchy)."""
