@@ -279,3 +279,44 @@ def test_stopping_a_server_never_signals_a_process_that_only_names_its_directory
     finally:
         decoy.kill()
         decoy.wait()
+
+
+@pytest.mark.parametrize("owner", ["root", "nobody"])
+def test_a_forged_server_record_in_a_target_directory_stops_nothing_and_removes_nothing(
+        workdir: Path, owner: str) -> None:
+    """The record a managed PostgreSQL leaves in its target directory (for the
+    next start to stop a server a killed perflab left) names a decoy
+    directory as its socket directory and a decoy process, whose command
+    line says "postgres", as its postmaster: neither is touched."""
+    from perflab.targets.postgres.managed import PIDFILE, ManagedPostgres
+    from perflab.targets.postgres.settings import PostgresSettings
+
+    user = _nobody()
+    decoy_dir = workdir / "decoy-socket-dir"
+    decoy_dir.mkdir()
+    (decoy_dir / "file").write_text("keep\n")
+    data = workdir / "somebody-elses"
+    data.mkdir()
+    python = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
+    decoy = subprocess.Popen(["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups",
+                              python, "-c", "import time; time.sleep(600)", "postgres"])
+    try:
+        deadline = time.monotonic() + 10
+        while b"postgres" not in Path(f"/proc/{decoy.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        target_dir = workdir / "target"
+        target_dir.mkdir()
+        record = target_dir / PIDFILE
+        record.write_text(json.dumps({"postmaster_pid": decoy.pid, "data_dir": str(data),
+                                      "socket_dir": str(decoy_dir), "perflab_pid": 4_000_000}))
+        if owner == "nobody":
+            os.chown(record, user.pw_uid, user.pw_gid)
+        target = ManagedPostgres(PostgresSettings.model_validate({"kind": "postgres"}), target_dir)
+        target._cleanup_leftover()
+        time.sleep(0.2)
+        assert decoy.poll() is None
+        assert (decoy_dir / "file").read_text() == "keep\n"
+    finally:
+        decoy.kill()
+        decoy.wait()

@@ -48,9 +48,15 @@ def server_alive(data_dir: Path) -> bool:
     return True  # there, but not readable as a pid
 
 
-def is_postgres(pid: int) -> bool:
-    """`pid` lives and is a PostgreSQL process (a pid alone may be reused)."""
-    return pid_alive(pid) and "postgres" in cmdline(pid)
+def is_postgres(pid: int, data_dir: Path | None = None) -> bool:
+    """`pid` lives and is a PostgreSQL process (a pid alone may be reused);
+    given `data_dir`, the server of that data directory: it works in it (a
+    postmaster chdirs into its data directory before it writes its lock
+    file; no other user can put a process of theirs there), not merely a
+    process whose command line says "postgres"."""
+    if not (pid_alive(pid) and "postgres" in cmdline(pid)):
+        return False
+    return data_dir is None or pid in processes_in(data_dir)
 
 
 def undo_server(args: dict[str, Any]) -> None:
@@ -70,7 +76,7 @@ def undo_server(args: dict[str, Any]) -> None:
         if waited > 10.0 or (waited > 1.5 and not _starting(data_dir)):
             return
         time.sleep(0.05)
-    if not is_postgres(pid):
+    if not is_postgres(pid, data_dir):
         return
     kids = children(pid)
     for sig, seconds in ((signal.SIGINT, 2.0), (signal.SIGQUIT, 1.5), (signal.SIGKILL, 0.5)):
