@@ -66,6 +66,10 @@ class RunContext:
     # Records what this attempt is about to change (kind, data), committed
     # before the change is made; the runner stores it.
     record_effect: Callable[[str, dict[str, Any]], None] = lambda kind, data: None
+    # Each query's record (a model.QueryTime) as it completes: the runner
+    # stores it at once, so a run killed on day 2 of 3 keeps what it measured
+    # (the run's final list replaces these when it ends).
+    query_done: Callable[[Any], None] = lambda record: None
 
     def now_s(self) -> float:
         return (time.monotonic_ns() - self.t0_ns) / 1e9

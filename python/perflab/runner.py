@@ -776,6 +776,7 @@ class Runner:
         self.store.set_t0(ctx.run_number, ctx.t0_ns)
         writer = self.store.series_writer(ctx.run_number)
         ctx.series = writer
+        ctx.query_done = writer.add_query
         cctx = CollectorContext(run=ctx, endpoint=endpoint, target=target)
         running: list[Collector] = []
         result = RunResult()

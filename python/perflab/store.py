@@ -26,7 +26,7 @@ from typing import Any
 
 from perflab.context import SeriesSink
 from perflab.errors import DiskFull, UserError
-from perflab.model import Event, RunResult
+from perflab.model import Event, QueryTime, RunResult
 from perflab.proc import start_time
 from perflab.store_check import connect_read_only, inspect
 
@@ -176,6 +176,17 @@ CREATE TABLE leftover (             -- what the experiment made outside its outp
     PRIMARY KEY (location, kind, name)
 );
 """
+
+
+QUERY_INSERT = ("INSERT INTO query (run_id, stream, seq, query, seconds, status, text, error, started_s, "
+                "energy_j, energy_above_idle_j, energy_json, energy_source) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _query_row(run_id: int, q: QueryTime) -> tuple[Any, ...]:
+    return (run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error, q.started_s,
+            q.energy_j, q.energy_above_idle_j, json.dumps(q.energy) if q.energy is not None else None,
+            q.energy_source)
 
 
 def utc_now() -> str:
@@ -659,15 +670,9 @@ class Store:
                 "INSERT OR REPLACE INTO histogram VALUES (?, ?, ?, ?, ?)",
                 [(run_id, h.name, h.unit, h.encoding, h.data) for h in result.histograms],
             )
-            self.conn.executemany(
-                "INSERT INTO query (run_id, stream, seq, query, seconds, status, text, error, started_s, "
-                "energy_j, energy_above_idle_j, energy_json, energy_source) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, q.stream, q.seq, q.query, q.seconds, q.status, q.text, q.error, q.started_s,
-                  q.energy_j, q.energy_above_idle_j, json.dumps(q.energy) if q.energy is not None else None,
-                  q.energy_source)
-                 for q in result.queries],
-            )
+            if result.queries:  # the final list replaces what was stored as each query completed
+                self.conn.execute("DELETE FROM query WHERE run_id = ?", (run_id,))
+            self.conn.executemany(QUERY_INSERT, [_query_row(run_id, q) for q in result.queries])
             for ev in result.events:
                 self._event(run_id, ev.t, ev.kind, ev.message)
             self.conn.execute(
@@ -808,6 +813,7 @@ class SeriesWriter(SeriesSink):
     def __init__(self, store_path: Path, run_id: int, flush_interval_s: float = 1.0) -> None:
         self.run_id = run_id
         self._rows: list[tuple[int, str, str, float, float | None]] = []
+        self._queries: list[tuple[Any, ...]] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._conn = _connect(store_path)
@@ -820,16 +826,26 @@ class SeriesWriter(SeriesSink):
         with self._lock:
             self._rows.append((self.run_id, source, name, t, value))
 
+    def add_query(self, q: QueryTime) -> None:
+        """A query's record as it completes (RunContext.query_done): stored
+        with the next batch, so a killed run keeps the queries it finished;
+        `finish_run` replaces them with the run's final list."""
+        with self._lock:
+            self._queries.append(_query_row(self.run_id, q))
+
     def _flush(self) -> None:
         with self._lock:
             rows, self._rows = self._rows, []
-        if rows:
+            queries, self._queries = self._queries, []
+        if rows or queries:
             try:
                 with _tx(self._conn):
                     self._conn.executemany("INSERT INTO series VALUES (?, ?, ?, ?, ?)", rows)
+                    self._conn.executemany(QUERY_INSERT, queries)
             except BaseException:
                 with self._lock:  # kept for the next try
                     self._rows[:0] = rows
+                    self._queries[:0] = queries
                 raise
             self.written += len(rows)
 

@@ -80,7 +80,9 @@ function renderState(s) {
     `<tr data-run="${r.id}" class="${r.id === selected ? "sel" : ""}"><td>#${r.id}</td><td>${esc(r.label || "all runs")}</td>` +
     `<td class=num>${r.repetition}</td><td><span class="pill ${r.status}">${r.status}</span>${r.id === s.current ? " ◀" : ""}</td>` +
     `<td class=num>${fmt(r.seconds)}</td>` + head.map(m => `<td class=num>${fmt(r.metrics[m])}</td>`).join("") +
-    `<td class=warn>${esc(r.flags.join(", "))}${r.error ? ' <span class=bad title="' + esc(r.error) + '">error</span>' : ""}</td></tr>`).join("");
+    `<td class=warn>${esc(r.flags.join(", "))}${r.error ? ' <span class=bad title="' + esc(r.error) + '">error</span>' : ""}` +
+    r.earlier_attempts.map(a => `<div class="attempt">attempt ${a.attempt} ${esc(a.status)}` +
+      (a.partial ? `: ${esc(a.partial)}` : "") + (a.files ? ` (${esc(a.files)})` : "") + "</div>").join("") + "</td></tr>").join("");
   renderDegradation(s.degradation);
 }
 

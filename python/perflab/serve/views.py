@@ -30,6 +30,7 @@ from perflab.collectors import COLLECTORS
 from perflab.errors import UserError
 from perflab.model import fmt_factors
 from perflab.report.data import ReportData, load
+from perflab.report.partial import Partial, attempt_partial
 from perflab.store import RUN_STATUSES, SCHEMA_VERSION, STORE_NAME, Store, writer_alive
 from perflab.store_check import inspect
 
@@ -145,6 +146,7 @@ class StoreView:
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[Any, Any]] = {}
         self._series: dict[int, _RunSeries] = {}
+        self._partials: dict[tuple[Any, ...], Partial | None] = {}
 
     # ------------------------------------------------------------ reading
 
@@ -187,6 +189,9 @@ class StoreView:
             deg = self.cached("degradation", lambda s: degradation_so_far(d), store)
             started = {r["id"]: (r["started_at"], r["ended_at"], r["attempts"], r["error"])
                        for r in store.conn.execute("SELECT id, started_at, ended_at, attempts, error FROM run")}
+            earlier: dict[int, list[dict[str, Any]]] = {}
+            for a in store.attempts():
+                earlier.setdefault(a["run_id"], []).append(self._attempt(a))
         counts = {s: 0 for s in RUN_STATUSES}
         for r in d.runs:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -205,10 +210,25 @@ class StoreView:
                 "seconds": r["seconds"], "flags": r["flags"], "metrics": d.values.get(r["id"], {}),
                 "started_at": started[r["id"]][0], "ended_at": started[r["id"]][1],
                 "attempts": started[r["id"]][2], "error": started[r["id"]][3],
+                "earlier_attempts": earlier.get(r["id"], []),
             } for r in d.runs],
             "degradation": deg,
             "report": (self.dir / "report.html").is_file(),
         })
+
+    def _attempt(self, a: dict[str, Any]) -> dict[str, Any]:
+        """An earlier attempt and what it measured before it stopped (its kept
+        files never change: read once)."""
+        key = (a["run_id"], a["attempt"], a["files"])
+        with self._lock:
+            known = key in self._partials
+            partial = self._partials.get(key)
+        if not known:
+            partial = attempt_partial(self.dir, a)
+            with self._lock:
+                self._partials[key] = partial
+        return {"attempt": a["attempt"], "status": a["status"], "seconds": a["seconds"], "files": a["files"],
+                "partial": None if partial is None else partial.describe()}
 
     # ------------------------------------------------------------ series
 

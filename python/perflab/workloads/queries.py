@@ -422,6 +422,7 @@ class QueriesWorkload(Workload[SqlEndpoint]):
                             break
                         qt, _, _ = timed_query(endpoint, conn, ex, timer_timeout, ctx.now_s)
                         times[n].append(qt)
+                        ctx.query_done(qt)
                         if qt.status != "ok" and s.on_error == "fail":
                             stop.set()
             except threading.BrokenBarrierError:

@@ -128,6 +128,7 @@ class SsbWorkload(Workload[SqlEndpoint]):
                         break
                     qt, _, _ = timed_query(endpoint, conn, q, timer_timeout, ctx.now_s)
                     result.queries.append(qt)
+                    ctx.query_done(qt)
                     if qt.status != "ok":
                         result.events.append(Event(ctx.now_s(), f"query-{qt.status}", f"{q.name}: {qt.error}"))
                 round_times.append(time.perf_counter() - started)

@@ -512,6 +512,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
         into.append(QueryTime(stream, seq, function, timing.seconds, "ok",
                               text=f"{function} pair {pair}: {verb} {timing.orders} orders, {timing.lineitems} lineitems",
                               started_s=started_s))
+        ctx.query_done(into[-1])
         return timing.seconds
 
     def _query_stream(self, endpoint: SqlEndpoint, ctx: RunContext, queries: list[qgen.StreamQuery],
@@ -529,6 +530,7 @@ class TpchWorkload(Workload[SqlEndpoint]):
                     break
                 qt, rows, columns = _timed_query(endpoint, conn, q, timer_timeout, ctx.now_s)
                 outcome.times.append(qt)
+                ctx.query_done(qt)
                 if keep_results and rows is not None:
                     outcome.results[q.number] = rows
                     outcome.columns[q.number] = columns
