@@ -246,3 +246,34 @@ def test_two_servers_by_two_data_sets_give_table_10(workdir, cache, run_cli) -> 
         assert [row[0] for row in table.rows] == ["5%", "median", "95%", "mean"]
         assert all(cell != "–" for row in table.rows for cell in row[1:])
     assert [b.name for b in headline.blocks if isinstance(b, Figure)] == ["http-latency-cdf-by-server"]
+
+
+@pytest.mark.serial  # drops the machine's page cache
+@pytest.mark.skipif(os.geteuid() != 0, reason="drop_caches and the server's memory cgroup need root")
+@needs("lighttpd")
+def test_a_set_above_the_memory_limit_is_read_from_disk_again_and_one_below_it_once(workdir, run_cli) -> None:
+    from perflab.hostctl.cgroups import ResourceSettings, resource_problems
+    from perflab.store import Store
+    from perflab.workloads.http import HttpWorkload
+
+    if problems := resource_problems(ResourceSettings.model_validate({"memory": "16MB"})):
+        pytest.skip(f"no memory cgroup here: {problems}")
+    experiment = _experiment(workdir, workdir / "cache", 'kind = "lighttpd"', duration="3s", extra=textwrap.dedent("""
+        [factors]
+        "target.resources.memory" = ["16MB", "512MB"]
+        [host]
+        drop_caches = true
+    """)).read_text()
+    experiment = experiment.replace('size = "5MB"', 'size = "50MB"').replace("[collect]", "[collect]\nprocess = {}")
+    (workdir / "e.toml").write_text(experiment)
+    run_cli("run", workdir / "e.toml", "--out", workdir / "out", "--no-report")
+    store = Store.open(workdir / "out", write=False)
+    runs = store.runs()
+    [section] = [s for s in HttpWorkload.report_sections(store, runs) if s.title.endswith("page cache and disk, per run")]
+    [table] = [b for b in section.blocks if isinstance(b, Table)]
+    passes = {row[2]: float(row[table.headers.index("read ÷ set")]) for row in table.rows}
+    page_cache = {row[2]: float(row[table.headers.index("page cache MB")].replace(",", "")) for row in table.rows}
+    assert set(passes) == {"16MB", "512MB"}, table.rows
+    # cold (drop_caches), the server reads the set from disk: above its limit over and over, below it once
+    assert passes["16MB"] > 1.2 and 0.3 < passes["512MB"] <= 1.05, table.rows
+    assert page_cache["16MB"] <= 16.8 < page_cache["512MB"], table.rows  # the cgroup's own, within its limit

@@ -195,6 +195,7 @@ RESOURCE_COUNTERS = {
 RESOURCE_LEVELS = {
     "memory_peak_bytes": ("B", "the server cgroup's highest memory use, page cache included, since it started"),
     "memory_current_bytes": ("B", "the server cgroup's memory use at the run's end, page cache included"),
+    "memory_cache_bytes": ("B", "the page cache charged to the server's cgroup at the run's end (memory.stat)"),
     "memory_limit_bytes": ("B", "the server cgroup's memory limit in force (target.resources.memory)"),
     "memory_high_bytes": ("B", "the server cgroup's memory.high in force (target.resources.memory_high)"),
 }

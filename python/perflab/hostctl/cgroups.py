@@ -660,6 +660,9 @@ class ServerCgroup:
         - memory_reclaim_scanned: pages reclaim scanned in this cgroup (v2
           memory.stat pgscan; v1's memory.stat has no reclaim counter: there
           memory_failcnt is the sign that the limit made the kernel reclaim);
+        - memory_cache_bytes: the page cache charged to this cgroup now (v1
+          memory.stat cache, v2 memory.stat file): the files its tasks read
+          first, not pages another cgroup had cached before;
         - io_read_bytes, io_write_bytes: bytes read/written on block devices
           (v1 blkio.throttle.io_service_bytes; v2 io.stat rbytes/wbytes).
         """
@@ -693,6 +696,8 @@ class ServerCgroup:
                         out[key] = float(limit[0])
                 if "pgscan" in (stat := _flat_keyed(d / "memory.stat")):
                     out["memory_reclaim_scanned"] = float(stat["pgscan"])
+                if "file" in stat:
+                    out["memory_cache_bytes"] = float(stat["file"])
             else:
                 for key, file in (("memory_peak_bytes", "memory.max_usage_in_bytes"),
                                   ("memory_current_bytes", "memory.usage_in_bytes"),
@@ -700,6 +705,8 @@ class ServerCgroup:
                     if value := _read_ints(d / file):
                         out[key] = float(value[0])
                 out["memory_oom_kills"] = float(_flat_keyed(d / "memory.oom_control").get("oom_kill", 0))
+                if "cache" in (stat := _flat_keyed(d / "memory.stat")):
+                    out["memory_cache_bytes"] = float(stat["cache"])
                 if (limit := _read_ints(d / "memory.limit_in_bytes")) and limit[0] < V1_NO_LIMIT:
                     out["memory_limit_bytes"] = float(limit[0])
         if "io" in self._dirs:

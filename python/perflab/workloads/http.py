@@ -651,7 +651,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
         sections = []
         if done and by_bytes and webstudy.server_factors(config):
             # the server is a factor: the study's Table 10 and Figure 12, a column and a line per server
-            sections += webstudy.sections(store, done, metric, data_set, config)
+            sections += webstudy.sections(store, done, values, data_set, config)
         elif done:
             headers, rows = pivot.pivot(done, metric(by), data_set, config)
             if not data_set:

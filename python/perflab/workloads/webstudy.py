@@ -50,10 +50,15 @@ def _data_sets(runs: list[dict[str, Any]], data_set: list[str]) -> list[tuple[st
     return [(pivot.combo_label(data_set, values, named=False), grp) for values, grp in pivot.group(runs, data_set)]
 
 
-def sections(store: Store, runs: list[dict[str, Any]], metric: Callable[[str], Callable[[dict[str, Any]], Any]],
+def sections(store: Store, runs: list[dict[str, Any]], values: dict[int, dict[str, float]],
              data_set: list[str], config: list[str]) -> list[Section]:
     """Table 10 (throughput, and the response-time profiles per data set) and
-    Figure 12 (latency CDFs per data set), as one headline section."""
+    Figure 12 (latency CDFs per data set), as one headline section; then
+    where each run's bytes came from (page cache or disk)."""
+
+    def metric(name: str) -> Callable[[dict[str, Any]], Any]:
+        return lambda run: values.get(run["id"], {}).get(name)
+
     servers = _columns(runs, config)
     sets = _data_sets(runs, data_set)
     mbps = metric("throughput_mbps")
@@ -83,7 +88,81 @@ def sections(store: Store, runs: list[dict[str, Any]], metric: Callable[[str], C
     figure = cdf_figure(store, sets, servers)
     if figure is not None:
         blocks.append(figure)
-    return [Section("Web servers: throughput and response time (Table 10, Figure 12)", blocks, headline=True)]
+    out = [Section("Web servers: throughput and response time (Table 10, Figure 12)", blocks, headline=True)]
+    return out + memory_sections(runs, values, sets, config)
+
+
+MB = 1e6
+
+
+def _disk_read(v: dict[str, float]) -> float | None:
+    """Bytes the server's processes read from storage in the run (the process
+    collector's /proc/PID/io read_bytes of every role but perflab's driver)."""
+    parts = [x for k, x in v.items() if k.startswith("process.") and k.endswith(".read_mib")
+             and not k.startswith("process.driver.")]
+    return sum(parts) * 2**20 if parts else None
+
+
+def _device_read(v: dict[str, float]) -> float | None:
+    """Bytes read from the machine's disks during the run (diskstats, every process)."""
+    rates = [x for k, x in v.items() if k.startswith("diskstats.") and k.endswith(".read_kib_per_s")]
+    return sum(rates) * 1024 * v["measured_s"] if rates and "measured_s" in v else None
+
+
+def _mb(x: float | None) -> str:
+    return "–" if x is None else pivot.fmt_num(x / MB)
+
+
+def memory_sections(runs: list[dict[str, Any]], values: dict[int, dict[str, float]],
+                    sets: list[tuple[str, list[dict[str, Any]]]], config: list[str]) -> list[Section]:
+    """Per run, how much of what was served came from the disk: the server's
+    own storage reads against the bytes it served, its cgroup's page cache
+    and memory limit, and the disks' reads (all processes); and, per data
+    set, whether it fits the server's memory limit and what the runs read."""
+    rows = []
+    for run in runs:
+        v = values.get(run["id"], {})
+        served, disk = v.get("body_bytes"), _disk_read(v)
+        share = f"{100 * disk / served:.1f}" if disk is not None and served else "–"
+        size = v.get("fileset_bytes")
+        over = f"{disk / size:.2f}" if disk is not None and size else "–"
+        sized = [f for f in run["factors"] if "fileset" in f]
+        rows.append([run["id"], pivot.combo_label(sized, [run["factors"][f] for f in sized], named=False)
+                     if sized else "as set",
+                     pivot.combo_label(config, [run["factors"].get(f) for f in config], named=False),
+                     _mb(v.get("fileset_bytes")), _mb(v.get("resources.memory_limit_bytes")),
+                     _mb(v.get("resources.memory_cache_bytes")), _mb(served), _mb(disk), share, over,
+                     _mb(_device_read(v))])
+    if not any(row[7] != "–" or row[5] != "–" for row in rows):
+        return []  # neither the process collector nor a memory cgroup: nothing to say
+    lines = []
+    for label, ds_runs in sets:
+        sizes = [values.get(r["id"], {}).get("fileset_bytes") for r in ds_runs]
+        limits = [values.get(r["id"], {}).get("resources.memory_limit_bytes") for r in ds_runs]
+        size = next((x for x in sizes if x), None)
+        limit = min((x for x in limits if x), default=None)
+        passes = [d / size for r in ds_runs if size and (d := _disk_read(values.get(r["id"], {}))) is not None]
+        fits = ("no memory limit" if limit is None or size is None else
+                f"fits in the server's {limit / MB:,.0f} MB" if size <= limit else
+                f"does not fit in the server's {limit / MB:,.0f} MB ({size / limit:.1f}x)")
+        read = (f"its runs read {min(passes):.2f}x to {max(passes):.2f}x the file set from disk"
+                if passes else "no storage reads were collected (collect.process)")
+        lines.append(f"data set {label}" + (f" ({size / MB:,.0f} MB of files)" if size else "") + f": {fits}; {read}.")
+    return [Section("Web servers: page cache and disk, per run", [
+        Text("Where the bytes came from. The server's cgroup is charged with the pages its own processes read "
+             "into the page cache, and only those: with [host] drop_caches each run starts cold, so the file "
+             "set (generated outside that cgroup, by perflab) is read again by the server and held to "
+             "target.resources.memory; without it, pages cached before count against no limit. 'from disk' is "
+             "what the server's processes read from storage from the warm-up's start to the run's end "
+             "(/proc/PID/io read_bytes, the process collector), in % of the body bytes served in the measured "
+             "window and in passes over the file set: a cold set that fits is read about once (up to 1x), one "
+             "that does not is read again as its pages are evicted (past 1x in a long enough run); 'page cache' "
+             "is the server cgroup's at the run's end (memory.stat); 'disk reads' are the disks' own "
+             "(diskstats), every process's. " + " ".join(lines)),
+        Table(["run", "data set", "server", "file set MB", "memory limit MB", "page cache MB", "served MB",
+               "from disk MB", "from disk %", "read ÷ set", "disk reads MB"], rows,
+              "Page cache and disk per run: the server's own storage reads against the bytes it served"),
+    ])]
 
 
 def _merged(store: Store, runs: list[dict[str, Any]]) -> bytes | None:
