@@ -185,7 +185,7 @@ def state_dir() -> Path:
     given = os.environ.get("PERFLAB_STATE_DIR")
     if given:
         return Path(given)
-    if os.geteuid() == 0 or os.access("/run", os.W_OK):
+    if os.geteuid() == 0 or os.access("/run", os.W_OK, effective_ids=os.access in os.supports_effective_ids):
         return Path("/run/perflab")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and trust_problem(Path(runtime), directory=True) is None:
