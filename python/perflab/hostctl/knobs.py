@@ -82,14 +82,18 @@ GovernorName = Annotated[str, AfterValidator(
 class IoScheduler(StrictModel):
     """/sys/block/<device>/queue/scheduler."""
 
+    # The whole block device, as named in /sys/block ("vda", "nvme0n1").
     device: DeviceName
+    # The I/O scheduler to set, one the device offers ("mq-deadline", "none", "bfq").
     scheduler: SchedulerName
 
 
 class Readahead(StrictModel):
     """/sys/block/<device>/queue/read_ahead_kb."""
 
+    # The whole block device, as named in /sys/block ("vda", "nvme0n1").
     device: DeviceName
+    # Read-ahead in KiB (/sys/block/DEVICE/queue/read_ahead_kb).
     kb: int = Field(ge=0, le=2**31 - 1)
 
 
@@ -99,12 +103,19 @@ SysctlValue = int | float | str
 class HostSettings(StrictModel):
     """The [host] section. Every field's default leaves that setting as it is."""
 
+    # Huge pages reserved (vm.nr_hugepages), or "auto": as many as the managed server's shared memory needs.
     hugepages: Annotated[int, Field(ge=0, le=2**31 - 1)] | Literal["auto"] | None = None
+    # Transparent huge pages (/sys/kernel/mm/transparent_hugepage/enabled).
     transparent_hugepage: Literal["always", "madvise", "never"] | None = None
+    # Kernel settings, name = value ("vm.dirty_ratio" = 10), applied before a run and restored after.
     sysctl: dict[str, SysctlValue] = Field(default_factory=dict)
+    # Drop the page cache before each run (a cold start; nothing to restore).
     drop_caches: bool = False
+    # A block device's I/O scheduler, { device, scheduler }.
     io_scheduler: IoScheduler | None = None
+    # A block device's read-ahead, { device, kb }.
     readahead_kb: Readahead | None = None
+    # The cpufreq governor of every CPU ("performance", "powersave", ...).
     cpu_governor: GovernorName | None = None
 
     @field_validator("sysctl")

@@ -65,6 +65,7 @@ DOCROOT = "docroot"  # a symlink the workload points at its file set
 
 
 class ManagedServerSettings(TargetSettings):
+    # How long the server may take to start answering.
     start_timeout: Duration = Field(default=30.0, gt=0)
     # Limits on the server's whole process tree (a cgroup).
     resources: ResourceSettings | None = None
