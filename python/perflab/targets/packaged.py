@@ -3,8 +3,10 @@ lighttpd, h2o; nginx names its version the same way): the binary, found on
 PATH or given as `target.binary`, refused at `check` with the package to
 install; the server's version for tables ("Apache 2.4.71"); a configuration
 file written whole from `target.settings` (a settings model of the server's
-own: an unknown name is refused with the allowed list, a value is typed, and
-a text value holds no line break or control character, config_values); the
+own: an unknown name is refused with the allowed list, and every value is a
+number, a boolean or one of a list, so no text of the experiment's reaches
+the file; the paths perflab chose are quoted, and refused with the fix where
+a quote, a backslash or a line break would end the value, config_values); the
 server's own test of that file at `check`, run as `run_as` in a scratch
 directory; and a runtime directory its user may write (pid file, locks,
 sockets) in the server's home, made afresh at each start.
@@ -52,21 +54,11 @@ class PackagedServerSettings(ManagedServerSettings):
 
 class ServerOptions(StrictModel):
     """A server's own settings (`target.settings`): unknown names are refused
-    with the allowed list; text values are one line each."""
+    with the allowed list; values typed (numbers, booleans, literals)."""
 
     def texts(self) -> dict[str, Any]:
         """The settings given, by name, with the server's defaults (None: unset)."""
         return self.model_dump()
-
-
-def one_line_text(name: str, value: str) -> str:
-    """`value` for a text setting written into a configuration file: one line,
-    no quote or backslash (no format here needs one in a value)."""
-    problem = line_problem(value) or ("a quote or a backslash" if any(c in value for c in "\"'\\") else None)
-    if problem:
-        raise ValueError(f"got {name} = {value!r}: {problem}; allowed: one value on one line, without quotes, "
-                         "backslashes, line breaks or control characters")
-    return value
 
 
 def quoted(path: Path | str) -> str:
