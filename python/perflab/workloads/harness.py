@@ -49,7 +49,7 @@ MAX_DEFAULT_THREADS = 64
 METRICS = ("measured_s", "retries", "retried", "lag_mean_ms", "lag_p99_ms", "lag_max_ms", "late", "skipped",
            "lost_connections", "connect_time_mean_ms", "connect_phase_s", "driver_cpu_s", "driver_cpu_per_*_us",
            "driver_cpu_share", "process_cpu_s", "io_enters_per_*", "server_off_cpu_share", "clients", "threads",
-           "stall.longest_s")
+           "stall.longest_s", "steady_start_s")
 
 
 class HarnessSettings(WorkloadSettings):
