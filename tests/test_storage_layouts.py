@@ -176,3 +176,50 @@ def test_a_sigkill_mid_run_leaves_no_loop_device_or_mount(tmp_path: Path) -> Non
     run.wait()
     assert wait_until(lambda: not mounted_from(devices) and not loops_on_files_under(tmp_path)), \
         f"left: {mounted_from(devices)} {loops_on_files_under(tmp_path)}"
+
+
+# ------------------------------------------------------------------ network
+
+SSHFS = 'type = "sshfs"\ndelay = "1ms"\nrate = "1gbit"\n'
+
+
+def test_a_network_wal_is_made_used_and_removed(tmp_path: Path, run_cli: Any,
+                                                namespaces_as_found: set[str]) -> None:
+    out = tmp_path / "out"
+    run_cli("run", experiment(tmp_path, wal_fs=SSHFS), "--out", out, "--quiet", "--no-report")
+    status, tps, described = run_description(out)
+    assert status == "done" and tps and tps > 0
+    wal = described["wal"]
+    assert wal["type"] == "sshfs" and wal["fsync"] == netfs.FSYNC_EXTENSION and wal["delay_ms"] == 1.0
+    assert wal["served_by"] == (netfs.STAND_IN if not HAS_NFS else "sshfs")
+    from perflab.hostctl import netns
+    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _sshd_of(wal["namespace"])
+
+
+def _sshd_of(namespace: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.split()[:1] == [namespace]]
+
+
+def _sshfs_points() -> set[str]:
+    with open("/proc/mounts") as f:
+        return {line.split()[1] for line in f if line.split()[2] == "fuse.sshfs"}
+
+
+def test_a_sigkill_mid_run_leaves_no_sshd_mount_or_namespace(tmp_path: Path) -> None:
+    from conftest import journaled_network_objects
+    from perflab.hostctl import netns
+    out = tmp_path / "out"
+    path = experiment(tmp_path, data_fs=SSHFS, duration="60s")
+    before = _sshfs_points()
+
+    def new_points() -> set[str]:
+        return {p for p in _sshfs_points() - before if p.endswith("perflab-data-fs")}
+
+    run = start_run_until(path, out, lambda: bool(journaled_network_objects(out)) and bool(new_points()))
+    made, points = journaled_network_objects(out), new_points()
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert wait_until(lambda: not made & set(netns.leftovers())), f"left: {made & set(netns.leftovers())}"
+    assert wait_until(lambda: not points & _sshfs_points()), f"left mounted: {points & _sshfs_points()}"

@@ -18,7 +18,9 @@ joined to this one by a veth pair; the client mounts its directory here:
 - sshfs (FUSE) to an sshd perflab starts as the database server's user
   (never root: sshd runs unprivileged on a port of its own namespace, with
   its own host key and authorized_keys in a directory of that user's made for
-  this mount), serving that user's directory `<home>/perflab-<role>-export`:
+  this mount; UsePAM, since without it sshd refuses a system account whose
+  password is locked, as nobody's and postgres's are), serving that user's
+  directory `<home>/perflab-<role>-export`:
   every file the database writes is its own. The client runs as root with
   `allow_other` (which needs no `user_allow_other` in /etc/fuse.conf: root
   may) and `default_permissions` (the kernel checks each file's mode and
@@ -54,7 +56,8 @@ from perflab import _engine
 from perflab.errors import UserError
 from perflab.guardian import TOKEN_VAR, journal, new_token
 from perflab.hostctl import netns, scratchfs
-from perflab.hostctl.scratchfs import FsSettings, ScratchFs, mount_entry, undo_mount
+from perflab.hostctl.mounts import mount_entry
+from perflab.hostctl.scratchfs import FsSettings, ScratchFs, undo_mount
 from perflab.model import not_setup
 from perflab.proc import start_time
 
@@ -348,7 +351,7 @@ def _sshd_config(state: Path, address: str, user: str) -> str:
         f"ListenAddress {address}:{SSHD_PORT}",
         f"HostKey {state / 'host_key'}",
         f"AuthorizedKeysFile {state / 'authorized_keys'}",
-        "PidFile none", "StrictModes no", "UsePAM no", "PasswordAuthentication no",
+        "PidFile none", "StrictModes no", "UsePAM yes", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin no",
         f"AllowUsers {user}", "Subsystem sftp internal-sftp", "ForceCommand internal-sftp",
         "AllowTcpForwarding no", "AllowAgentForwarding no", "X11Forwarding no", "PermitTTY no",
