@@ -14,6 +14,7 @@ in flight, only the rows added since.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sqlite3
 import threading
@@ -280,11 +281,13 @@ class StoreView:
         for source, name in series_names(store.conn, run_id):
             have = cached.rows.get((source, name))
             after = float(have[-1, 0]) if have is not None and len(have) else -math.inf
+            # numbers only (a missing value as a flag), so numpy reads them flat, not tuple by tuple
             new = store.conn.execute(
-                "SELECT t, value FROM series WHERE run_id=? AND source=? AND name=? AND t>? ORDER BY t",
-                (run_id, source, name, after)).fetchall()
+                "SELECT t, value IS NULL, ifnull(value, 0) FROM series WHERE run_id=? AND source=? AND name=? "
+                "AND t>? ORDER BY t", (run_id, source, name, after)).fetchall()
             if new:
-                added = np.asarray(new, dtype=float).reshape(-1, 2)
+                flat = np.fromiter(itertools.chain.from_iterable(new), dtype=float, count=3 * len(new)).reshape(-1, 3)
+                added = np.column_stack([flat[:, 0], np.where(flat[:, 1] != 0, np.nan, flat[:, 2])])
                 cached.rows[(source, name)] = added if have is None else np.concatenate([have, added])
             elif have is None:
                 cached.rows[(source, name)] = np.empty((0, 2))
