@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from _common import run_main  # noqa: E402
 from perflab.hostctl import knobs  # noqa: E402
 from perflab.hostctl.cgroups import ResourceSettings, ServerCgroup  # noqa: E402
-from perflab.hostctl.scratchfs import FsSettings, ScratchFs, loop_devices_of, mount_entry  # noqa: E402
+from perflab.hostctl.mounts import mount_entry  # noqa: E402
+from perflab.hostctl.scratchfs import FsSettings, ScratchFs, loop_devices_of  # noqa: E402
 
 SYSCTL = Path("/proc/sys/vm/dirty_background_ratio")
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")

@@ -26,7 +26,8 @@ import pytest
 from conftest import cli_command, postmasters_under, start_run_until
 from perflab import proc
 from perflab.hostctl.cgroups import cgroup_of
-from perflab.hostctl.scratchfs import loop_devices_of, mount_entry
+from perflab.hostctl.mounts import mount_entry
+from perflab.hostctl.scratchfs import loop_devices_of
 from perflab.store import STORE_NAME, Store
 from perflab.targets.postgres import PostgresSettings, PostgresTarget, server_cgroup_name
 

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from perflab.errors import UserError
 from perflab.guardian import journal
 from perflab.hostctl import scratchfs
+from perflab.hostctl.mounts import mounts_under
 from perflab.hostctl.scratchfs import FsSettings, ScratchFs, fs_problems
 from perflab.spec import pydantic_problems
 
@@ -303,13 +304,13 @@ def test_mounts_under_sees_a_mount_below_a_path_and_no_other(workdir: Path) -> N
     beside it whose name merely starts the same."""
     parent = workdir / "perflab home"
     parent.mkdir()
-    assert not scratchfs.mounts_under(parent)
+    assert not mounts_under(parent)
     with tmpfs_at(parent / "m", "size=1m") as mountpoint:
-        assert scratchfs.mounts_under(parent)
-        assert scratchfs.mounts_under(mountpoint)
-        assert not scratchfs.mounts_under(workdir / "perflab hom")
-        assert not scratchfs.mounts_under(mountpoint / "below")
-    assert not scratchfs.mounts_under(parent)
+        assert mounts_under(parent)
+        assert mounts_under(mountpoint)
+        assert not mounts_under(workdir / "perflab hom")
+        assert not mounts_under(mountpoint / "below")
+    assert not mounts_under(parent)
 
 
 def test_too_little_free_space_is_a_problem(workdir: Path) -> None:

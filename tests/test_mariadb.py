@@ -332,7 +332,7 @@ def test_mysqlstat_gives_exact_deltas_without_its_own_statements(server) -> None
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="cgroups and mounts need root")
 def test_managed_server_in_a_cgroup_with_its_redo_log_on_a_scratch_tmpfs(workdir: Path) -> None:
-    from perflab.hostctl.scratchfs import mount_entry
+    from perflab.hostctl.mounts import mount_entry
 
     target = MariadbTarget(MariadbSettings(kind="mariadb", resources={"memory": "1G"},
                                            storage={"redo_fs": {"type": "tmpfs", "size": "256M"}}),

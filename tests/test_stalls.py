@@ -78,7 +78,7 @@ def test_closed_loop_throughput_under_a_tenth_of_its_median_for_over_a_second_is
 def test_the_server_log_s_cause_leads_the_message(tmp_path: Path) -> None:
     """A PANIC leads (before a FATAL that came first), a shutdown's FATAL
     is no cause, and a full disk is named by its device and path, with the fix."""
-    from perflab.hostctl.scratchfs import device_of
+    from perflab.hostctl.mounts import device_of
     from perflab.runner import server_cause
 
     symptom = "tpcb load failed: connection lost: Broken pipe (os error 32)"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from perflab import _engine
+from perflab.hostctl.mounts import device_of
 
 if TYPE_CHECKING:
     from perflab.model import RunResult
@@ -52,8 +53,6 @@ class DiskFull(UserError):
     def __init__(self, out_dir: object, detail: str) -> None:
         device = "that disk"
         try:  # which filesystem ran out: perflab's side, not the server's
-            from perflab.hostctl.scratchfs import device_of
-
             source, mount = device_of(str(out_dir))
             device = f"{source} (the filesystem at {mount})"
         except Exception:

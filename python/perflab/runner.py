@@ -56,6 +56,7 @@ from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
 from perflab.hostctl.cgroups import oom_cause
+from perflab.hostctl.mounts import device_of
 from perflab.hostrun import HostChanges, memory_bound, resource_metrics
 from perflab.model import Event, Flag, RunResult, without_label
 from perflab.plan import PlannedRun
@@ -355,8 +356,6 @@ def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str
                         locations[0] / path if locations else path)
         where = path or (locations[0] if locations else None)
         if where is not None:
-            from perflab.hostctl.scratchfs import device_of
-
             device, mount = device_of(where)
             said = words or next(line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower())
             lead = f"no space left on {device} ({where}; the filesystem at {mount}): {said}"

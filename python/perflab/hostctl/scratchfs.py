@@ -58,6 +58,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from perflab.errors import UserError
 from perflab.guardian import journal, register_undo
+from perflab.hostctl.mounts import mount_entry, nearest_existing
 from perflab.hostctl.netns import Rate
 from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
 from perflab.model import not_setup
@@ -280,46 +281,6 @@ def _run_bounded(argv: list[str], timeout: float) -> int | None:
         return None
 
 
-def _unescape_mount_field(field: str) -> str:
-    # /proc/mounts writes space, tab, newline and backslash as octal escapes
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def mount_entry(mountpoint: Path | str) -> dict[str, str] | None:
-    """The top mount at `mountpoint` as /proc/mounts shows it (source, type,
-    options), or None when nothing is mounted there."""
-    target = os.path.abspath(mountpoint)
-    found = None
-    with contextlib.suppress(OSError), open("/proc/mounts") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) >= 4 and _unescape_mount_field(fields[1]) == target:
-                found = {"source": _unescape_mount_field(fields[0]), "type": fields[2], "options": fields[3]}
-    return found
-
-
-def device_of(path: Path | str) -> tuple[str, str]:
-    """(the device, the mount point) of the filesystem holding `path` (or its
-    nearest existing parent): the mount's source as /proc/mounts names it."""
-    point = os.path.realpath(_nearest_existing(Path(path)))
-    while not os.path.ismount(point) and point != os.path.dirname(point):
-        point = os.path.dirname(point)
-    entry = mount_entry(point)
-    return (entry["source"] if entry else "?"), point
-
-
-def mounts_under(path: Path | str) -> bool:
-    """Is anything mounted at or below `path`? True when /proc/mounts cannot
-    be read: a caller about to remove `path` must then leave it."""
-    target = os.path.abspath(path)
-    try:
-        with open("/proc/mounts") as f:
-            points = [_unescape_mount_field(fields[1]) for fields in map(str.split, f) if len(fields) >= 2]
-    except OSError:
-        return True
-    return any(p == target or p.startswith(target + "/") for p in points)
-
-
 def loop_devices_of(backing_file: Path | str) -> list[str]:
     """The loop devices attached to `backing_file` (`losetup -j`)."""
     losetup = _tool("losetup") or "losetup"
@@ -380,12 +341,6 @@ def _kernel_has(fstype: str) -> bool:
     return False
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def fs_problems(key: str, settings: FsSettings, backing_dir: Path) -> list[tuple[str, str]]:
     """What would stop `ScratchFs.mount()`, found without changing anything:
     (dotted path under `key`, text) pairs, as `perflab check` reports them.
@@ -410,7 +365,7 @@ def fs_problems(key: str, settings: FsSettings, backing_dir: Path) -> list[tuple
         problems.append((key, f"{LOOP_CONTROL} is missing: this machine (or container) has no loop devices; "
                               "fix: `modprobe loop`, or a container with /dev/loop-control"))
     where = f"{key}.backing_dir"
-    existing = _nearest_existing(backing_dir)
+    existing = nearest_existing(backing_dir)
     if not existing.is_dir():
         problems.append((where, f"{backing_dir} cannot be made: {existing} is not a directory"))
         return problems

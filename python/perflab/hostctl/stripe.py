@@ -40,6 +40,7 @@ from typing import Any
 from perflab.errors import UserError
 from perflab.guardian import journal, register_undo
 from perflab.hostctl import scratchfs
+from perflab.hostctl.mounts import mount_entry
 from perflab.hostctl.scratchfs import (
     MKFS,
     MKFS_TIMEOUT_S,
@@ -49,7 +50,6 @@ from perflab.hostctl.scratchfs import (
     ScratchFs,
     fs_problems,
     loop_devices_of,
-    mount_entry,
     undo_loop,
     undo_mount,
 )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perflab.guardian import read_own_file
-from perflab.hostctl.scratchfs import mounts_under
+from perflab.hostctl.mounts import mounts_under
 from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
 from perflab.proc import start_time
 from perflab.targets.base import creatable_problems
