@@ -101,6 +101,14 @@ def test_nfs_without_a_client_is_refused_naming_the_stand_in(tmp_path: Path, run
     assert "target.storage.wal_fs.type" in said and "sshfs" in said and "NFS client" in said
 
 
+def test_the_wal_apart_from_data_on_a_network_filesystem_is_refused(tmp_path: Path, run_cli: Any) -> None:
+    # pg_wal would be an absolute symbolic link on sshfs, which it does not read back: initdb would fail
+    path = experiment(tmp_path, data_fs='type = "sshfs"\n', wal_fs='type = "ext4"\nsize = "256MB"\n')
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 2 and "target.storage.data_fs.type" in proc.stdout + proc.stderr
+    assert "wal_fs" in proc.stdout + proc.stderr
+
+
 def test_check_says_which_stripe_will_run(tmp_path: Path, run_cli: Any) -> None:
     proc = run_cli("check", experiment(tmp_path, data_fs=STRIPE))
     assert "target.storage.data_fs.raid" in proc.stdout + proc.stderr
