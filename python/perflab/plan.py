@@ -9,6 +9,9 @@ design). "sequential" keeps the product's order, with the repetitions of one
 combination back to back (so prepared data is reused and durability runs stay
 in sequence); "random" shuffles the whole list with a seeded generator. The
 seed is recorded in the store, and the same seed gives the same plan.
+
+A capacity search ([search]) plans its probes one at a time, each once the
+one before it is stored (`planned`; the next rate is search.next_rate's).
 """
 
 from __future__ import annotations
@@ -16,10 +19,17 @@ from __future__ import annotations
 import random
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from perflab.search import next_rate
 from perflab.spec import Experiment
 from perflab.units import plural
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from perflab.progress import Progress
+    from perflab.store import Store
 
 
 @dataclass(frozen=True)
@@ -125,3 +135,29 @@ def design(exp: Experiment) -> str:
     if grouped:
         text += f"; combinations that share a server start kept adjacent inside a block ({why})"
     return text
+
+
+def stored_plan(store: Store) -> list[PlannedRun]:
+    """A search's plan: its probes as stored."""
+    return [PlannedRun(r["id"], r["combination"], r["repetition"], r["factors"]) for r in store.runs()]
+
+
+def planned(exp: Experiment, store: Store, plan: dict[int, PlannedRun], todo: list[int],
+            progress: Progress | None = None) -> Iterator[int]:
+    """The run numbers to run: `todo`, then, for a search, each next probe,
+    planned (in `plan` and the store, counted in `progress`) only once the
+    one before it is stored."""
+    yield from todo
+    if exp.search is None:
+        return
+    while (rate := next_rate(exp.search, store)) is not None:
+        runs = store.runs()
+        same = [r for r in runs if r["factors"].get(exp.search.over) == rate]
+        combination = same[0]["combination"] if same else max((r["combination"] for r in runs), default=0) + 1
+        probe = PlannedRun(max((r["id"] for r in runs), default=0) + 1, combination, len(same) + 1,
+                           {exp.search.over: rate})
+        plan[probe.number] = probe
+        store.add_plan([probe])
+        if progress is not None:
+            progress.total = max(progress.total, probe.number)
+        yield probe.number

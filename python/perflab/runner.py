@@ -44,7 +44,6 @@ from types import FrameType
 from typing import Any
 
 from perflab import plan as plan_mod
-from perflab import search as search_mod
 from perflab import spec as spec_mod
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
@@ -205,7 +204,7 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
     exp = spec_mod.load_text(text, spec_path, stored=True)
     runs = plan_mod.expand(exp, info["seed"])
     if exp.search is not None:  # a search plans its probes as it goes: its plan is what is stored
-        runs = search_mod.stored_plan(store)
+        runs = plan_mod.stored_plan(store)
     stored = {r["id"]: r for r in store.runs()}
     def setting(factors: dict[str, Any]) -> dict[str, Any]:  # what a level sets: a store older than labels has none
         return {k: without_label(v) for k, v in factors.items()}
@@ -433,7 +432,7 @@ class Runner:
             with interrupt_on_signals() as self._stop:
                 if any(self.exp.resolve(self.plan[n].factors).driver.network.namespace for n in todo):
                     self.link.make()  # before any server starts: it listens on the link too
-                for number in search_mod.planned(self.exp, self.store, self.plan, todo, self.progress):
+                for number in plan_mod.planned(self.exp, self.store, self.plan, todo, self.progress):
                     if self._stop.is_set():
                         raise Interrupted("stop requested")
                     status = self._one(self.plan[number])

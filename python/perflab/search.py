@@ -30,12 +30,9 @@ from perflab import tomldoc
 from perflab.settings_model import StrictModel
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
-    from perflab.plan import PlannedRun
-    from perflab.progress import Progress
     from perflab.section import Section
-    from perflab.spec import Experiment
     from perflab.store import Store
 
 # The most probes one search runs (repetitions at the boundary included).
@@ -341,33 +338,3 @@ def report_sections(store: Store) -> list[Section]:
         blocks.append(Figure("search-latency-rate", fig, f"{metric} against {s.over}: every probe; the dotted line "
                              "is the highest rate that met the goal (the knee)"))
     return [Section("Capacity search", blocks, headline=True)]
-
-
-def stored_plan(store: Store) -> list[PlannedRun]:
-    """A search's plan: its probes as stored."""
-    from perflab.plan import PlannedRun
-
-    return [PlannedRun(r["id"], r["combination"], r["repetition"], r["factors"]) for r in store.runs()]
-
-
-def planned(exp: Experiment, store: Store, plan: dict[int, PlannedRun], todo: list[int],
-            progress: Progress | None = None) -> Iterator[int]:
-    """The run numbers to run: `todo`, then, for a search, each next probe,
-    planned (in `plan` and the store, counted in `progress`) only once the
-    one before it is stored."""
-    from perflab.plan import PlannedRun
-
-    yield from todo
-    if exp.search is None:
-        return
-    while (rate := next_rate(exp.search, store)) is not None:
-        runs = store.runs()
-        same = [r for r in runs if r["factors"].get(exp.search.over) == rate]
-        combination = same[0]["combination"] if same else max((r["combination"] for r in runs), default=0) + 1
-        probe = PlannedRun(max((r["id"] for r in runs), default=0) + 1, combination, len(same) + 1,
-                           {exp.search.over: rate})
-        plan[probe.number] = probe
-        store.add_plan([probe])
-        if progress is not None:
-            progress.total = max(progress.total, probe.number)
-        yield probe.number
