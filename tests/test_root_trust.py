@@ -320,3 +320,57 @@ def test_a_forged_server_record_in_a_target_directory_stops_nothing_and_removes_
     finally:
         decoy.kill()
         decoy.wait()
+
+
+def test_network_and_cgroup_undos_leave_what_perflab_could_not_have_made(workdir: Path) -> None:
+    """A journal naming another program's namespace, network device or cgroup
+    (with a process in each) is not obeyed: perflab's own are named perflab*."""
+    import perflab.hostctl.netns  # noqa: F401  (registers netns, link)
+    from perflab.guardian import UNDO
+    from perflab.hostctl.cgroups import find_hierarchies, parent_dir
+
+    tag = secrets.token_hex(4)
+    ns, dev = f"decoy-{tag}-ns", f"dcy{tag}"
+    hierarchies = find_hierarchies()
+    hierarchy = hierarchies.get("cpu") or next(iter(hierarchies.values()), None)
+    group = parent_dir(hierarchy) / f"decoy-{tag}" if hierarchy is not None else Path("/nonexistent")
+    made: list[str] = []
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        if subprocess.run(["ip", "netns", "add", ns], capture_output=True).returncode == 0:
+            made.append("netns")
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "600"]))
+        if subprocess.run(["ip", "link", "add", dev, "type", "veth", "peer", "name", f"{dev}p"],
+                          capture_output=True).returncode == 0:
+            made.append("link")
+        if (group.parent / "cgroup.procs").exists():
+            group.mkdir()
+            made.append("cgroup")
+            procs.append(subprocess.Popen(["sleep", "600"]))
+            (group / "cgroup.procs").write_text(str(procs[-1].pid))
+        if not made:
+            pytest.skip("no network namespace, dummy device or cgroup v2 can be made here")
+        time.sleep(0.3)  # `ip netns exec` has entered the namespace and exec'd sleep
+        UNDO["netns"]({"name": ns})
+        UNDO["link"]({"name": dev})
+        UNDO["cgroup"]({"dirs": [str(group)]})
+        time.sleep(0.2)
+        assert all(p.poll() is None for p in procs)
+        assert ("netns" not in made or (Path("/run/netns") / ns).exists())
+        assert ("link" not in made or (Path("/sys/class/net") / dev).exists())
+        assert ("cgroup" not in made or group.is_dir())
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        if "netns" in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        if "link" in made:
+            subprocess.run(["ip", "link", "del", dev], capture_output=True)
+        if "cgroup" in made:
+            deadline = time.monotonic() + 5
+            while group.exists() and time.monotonic() < deadline:
+                try:
+                    group.rmdir()
+                except OSError:
+                    time.sleep(0.05)

@@ -476,8 +476,16 @@ def undo_cgroup(args: dict[str, Any]) -> None:
     """The guardian's undo of a ServerCgroup perflab did not remove: SIGKILL
     every task still in it (a managed server's own undo, journaled after the
     cgroup, has already tried to stop it cleanly), then remove each directory.
-    Idempotent; well within the guardian's 5 s."""
-    _kill_and_remove([Path(d) for d in args.get("dirs", [])])
+    Idempotent; well within the guardian's 5 s. Only what perflab could have
+    made: a directory named perflab* (a ServerCgroup's name) inside a cgroup
+    hierarchy; any other a journal names is left alone."""
+    try:
+        mounts = [str(h.mountpoint).rstrip("/") + "/" for h in find_hierarchies().values()]
+    except OSError:
+        mounts = []
+    dirs = [d for d in args.get("dirs", []) if isinstance(d, str) and os.path.normpath(d) == d
+            and _NAME.match(os.path.basename(d)) and d.startswith(tuple(mounts))]
+    _kill_and_remove([Path(d) for d in dirs])
 
 
 register_undo("cgroup", undo_cgroup)  # a server's cgroup: kill what is inside, rmdir

@@ -159,6 +159,8 @@ def free_subnets(count: int) -> list[tuple[ipaddress.IPv4Network, ipaddress.IPv6
 
 def undo_netns(args: dict[str, Any]) -> None:
     name = args["name"]
+    if not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name:
+        return  # not a namespace perflab could have made: a journal is evidence, not an order
     proc = run(["ip", "netns", "pids", name], check=False)
     for pid in proc.stdout.split():
         if pid == str(os.getpid()):
@@ -172,7 +174,10 @@ register_undo("netns", undo_netns)  # a network namespace: kill what runs in it,
 
 
 def undo_link(args: dict[str, Any]) -> None:
-    if Path("/sys/class/net", args["name"]).exists():
+    name = args["name"]
+    if not isinstance(name, str) or not name.startswith(PREFIX) or "/" in name:
+        return  # not a device perflab could have made
+    if Path("/sys/class/net", name).exists():
         run(["ip", "link", "del", args["name"]], check=False)
 
 
