@@ -297,3 +297,18 @@ def test_check_refuses_more_clients_than_a_managed_postgres_takes(tmp_path: Path
     assert "\n  workload.clients: " in proc.stderr and "target.settings.max_connections" in proc.stderr
     f.write_text(base.format("[target.settings]\nmax_connections = 200\n"))
     assert "workload.clients" not in run_cli("check", f, check=False).stderr
+
+
+def test_no_name_of_perflab_or_pydantic_in_a_refusal(tmp_path: Path, run_cli) -> None:
+    """A value a union does not take is one problem at its own path in the
+    file's words; a table given for a union's model is judged as that model."""
+    f = tmp_path / "e.toml"
+    f.write_text('[experiment]\nname = "k"\n[target]\nkind = "postgres"\n[target.storage]\ndata_fs = "x"\n'
+                 '[workload]\nkind = "sql"\nstatements = [1, { name = "a" }]\n[host]\nhugepages = "x"\n')
+    proc = run_cli("check", f, check=False)
+    assert proc.returncode == 2, proc.stderr
+    for internal in ("FsSettings", "NamedStatement", "literal", "constrained", "instance of", ".str", "a valid"):
+        assert internal not in proc.stderr, proc.stderr
+    for path in ("target.storage.data_fs", "workload.statements[0]", "workload.statements[1].sql", "host.hugepages"):
+        assert f"\n  {path}: " in proc.stderr, proc.stderr
+    assert 'host.hugepages: got "x"; allowed: one of: an integer; "auto"' in proc.stderr

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "python" / "perflab"
 
 # Lowest first. A module may import its own layer or any below it.
 LAYERS: list[set[str]] = [
-    {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model",
+    {"perflab", "perflab._engine", "perflab.errors", "perflab.units", "perflab.secrets", "perflab.settings_model", "perflab.problems",
      "perflab.registry", "perflab.model", "perflab.endpoints", "perflab.context", "perflab.section",
      "perflab.host", "perflab.progress", "perflab.proc", "perflab.guardian", "perflab.hostctl", "perflab.cache"},
     {"perflab.analysis", "perflab.targets", "perflab.store", "perflab.drivers"},

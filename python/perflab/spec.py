@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perflab import tomldoc
 from perflab.collectors import COLLECTORS
@@ -36,6 +36,8 @@ from perflab.hostctl.cgroups import format_cpu_list, parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
 from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
+from perflab.problems import pydantic_problems
+from perflab.problems import short as _short
 from perflab.registry import Registry
 from perflab.search import SearchSettings, goal_problems, rounded
 from perflab.settings_model import StrictModel
@@ -200,94 +202,6 @@ class Experiment:
     def combinations(self) -> list[dict[str, Any]]:
         keys = list(self.factors)
         return [dict(zip(keys, values, strict=True)) for values in itertools.product(*self.factors.values())]
-
-
-# ---------------------------------------------------------------- formatting
-
-
-def _short(value: object) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _allowed_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
-    """Field names of the (sub)model at `loc`, for 'allowed: ...'."""
-    current: object = model
-    for part in loc:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        f = next((f for name, f in current.model_fields.items() if (f.alias or name) == str(part)), None)
-        if f is None:
-            return None
-        current = _model_in(f.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or name for name, f in current.model_fields.items()]  # as the file writes them
-    return None
-
-
-def _model_in(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None
-
-
-# How pydantic tags the members of a union in an error's location
-# (`str | int | float | bool`: "str", "int", ...; a model: its class name).
-_UNION_TAG = re.compile(r"^(str|int|float|bool|none|list\[.*\]|dict\[.*\]|[A-Z][A-Za-z0-9_]*)$")
-
-
-def _merge_union_errors(errors: list[Any]) -> list[Any]:
-    """A value that matches no member of a union is one problem at its own path
-    ("target.settings.work_mem: got [1]; allowed: one of: ..."), not one per
-    member at made-up paths (target.settings.work_mem.str, ...int, ...)."""
-    groups: dict[tuple[Any, ...], list[Any]] = {}
-    for err in errors:
-        loc = tuple(err["loc"])
-        tagged = len(loc) > 0 and isinstance(loc[-1], str) and _UNION_TAG.match(loc[-1])
-        groups.setdefault(loc[:-1] if tagged else loc + ("",), []).append(err)
-    out = []
-    for key, members in groups.items():
-        if key[-1:] == ("",) or len(members) == 1:
-            out += members
-            continue
-        allowed = dict.fromkeys(
-            m["msg"].removeprefix("Input should be ").removeprefix("Value error, ") for m in members
-        )
-        out.append({"loc": key, "type": "union", "input": members[0].get("input"),
-                    "msg": "allowed: one of: " + "; ".join(allowed)})
-    return out
-
-
-def pydantic_problems(
-    exc: ValidationError, prefix: tuple[Any, ...], model: type[BaseModel]
-) -> list[tuple[str, str]]:
-    problems = []
-    for err in _merge_union_errors(exc.errors()):
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        path = fmt_path(prefix + loc)
-        kind = err["type"]
-        given = err.get("input")
-        if kind == "extra_forbidden":
-            allowed = _allowed_keys(model, loc[:-1])
-            text = "unknown key"
-            if allowed is not None:
-                text += f"; allowed: {', '.join(allowed)}"
-        elif kind == "missing":
-            text = "missing; this key is required"
-        elif kind == "literal_error":
-            text = f"got {_short(given)}; allowed: {err.get('ctx', {}).get('expected', '')}"
-        elif kind == "value_error":
-            msg = err["msg"].removeprefix("Value error, ")
-            text = msg if msg.startswith(("got", "'", '"')) else f"got {_short(given)}; {msg}"
-        else:
-            msg = err["msg"].replace("Input should be", "allowed:")
-            text = f"got {_short(given)}; {msg}"
-        problems.append((path, text))
-    return problems
 
 
 # ---------------------------------------------------------------- resolution
