@@ -209,12 +209,14 @@ statements = ["SELECT 1"]
 """
 
 
-def blocked_store(out: Path, n_blocks: int = 8, fail: tuple[int, ...] = ()) -> Path:
+def blocked_store(out: Path, n_blocks: int = 8, fail: tuple[int, ...] = (), queries: bool = False) -> Path:
     """A store of a plan in blocks on a drifting machine: cpu_quota 0.95 is 5%
-    slower, 0.999 no slower (an A/A of sorts), each run's tps log-normal."""
+    slower, 0.999 no slower (an A/A of sorts), each run's tps log-normal.
+    queries: each run also times q1 (slower with the quota, as tps) and q2
+    (a disk-bound query the quota does not touch), two executions each."""
     from perflab import plan, spec
     from perflab.host import host_facts
-    from perflab.model import RunResult
+    from perflab.model import QueryTime, RunResult
     from perflab.store import Store
 
     text = SPEC.format(blocks=n_blocks)
@@ -230,6 +232,9 @@ def blocked_store(out: Path, n_blocks: int = 8, fail: tuple[int, ...] = ()) -> P
         machine = 1.0 + 0.08 * math.sin(r.number / 4.0) + (0.1 if r.number > len(planned) // 2 else 0.0)
         result = RunResult(headline=["tps"])
         result.add_metric("tps", 30000.0 * speed * machine * rng.lognormal(0, 0.006), "tx/s", "tps", True)
+        for stream in range(2 if queries else 0):
+            result.queries.append(QueryTime(stream, 1, "q1", 2.0 / speed / machine * rng.lognormal(0, 0.006), "ok"))
+            result.queries.append(QueryTime(stream, 2, "q2", 3.0 / machine * rng.lognormal(0, 0.006), "ok"))
         target = {"kind": "postgres", "resources": {"limits": {"cpu.max": r.factors["target.resources.cpu_quota"]}}}
         store.finish_run(r.number, result, status="failed" if r.number in fail else "done", seconds=10.0,
                          target=target, error="failed" if r.number in fail else None)
@@ -271,3 +276,26 @@ def test_an_incomplete_block_falls_back_to_welch(tmp_path: Path) -> None:
     assert level != 1.0 or all(m.startswith("Welch") for m in methods.values())
     for lv, method in methods.items():
         assert method.startswith("Welch") == (level == 1.0 or lv == level)
+
+
+def test_each_query_gets_its_own_ratio_and_verdict(tmp_path: Path) -> None:
+    """Issue 43, item 7: a query set's comparison is per query, paired by block:
+    q1 is 5% slower under the quota, q2 (which the quota does not touch) is not."""
+    import html as html_mod
+    import re
+
+    from perflab.report import write_report
+
+    page = write_report(blocked_store(tmp_path / "out", queries=True)).read_text()
+    effects_html = page[page.index('id="effects"'):page.index('id="results"')]
+    assert "per query: 4 comparisons of each query&#x27;s time (1 changed)" in effects_html
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", effects_html, re.S):
+        cells = [html_mod.unescape(re.sub("<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        if len(cells) == 9 and cells[4] in ("q1", "q2"):
+            rows[cells[1], cells[4]] = cells
+    assert set(rows) == {("0.95", "q1"), ("0.95", "q2"), ("0.999", "q1"), ("0.999", "q2")}
+    slower = rows["0.95", "q1"]
+    assert slower[6] == "worse" and float(slower[5].split()[0]) == pytest.approx(1 / 0.95, abs=0.02)
+    assert blocks.METHOD in slower[8]
+    assert rows["0.95", "q2"][6].startswith("~") and "could have detected" in rows["0.95", "q2"][6]

@@ -144,9 +144,35 @@ class Probe:
     why: str  # the first condition it missed ("" when met)
 
 
-def meets(s: SearchSettings, values: dict[str, float], status: str) -> tuple[bool, str]:
+# A probe meets a rate only when it delivered this share of it (issue 43): a
+# server that fell behind the schedule has not sustained the rate, whatever its
+# latency says.
+DELIVERED_SHARE = 0.95
+# The run's achieved rate, by workload: requests or transactions per second.
+ACHIEVED = ("req_per_s", "tps")
+# The tail an answer states beside its goal, at the sustained rate.
+TAIL = (("latency_p99_9_ms", "p99.9"), ("latency_max_ms", "max"))
+
+
+def delivery_floor(rate: float, values: dict[str, float]) -> float:
+    """The least achieved rate that delivers `rate`: DELIVERED_SHARE of it,
+    less three standard deviations of a Poisson schedule's own count over the
+    measured window (sqrt(rate / T)), so that a short probe is not missed by
+    the draw of its arrivals."""
+    window = values.get("measured_s") or 0.0
+    spread = 3.0 * math.sqrt(rate / window) if window > 0 else 0.0
+    return DELIVERED_SHARE * rate - spread
+
+
+def meets(s: SearchSettings, values: dict[str, float], status: str,
+          rate: float | None = None) -> tuple[bool, str]:
+    """Whether a probe's run met the goal: done, every condition, no error,
+    and (a rate searched) at least DELIVERED_SHARE of `rate` achieved."""
     if status != "done":
         return False, f"the run {status}"
+    achieved = next((values[m] for m in ACHIEVED if m in values), None)
+    if rate and s.over.endswith("rate") and achieved is not None and achieved < delivery_floor(rate, values):
+        return False, f"delivered {achieved:.4g} of {rate:g}/s ({achieved / rate:.0%}, under {DELIVERED_SHARE:.0%})"
     for metric, op, number in s.conditions():
         if metric not in values:
             return False, f"no metric {metric}"
@@ -169,7 +195,7 @@ def probes(s: SearchSettings, store: Store) -> list[Probe]:
         if r["status"] not in ("done", "failed") or not isinstance(rate, int | float):
             continue
         v = values.get(r["id"], {})
-        met, why = meets(s, v, r["status"])
+        met, why = meets(s, v, r["status"], rate)
         out.append(Probe(rate, r["id"], met, v, why))
     return out
 
@@ -242,9 +268,15 @@ class Answer:
         state = "" if self.finished else " (search not finished: resume continues it)"
         if self.capped:
             state = f" (stopped at max_probes = {s.max_probes})"
-        runs = sum(1 for p in self.probes if p.rate == self.lo)
+        at_lo = [p for p in self.probes if p.rate == self.lo]
+        runs = len(at_lo)
+        # the tail at that rate, as the runs there measured it (their worst)
+        tail = [f"{label} {max(p.values[m] for p in at_lo if m in p.values):.4g} ms" for m, label in TAIL
+                if any(m in p.values for p in at_lo)]
         return (f"search: sustains {self.lo:g}{unit} at {s.goal} (capacity {interval}; {runs} run"
-                f"{'s' if runs != 1 else ''} at {self.lo:g}; {tried}){state}")
+                f"{'s' if runs != 1 else ''} at {self.lo:g}; {tried})"
+                + (f"; there: {', '.join(tail)}" if tail else "")
+                + f"; a probe meets a rate only when it delivers {DELIVERED_SHARE:.0%} of it{state}")
 
 
 def answer(store: Store) -> Answer | None:

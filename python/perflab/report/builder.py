@@ -423,39 +423,19 @@ class ReportBuilder:
         out = []
         # levels that resolve to one set-up are no effect: their runs are the noise floor's
         setup_of = {r: i for i, group in enumerate(d.setups()) for c in group for r in c.run_ids}
-        for factor, levels in d.factor_values.items():
-            if len(levels) < 2:
-                continue
-            base = self.baseline_level(factor)
-            # the other factors that vary: a factor with one level is no context
-            others = [f for f, values in d.factor_values.items() if f != factor and len(values) >= 2]
-            contexts: dict[str, dict[str, Any]] = {}
-            by_key: dict[tuple[str, str], list[int]] = {}
-            for combo in d.combinations:
-                context = {f: combo.factors.get(f) for f in others}
-                key = json.dumps(context, sort_keys=True, default=str)
-                contexts.setdefault(key, context)
-                level = json.dumps(combo.factors.get(factor), default=str)
-                by_key.setdefault((key, level), []).extend(combo.run_ids)
-            base_json = json.dumps(base, default=str)
-            for key, context in contexts.items():
-                for level in levels:
-                    if level == base:
-                        continue
-                    a_ids = by_key.get((key, base_json), [])
-                    b_ids = by_key.get((key, json.dumps(level, default=str)), [])
-                    for name in d.headline:
-                        a = [d.values[r][name] for r in a_ids if name in d.values.get(r, {})]
-                        b = [d.values[r][name] for r in b_ids if name in d.values.get(r, {})]
-                        if not a or not b:
-                            continue
-                        found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"],
-                                               pairs=effects_table.pairs(d, a_ids, b_ids, name))
-                        if found.verdict != effects.UNDEFINED and \
-                                len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and a_ids[0] in setup_of:
-                            found = effects.same_setup(found)
-                        out.append((factor, level, base, context, name, found, sum(a) / len(a), sum(b) / len(b),
-                                    len(a), len(b)))
+        for factor, level, base, context, a_ids, b_ids in effects_table.comparisons(d, self.baseline_level):
+            for name in d.headline:
+                a = [d.values[r][name] for r in a_ids if name in d.values.get(r, {})]
+                b = [d.values[r][name] for r in b_ids if name in d.values.get(r, {})]
+                if not a or not b:
+                    continue
+                found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"],
+                                       pairs=effects_table.pairs(d, a_ids, b_ids, name))
+                if found.verdict != effects.UNDEFINED and \
+                        len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and a_ids[0] in setup_of:
+                    found = effects.same_setup(found)
+                out.append((factor, level, base, context, name, found, sum(a) / len(a), sum(b) / len(b),
+                            len(a), len(b)))
         # one report, many comparisons: Benjamini-Hochberg over all of them,
         # and no change called within the metric's noise floor
         floors = self.noise_floors()  # a paired comparison's: that of its blocks' mean ratio
@@ -557,6 +537,7 @@ class ReportBuilder:
                     f"combination of the other factors; {how}. better/worse follow the metric's direction. "
                     f"{effects.LEGEND}",
                 ))
+            + effects_table.query_section(d, self.store, self.baseline_level)
             + (h.note(effects_table.blocking_note(d, leads)) if d.blocks() else "")
             + h.note(f"{sum(1 for r in rows_found if r[5].tested)} comparisons were tested in this report; their "
                      "p-values are adjusted for the false discovery rate (Benjamini & Hochberg 1995) and a change "
