@@ -231,3 +231,22 @@ def test_a_sigkill_mid_run_leaves_no_sshd_mount_or_namespace(tmp_path: Path) -> 
     run.wait()
     assert wait_until(lambda: not made & set(netns.leftovers())), f"left: {made & set(netns.leftovers())}"
     assert wait_until(lambda: not points & _sshfs_points()), f"left mounted: {points & _sshfs_points()}"
+
+
+# ------------------------------------------------------------------ the placement table
+
+
+def test_the_placement_table_pivots_data_by_wal_with_intervals(tmp_path: Path) -> None:
+    from test_headline_tables import make_store, noisy, report_html, table_with
+
+    # the placement as two factors (the store's spec holds them as TOML: scalar levels here)
+    factors = {"target.storage.data_fs.type": ["ext4", "btrfs"], "target.storage.wal_fs.type": ["ext4", "sshfs"]}
+
+    def metrics(f: dict[str, Any], rep: int) -> dict[str, float]:
+        return {"tps": noisy(100.0 if f["target.storage.wal_fs.type"] == "ext4" else 40.0), "latency_p50_ms": 2.0,
+                "latency_p99_ms": 9.0}
+
+    html = report_html(make_store(tmp_path, "tpcb", factors, 3, metrics))
+    table = table_with(html, "TPS by data_fs.type (rows) and wal_fs.type (columns)")
+    assert len(table["headers"]) == 3 and len(table["rows"]) == 2  # 2 x 2 cells, not 12 runs
+    assert all("[" in cell for row in table["rows"] for cell in row[1:])  # 3 repetitions: a 95% interval

@@ -320,6 +320,14 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 Table(headers, rows, "TPC-B-like: TPS and latency per factor level (mean over repetitions)"),
             ]
             varied = pivot.varied(done)
+            if len(varied) == 2:
+                # two factors: the first's levels down, the second's across, as CITI's 4-way placement
+                # table (database local or network x WAL local or network)
+                headers2, rows2 = pivot.pivot(done, metric("tps"), [varied[0]], [varied[1]])
+                parts = [f.split(".") for f in varied]
+                common = next((i for i, (x, y) in enumerate(zip(*parts, strict=False)) if x != y), 0)
+                rows_name, cols_name = (".".join(p[min(common, len(p) - 1):]) for p in parts)
+                blocks.append(Table(headers2, rows2, f"TPS by {rows_name} (rows) and {cols_name} (columns)"))
             tx = next((f for f in varied if f.endswith(".transactions")), None)
             if tx is not None:
                 clients = next((f for f in varied if f.endswith(".clients")), None)
