@@ -117,7 +117,7 @@ function chart(title, unit, lines, divisor = 1) {
     const v = y0 + (y1 - y0) * k / 4, y = T + (1 - k / 4) * (H - T - B);
     svg += `<text x="${L - 4}" y="${y + 3}" text-anchor="end">${fmt(v, 3)}</text>`;
     const t = t0 + (t1 - t0) * k / 4;
-    svg += `<text x="${X(t)}" y="${H - 8}" text-anchor="middle">${fmt(t / tdiv, 3)}</text>`;
+    svg += `<text x="${X(t)}" y="${H - 8}" text-anchor="middle">${fmt(Math.round(t / tdiv * 100) / 100, 3)}</text>`;
   }
   lines.forEach((l, j) => {
     const colour = l.colour || COLOURS[j % COLOURS.length];
@@ -156,7 +156,7 @@ function renderSeries(data) {
     `<p class="verdict ${w.slope && w.verdict.startsWith("degrades") ? "warn" : "muted"}">${esc(w.verdict)}</p>` +
     (w.means.length ? `<div class="scroll"><table><thead><tr><th class=num>window from (h)</th><th class=num>mean</th>` +
       `<th class=num>change from first</th></tr></thead><tbody>` + w.means.map((m, i) =>
-      `<tr><td class=num>${fmt(w.starts[i] / 3600, 4)}</td><td class=num>${fmt(m)}</td><td class=num>${pct(w.change_pct[i])}</td></tr>`).join("") +
+      `<tr><td class=num>${fmt(Math.round(w.starts[i] / 36) / 100, 4)}</td><td class=num>${fmt(m)}</td><td class=num>${pct(w.change_pct[i])}</td></tr>`).join("") +
       "</tbody></table></div>" : "");
   const os = n => s["vmstat." + n];
   const group = (title, unit, names, divisor) => {
