@@ -61,26 +61,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from perflab.collectors.base import (
     CollectorContext,
-    CollectorSettings,
     CollectorUnavailable,
     SamplingCollector,
 )
 from perflab.collectors.energy_meters import (
-    ASSUMED_DISK_JOULES_PER_BYTE,
-    ASSUMED_DISK_JOULES_PER_OP,
-    CCF_MAX_WATTS_PER_VCPU,
-    CCF_MEMORY_WATTS_PER_GB,
-    CCF_MIN_WATTS_PER_VCPU,
-    DEFAULT_IDLE_BASELINE_S,
-    DEFAULT_IDLE_FRACTION,
-    PERF_POWER_EVENTS,
-    POWERCAP_ROOT,
+    EnergySettings,
     Meter,
     ModelMeter,
     PerfMeter,
@@ -94,37 +83,9 @@ from perflab.context import RunContext
 from perflab.endpoints import Capability
 from perflab.model import Event, Flag, Metric, QueryTime, RunResult, SeriesPoint
 from perflab.section import RunGroup, Section
-from perflab.units import Duration
 
 __all__ = ["EnergyCollector", "EnergySettings", "Span", "parse_perf_interval_line", "per_work_metrics", "share_out"]
 
-
-
-class EnergySettings(CollectorSettings):
-    # Where joules come from: "rapl" (the CPU's energy counters in sysfs), "perf" (perf's power events),
-    # "model" (estimated from CPU use and TDP), or "auto": the first that works.
-    source: Literal["auto", "rapl", "perf", "model"] = "auto"
-    tdp_watts: float | None = Field(default=None, gt=0, le=100_000, description="CPU packages' TDP for the model (W)")
-    # The model's power at idle, as a share of full power.
-    idle_fraction: float = Field(default=DEFAULT_IDLE_FRACTION, ge=0, le=1)
-    # The model's watts per CPU at idle (Cloud Carbon Footprint's coefficient).
-    min_watts_per_cpu: float = Field(default=CCF_MIN_WATTS_PER_VCPU, ge=0, le=1000)
-    # The model's watts per CPU at full use (Cloud Carbon Footprint's coefficient).
-    max_watts_per_cpu: float = Field(default=CCF_MAX_WATTS_PER_VCPU, gt=0, le=1000)
-    # The model's watts per GB of memory.
-    dram_watts_per_gb: float = Field(default=CCF_MEMORY_WATTS_PER_GB, ge=0, le=100)
-    # The model's joules per byte read or written (an assumed figure, said so with the result).
-    disk_joules_per_byte: float = Field(default=ASSUMED_DISK_JOULES_PER_BYTE, ge=0, le=1)
-    # The model's joules per disk I/O operation (an assumed figure, said so with the result).
-    disk_joules_per_op: float = Field(default=ASSUMED_DISK_JOULES_PER_OP, ge=0, le=1)
-    # Seconds measured idle before the run (0: none, and no above-idle figures).
-    idle_baseline: Duration = Field(default=DEFAULT_IDLE_BASELINE_S, ge=0, le=3600)
-    # The model's CPU utilisation: the whole host's, or the target's processes'.
-    cpu_scope: Literal["host", "target"] = "host"
-    # Where the RAPL counters are read (powercap in sysfs).
-    rapl_root: str = POWERCAP_ROOT
-    # Where perf's power events are read.
-    perf_events: str = PERF_POWER_EVENTS
 
 
 def per_work_metrics(metrics: dict[str, Metric], prefix: str = "energy") -> dict[str, Metric]:

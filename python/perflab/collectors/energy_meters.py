@@ -1,7 +1,8 @@
 """energy's meters: where power figures come from (RAPL's powercap counters,
 perf's power events, or the model from /proc), each read the same way
-(`Meter`). The collector, its settings and what it stores are in energy.py,
-whose notes say what each source measures and how the model estimates."""
+(`Meter`), and the collector's settings, which choose and tune them. The
+collector and what it stores are in energy.py, whose notes say what each
+source measures and how the model estimates."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
-from perflab.collectors.base import CollectorUnavailable
+from pydantic import Field
+
+from perflab.collectors.base import CollectorSettings, CollectorUnavailable
 from perflab.collectors.diskstats import SECTOR_BYTES, parse_diskstats, whole_disks
 from perflab.collectors.process import read_proc
 from perflab.collectors.procfs import (
@@ -23,9 +26,7 @@ from perflab.collectors.procfs import (
     parse_stat,
     read_text,
 )
-
-if TYPE_CHECKING:
-    from perflab.collectors.energy import EnergySettings
+from perflab.units import Duration
 
 # A rough mid-range figure for a server CPU's TDP per hardware thread, for the
 # Fan et al. model when tdp_watts is not given but idle_fraction is used.
@@ -47,6 +48,34 @@ DEFAULT_IDLE_BASELINE_S = 5.0
 PERF_COMPONENTS = {"energy-pkg": "package", "energy-cores": "core", "energy-gpu": "uncore",
                    "energy-ram": "dram", "energy-psys": "psys"}
 MEASURED_TOTAL = ("package", "dram")
+
+
+class EnergySettings(CollectorSettings):
+    # Where joules come from: "rapl" (the CPU's energy counters in sysfs), "perf" (perf's power events),
+    # "model" (estimated from CPU use and TDP), or "auto": the first that works.
+    source: Literal["auto", "rapl", "perf", "model"] = "auto"
+    tdp_watts: float | None = Field(default=None, gt=0, le=100_000, description="CPU packages' TDP for the model (W)")
+    # The model's power at idle, as a share of full power.
+    idle_fraction: float = Field(default=DEFAULT_IDLE_FRACTION, ge=0, le=1)
+    # The model's watts per CPU at idle (Cloud Carbon Footprint's coefficient).
+    min_watts_per_cpu: float = Field(default=CCF_MIN_WATTS_PER_VCPU, ge=0, le=1000)
+    # The model's watts per CPU at full use (Cloud Carbon Footprint's coefficient).
+    max_watts_per_cpu: float = Field(default=CCF_MAX_WATTS_PER_VCPU, gt=0, le=1000)
+    # The model's watts per GB of memory.
+    dram_watts_per_gb: float = Field(default=CCF_MEMORY_WATTS_PER_GB, ge=0, le=100)
+    # The model's joules per byte read or written (an assumed figure, said so with the result).
+    disk_joules_per_byte: float = Field(default=ASSUMED_DISK_JOULES_PER_BYTE, ge=0, le=1)
+    # The model's joules per disk I/O operation (an assumed figure, said so with the result).
+    disk_joules_per_op: float = Field(default=ASSUMED_DISK_JOULES_PER_OP, ge=0, le=1)
+    # Seconds measured idle before the run (0: none, and no above-idle figures).
+    idle_baseline: Duration = Field(default=DEFAULT_IDLE_BASELINE_S, ge=0, le=3600)
+    # The model's CPU utilisation: the whole host's, or the target's processes'.
+    cpu_scope: Literal["host", "target"] = "host"
+    # Where the RAPL counters are read (powercap in sysfs).
+    rapl_root: str = POWERCAP_ROOT
+    # Where perf's power events are read.
+    perf_events: str = PERF_POWER_EVENTS
+
 
 
 @dataclass
