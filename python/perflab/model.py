@@ -107,13 +107,16 @@ def _short_paths(paths: list[str]) -> dict[str, str]:
 
 
 # Names a leaf by what it is rather than what it says ("PostgreSQL 18.6" for
-# a bin_dir), or None: given by the caller that can ask (spec, at load time).
-LeafNamer = Callable[[str, Any], "str | None"]
+# a bin_dir, "prefork" for an Apache target's settings.mpm), or None: given by
+# the caller that can ask (spec, at load time). Its arguments: the leaf's key,
+# its value, and the other leaves of its level ({} for a level that is a value).
+LeafNamer = Callable[[str, Any, "dict[str, Any]"], "str | None"]
 
 
-def _leaf_text(key: str, value: object, paths: dict[str, str], namer: LeafNamer | None = None) -> str:
+def _leaf_text(key: str, value: object, paths: dict[str, str], namer: LeafNamer | None = None,
+               level: dict[str, Any] | None = None) -> str:
     name = key.rsplit(".", 1)[-1]
-    named = namer(key, value) if namer is not None else None
+    named = namer(key, value, level or {}) if namer is not None else None
     if named:
         return named
     if isinstance(value, str) and "/" in value:
@@ -167,7 +170,7 @@ def level_labels(levels: list[Any], namer: LeafNamer | None = None) -> list[str]
             for k in shown:
                 if k not in leaves:
                     continue
-                text = _leaf_text(k, leaves[k], paths[k], namer)
+                text = _leaf_text(k, leaves[k], paths[k], namer, leaves)
                 if k in named and parent[k] == last:
                     chunks[-1] += " " + text
                 else:
@@ -198,7 +201,7 @@ def labelled_levels(levels: list[Any], namer: LeafNamer | None = None, path: str
            for v, label in zip(levels, labels, strict=True)]
     if namer is None or path is None:
         return out
-    names = [None if isinstance(v, dict) else namer(path, v) for v in levels]
+    names = [None if isinstance(v, dict) else namer(path, v, {}) for v in levels]
     return [{VALUE_KEY: v, LABEL_KEY: name} if name and names.count(name) == 1 else v
             for v, name in zip(out, names, strict=True)]
 

@@ -35,7 +35,7 @@ from perflab.errors import SpecError, UserError
 from perflab.hostctl.cgroups import format_cpu_list, parse_cpu_list
 from perflab.hostctl.knobs import HostSettings, host_problems
 from perflab.hostctl.netns import DriverNetwork, network_problems
-from perflab.model import LABEL_KEY, LeafNamer, labelled_levels, without_label
+from perflab.model import LABEL_KEY, LeafNamer, fmt_level, labelled_levels, without_label
 from perflab.problems import pydantic_problems
 from perflab.problems import short as _short
 from perflab.registry import Registry
@@ -549,12 +549,24 @@ def _leaf_namer(raw: dict[str, Any], fpath: str) -> LeafNamer:
     """Names a level's target.bin_dir or target.version (in a table level, or
     as the factor itself) by the server it runs ("PostgreSQL 18.6"), asked of
     that binary when the file is loaded; None where none runs here (the label
-    is then the value, or the path's last components)."""
+    is then the value, or the path's last components). A target setting the
+    target's class names in labels (its setting_label: Apache's mpm, h2o's
+    threads) reads as it says ("prefork", "2 threads"), not key=value."""
     target = raw.get("target")
     kind = target.get("kind") if isinstance(target, dict) else None
 
-    def name(key: str, value: object) -> str | None:
+    def name(key: str, value: object, level: dict[str, Any]) -> str | None:
         full = key if key == fpath else f"{fpath}.{key}"
+        if full.startswith("target.settings.") and full.count(".") == 2:
+            server = level.get("kind", kind) if fpath == "target" else kind
+            try:
+                label = getattr(TARGETS.get(server), "setting_label", None) if isinstance(server, str) \
+                    and server in TARGETS else None
+            except ImportError:
+                return None
+            named = label(full.rsplit(".", 1)[-1], value) if callable(label) else None
+            # a value factor labelled only where the label says more than the value
+            return named if named != fmt_level(value) or key != fpath else None
         if full == "target.kind" and isinstance(value, str) and value in TARGETS:
             # a server kind by the server and the version it runs ("Apache 2.4.71"), where it says
             try:

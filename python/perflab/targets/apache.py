@@ -120,6 +120,7 @@ class ApacheTarget(PackagedWebServer[ApacheSettings]):
     package: ClassVar[str] = "apache2"
     display_name: ClassVar[str] = "Apache"
     config_name: ClassVar[str] = "apache2.conf"
+    label_settings: ClassVar[dict[str, str]] = {"mpm": "{}"}  # "Apache 2.4.71 prefork"
 
     @classmethod
     def render(cls, settings: ApacheSettings, port: int, root: Path, run: Path) -> str:

@@ -75,6 +75,11 @@ class H2oTarget(PackagedWebServer[H2oSettings]):
     package: ClassVar[str] = "h2o"
     display_name: ClassVar[str] = "h2o"
     config_name: ClassVar[str] = "h2o.conf"
+    label_settings: ClassVar[dict[str, str]] = {"num_threads": "{} threads"}  # "h2o 2.2.5 2 threads"
+
+    @classmethod
+    def setting_label(cls, name: str, value: object) -> str | None:
+        return "1 thread" if name == "num_threads" and value == 1 else super().setting_label(name, value)
 
     @classmethod
     def render(cls, settings: H2oSettings, port: int, root: Path, run: Path) -> str:

@@ -106,6 +106,10 @@ class PackagedWebServer(ManagedWebServer[PackagedSettingsT]):
     display_name: ClassVar[str] = ""
     config_name: ClassVar[str] = "server.conf"
     version_args: ClassVar[tuple[str, ...]] = ("-v",)
+    # The settings that are the server's architecture, shown in its level's
+    # label by value ("Apache 2.4.71 prefork", "h2o 2.2.5 2 threads"), not as
+    # key=value: setting name -> the label's text, "{}" the value.
+    label_settings: ClassVar[dict[str, str]] = {}
 
     # ---------------------------------------------------------- subclass
 
@@ -142,6 +146,15 @@ class PackagedWebServer(ManagedWebServer[PackagedSettingsT]):
             return version_label(cls.display_name, cls.find_binary(binary), cls.version_args)
         except UserError:
             return None
+
+    @classmethod
+    def setting_label(cls, name: str, value: object) -> str | None:
+        """A setting's value as the server's level label says it, where the
+        class declares it (label_settings); else None (key=value)."""
+        text = cls.label_settings.get(name)
+        if text is None or isinstance(value, (dict, list, bool)) or value is None:
+            return None
+        return text.format(value)
 
     # ---------------------------------------------------------- check
 

@@ -327,7 +327,11 @@ class ManagedWebServer(Target[ServerSettingsT, HttpEndpoint]):
     def provision(self) -> HttpEndpoint:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._make_home()
-        if not self.docroot.is_symlink():
+        # No document root, or a link left by a server this directory ran
+        # before to a tree of links since removed (a server that checks its
+        # root at start, Apache, would refuse it): the empty one until the
+        # workload publishes its set.
+        if not self.docroot.is_dir():
             empty = self.home / "empty"
             empty.mkdir(mode=0o755, exist_ok=True)
             self.publish(empty)
