@@ -155,3 +155,33 @@ def test_plan_command_shows_the_blocks(run_cli, tmp_path: Path) -> None:
     assert "# design: 3 block(s)" in out
     header = next(line for line in out.splitlines() if line.lstrip().startswith("run"))
     assert header.split()[-1] == "block"
+
+
+def test_a_store_planned_before_blocks_were_the_default_resumes(tmp_path: Path) -> None:
+    """A file that names no order, stored by a perflab whose default was
+    "sequential": resume finds its plan in sequence, not a mismatch."""
+    from perflab import runner
+    from perflab.host import host_facts
+    from perflab.model import RunResult
+    from perflab.store import Store
+
+    text = FILE.replace('order = "{order}"\n', "").format(seed="seed = 3")
+    f = tmp_path / "p.toml"
+    f.write_text(text)
+    exp = spec.load_text(text, f)
+    assert exp.meta.order == "blocks" and plan.before_blocks(exp, 3) is not None
+    old = plan.expand(spec.load_text(text.replace("seed = 3", 'seed = 3\norder = "sequential"'), f), 3)
+    out = tmp_path / "out"
+    store = Store.create(out, name="p", spec_text=text, spec_path=str(f), seed=3, factors=list(exp.factors),
+                         host=host_facts())
+    store.add_plan(old)
+    store.start_run(1, 0)
+    store.finish_run(1, RunResult(), status="done", seconds=1.0, target=None)
+    store.close()
+    session = runner.resume(out)
+    try:
+        assert [(r.combination, r.repetition) for r in session.plan] == [(r.combination, r.repetition) for r in old]
+    finally:
+        session.store.close()
+    # a file that names its order gets no such reading
+    assert plan.before_blocks(spec.load_text(FILE.format(order="blocks", seed=""), f), 3) is None

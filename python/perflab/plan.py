@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from perflab.search import next_rate
@@ -120,6 +120,16 @@ def _blocks(exp: Experiment, seed: int) -> list[tuple[int, int, dict[str, Any]]]
             rng.shuffle(g)
         entries += [(c, rep, combos[c - 1]) for g in order for c in g]
     return entries
+
+
+def before_blocks(exp: Experiment, seed: int) -> list[PlannedRun] | None:
+    """The plan of a store made before "blocks" was the default, for a file
+    that names no order: the product in sequence (`resume` of such a store).
+    None when the file names its order or its default is not blocks."""
+    named = exp.raw.get("experiment")
+    if exp.meta.order != "blocks" or (isinstance(named, dict) and "order" in named):
+        return None
+    return expand(replace(exp, meta=exp.meta.model_copy(update={"order": "sequential"})), seed)
 
 
 def design(exp: Experiment) -> str:

@@ -209,8 +209,13 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
     def setting(factors: dict[str, Any]) -> dict[str, Any]:  # what a level sets: a store older than labels has none
         return {k: without_label(v) for k, v in factors.items()}
 
-    if len(stored) != len(runs) or any(setting(stored[r.number]["factors"]) != setting(r.factors)
-                                       for r in runs if r.number in stored):
+    def differs(runs: list[plan_mod.PlannedRun]) -> bool:
+        return len(stored) != len(runs) or any(setting(stored[r.number]["factors"]) != setting(r.factors)
+                                               for r in runs if r.number in stored)
+
+    if differs(runs) and (older := plan_mod.before_blocks(exp, info["seed"])) is not None and not differs(older):
+        runs = older  # planned before blocks were the default: its runs in sequence
+    if differs(runs):
         raise UserError(f"{store.dir}: the stored plan does not match its experiment", "start a new `perflab run`")
     store.lock()  # before touching a run's files: no other perflab runs this experiment
     in_flight = {r["id"]: r["attempts"] for r in store.in_flight()}
