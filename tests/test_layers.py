@@ -106,3 +106,73 @@ def test_a_module_named_in_a_string_counts_as_imported() -> None:
                      'importlib.import_module("perflab.drivers.ray")\n'
                      'x = "perflab-tpcb"\n')
     assert named_by_string(tree) == [(2, "perflab.targets.postgres"), (3, "perflab.drivers.ray")]
+
+
+def module_edges(tree: ast.AST, importer: str, modules: set[str]) -> set[str]:
+    """The perflab modules a module imports, each import where it stands (at
+    the top, inside a function, under TYPE_CHECKING, or named in a string):
+    `from perflab.x import y` names the module perflab.x.y where there is one.
+    A string naming the module's own package is where its data files are
+    (importlib.resources), no import of code: Python imports a package before
+    any module in it anyway."""
+    names = [name for _, name in named_by_string(tree) if not importer.startswith(f"{name}.")]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                      for a in node.names]
+    return {name for name in names if name in modules} - {importer}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other in a loop: the strongly connected
+    components of more than one module (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        work = [(root, iter(sorted(edges[root])))]
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None and child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(edges.get(child, ())))))
+            elif child is not None:
+                if child in stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    edges = {m: module_edges(ast.parse(p.read_text(), str(p)), m, set(paths)) for m, p in paths.items()}
+    found = circles(edges)
+    said = [", ".join(f"{m} -> {' '.join(sorted(edges[m] & set(c)))}" for m in c) for c in found]
+    assert not found, "modules that import each other in a loop (lazy imports count):\n" + "\n".join(said)
+
+
+def test_the_circle_check_sees_a_circle_and_a_lazy_import() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    tree = ast.parse("import perflab.spec\n\ndef f():\n    from perflab.hostctl import netns, Rate\n")
+    modules = {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns", "perflab.plan"}
+    assert module_edges(tree, "perflab.plan", modules) == {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns"}
+    resources = ast.parse('files("perflab.hostctl")\nfiles("perflab.spec")\n')
+    assert module_edges(resources, "perflab.hostctl.netns", modules) == {"perflab.spec"}

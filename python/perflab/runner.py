@@ -50,7 +50,7 @@ from perflab.collectors.base import Collector, CollectorContext, CollectorUnavai
 from perflab.collectors.hostnoise import HostNoise
 from perflab.context import RunContext
 from perflab.drivernet import DriverLink
-from perflab.drivers import Drivers
+from perflab.drivers.choose import Drivers
 from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal

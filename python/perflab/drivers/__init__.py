@@ -10,7 +10,8 @@ that call; a distributed one splits `clients`, `threads` and
 barrier and returns the merged result (perflab.drivers.merge), which has the
 fields of `_engine.DriverResult` (so both are typed as one). The runner holds one driver per experiment
 (`Drivers`), so a Ray cluster is started once, and adds each run's driver
-figures (clock offsets, per-worker CPU) to the run's result.
+figures (clock offsets, per-worker CPU) to the run's result. Which driver
+a run gets (`Drivers`) is chosen in choose.py, above the drivers it names.
 """
 
 from __future__ import annotations
@@ -83,28 +84,3 @@ def ray_installed() -> bool:
 def split_evenly(total: int, parts: int) -> list[int]:
     """`total` as `parts` integers that differ by at most one, largest first."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-
-
-class Drivers:
-    """The runner's driver for each run: one open at a time, reopened only
-    when [driver]'s kind, address or workers change; closed at the end."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
-        self.key: tuple[Any, ...] | None = None
-        self.driver: EngineDriver = LOCAL
-
-    def get(self, settings: Any) -> EngineDriver:
-        key = (settings.kind, settings.address, settings.workers)
-        if key != self.key:
-            self.close()
-            if settings.kind == "ray":
-                from perflab.drivers.ray import RayDriver
-
-                self.driver = RayDriver(settings.address, settings.workers, self.say)
-            self.key = key
-        return self.driver
-
-    def close(self) -> None:
-        driver, self.driver, self.key = self.driver, LOCAL, None
-        driver.close()
