@@ -332,3 +332,19 @@ def test_the_reports_latency_table_in_ms_is_the_exports_pooled_p99(levels_dir: P
             if running >= need:
                 break
         assert f'<td class="num">{format_number(value)}</td>' in html, (combo, value)
+
+
+def test_a_real_runs_series_include_the_warm_up_labelled_as_such(workdir: Path, run_cli) -> None:
+    """A tpcb run on a managed PostgreSQL: its per-second series start in the
+    warm-up, and the export says which samples are warm-up and which measured."""
+    f = workdir / "warm.toml"
+    f.write_text('[experiment]\nname = "warm"\n[target]\nkind = "postgres"\n[workload]\nkind = "tpcb"\nscale = 1\n'
+                 'clients = 1\nduration = "3s"\nwarmup = "2s"\n[collect]\nvmstat = true\n')
+    out = workdir / "out"
+    run_cli("run", f, "--out", out, "--quiet", "--no-report", timeout=300)
+    rows = json.loads(run_cli("export", out, "--table", "series", "--format", "json").stdout)
+    tps = [(r["t"], r["phase"]) for r in rows if (r["source"], r["name"]) == ("tpcb", "tps")]
+    assert {phase for _, phase in tps} == {"warm-up", "measured"}, tps
+    assert max(t for t, p in tps if p == "warm-up") < min(t for t, p in tps if p == "measured")
+    assert {r["unit"] for r in rows if r["name"] == "latency_p99_ms"} == {"ms"}
+    assert "warm-up" in {r["phase"] for r in rows if r["source"] == "vmstat"}

@@ -30,7 +30,7 @@ from perflab.analysis.stats import (
 from perflab.collectors import COLLECTORS
 from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
 from perflab.model import Flag, fmt_factors, fmt_level, natural_key, without_label
-from perflab.report import effects_table, figures, latency
+from perflab.report import durability, effects_table, figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, applied, flatten, representative_run
 from perflab.section import Figure, RunGroup, Section, Table, Text
@@ -148,6 +148,7 @@ class ReportBuilder:
 
     def render(self) -> str:
         builders: list[Callable[[], list[SectionHtml]]] = [
+            lambda: durability.section(self),  # a durability study's own first screen
             self.summary,
             self.factor_effects,
             self.results,
@@ -882,8 +883,11 @@ class ReportBuilder:
             settled[f"{combo.label()} (run #{run_id})"] = next(
                 (e["t"] for e in self.store.events(run_id) if e["kind"] == "steady-state"), None)
             points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+            # the measured seconds only: a harness run stores its warm-up's too (the export labels them)
+            start = max((e["t"] for e in self.store.events(run_id) if e["kind"] == "measure-start"
+                         and e["t"] is not None), default=None)
             for p in self.store.series(run_id):
-                if p["source"] in collector_sources:
+                if p["source"] in collector_sources or (start is not None and p["t"] < start - 1e-6):
                     continue
                 t, v = points.setdefault((p["source"], p["name"]), ([], []))
                 t.append(p["t"])

@@ -258,11 +258,12 @@ SERIES_FIELDS = ("tps", "latency_mean_ms", "latency_p99_ms", "failed", "lag_mean
 
 
 def store_second(ctx: RunContext, source: str, interval: _engine.Interval, *, scheduled: bool) -> None:
-    """A measured second's harness figures as series of `source` (none of the
-    warm-up; lag only under a schedule: without one there is no lag)."""
-    if interval.warmup:
-        return
-    ctx.second(interval)
+    """A second's harness figures as series of `source`, the warm-up's too:
+    the run's measure-start event divides them (the export labels each
+    sample's phase; the report draws the measured ones), and only measured
+    seconds count for stalls. Lag only under a schedule: without one there is no lag."""
+    if not interval.warmup:
+        ctx.second(interval)
     for name in SERIES_FIELDS:
         if name != "lag_mean_ms" or scheduled:
             ctx.series.add(source, name, interval.t_s, interval_value(interval, name))
