@@ -299,3 +299,17 @@ def test_each_query_gets_its_own_ratio_and_verdict(tmp_path: Path) -> None:
     assert slower[6] == "worse" and float(slower[5].split()[0]) == pytest.approx(1 / 0.95, abs=0.02)
     assert blocks.METHOD in slower[8]
     assert rows["0.95", "q2"][6].startswith("~") and "could have detected" in rows["0.95", "q2"][6]
+
+
+def test_levels_of_one_set_up_are_no_effect_per_query_either(tmp_path: Path) -> None:
+    import re
+
+    from perflab.report import write_report
+    from synthetic_store import build_store
+
+    out = build_store(tmp_path / "out", clients=[2], sync=["on", "true"], repetitions=3, histograms=False,
+                      sync_described={"true": "on"}, queries=2)
+    page = write_report(out).read_text()
+    effects_html = page[page.index('id="effects"'):page.index('id="results"')]
+    rows = [r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", effects_html, re.S) if ">q1<" in r or ">q2<" in r]
+    assert len(rows) == 2 and all(">same set-up<" in r for r in rows)

@@ -170,14 +170,18 @@ def query_section(data: ReportData, store: Store, baseline: Callable[[str], Any]
         return ""
     floors = {q: noise_floor([[times[r][q] for c in g for r in c.run_ids if q in times.get(r, {})]
                               for g in data.setups()]) for q in names}
+    setup_of = {r: i for i, group in enumerate(data.setups()) for c in group for r in c.run_ids}
     rows_in: list[tuple[str, Any, Any, dict[str, Any], str, effects.Effect, int, int]] = []
     for factor, level, base, context, a_ids, b_ids in comparisons(data, baseline):
+        one_setup = len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and bool(a_ids) and a_ids[0] in setup_of
         for q in names:
             a = [times[r][q] for r in a_ids if q in times.get(r, {})]
             b = [times[r][q] for r in b_ids if q in times.get(r, {})]
             if a and b:
                 found = effects.effect(a, b, False, seed=data.experiment["seed"],
                                        pairs=pairs(data, a_ids, b_ids, q, times))
+                if one_setup and found.verdict != effects.UNDEFINED:  # no effect: their spread is noise
+                    found = effects.same_setup(found)
                 rows_in.append((factor, level, base, context, q, found, len(a), len(b)))
     if not rows_in:
         return ""
