@@ -176,3 +176,18 @@ def test_the_circle_check_sees_a_circle_and_a_lazy_import() -> None:
     assert module_edges(tree, "perflab.plan", modules) == {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns"}
     resources = ast.parse('files("perflab.hostctl")\nfiles("perflab.spec")\n')
     assert module_edges(resources, "perflab.hostctl.netns", modules) == {"perflab.spec"}
+
+
+def test_workloads_and_collectors_do_not_import_each_other() -> None:
+    """Plug-ins of the two kinds share a layer, not code: what both need (a
+    /proc reader, say) lives a layer down."""
+    kinds = ("perflab.workloads", "perflab.collectors")
+    crossing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = module_name(path)
+        own = next((k for k in kinds if importer == k or importer.startswith(f"{k}.")), None)
+        if own is None:
+            continue
+        crossing += [f"{path.relative_to(PACKAGE.parent)}:{line}: {target}" for line, target in imported(path)
+                     if any(target == k or target.startswith(f"{k}.") for k in kinds if k != own)]
+    assert not crossing, "\n".join(crossing)
