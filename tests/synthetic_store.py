@@ -81,6 +81,8 @@ def build_store(
     sync_fixed: str | None = None,
     state_sync: bool = True,
     table_factor: tuple[str, list[dict[str, Any]]] | None = None,
+    run_seconds: float = 10.0,
+    osdl_series: bool = False,
 ) -> Path:
     """tps_noise: the runs' relative spread (SD of a normal factor);
     zero_failures: a headline metric "queries_failed" that is 0 in every run
@@ -89,7 +91,9 @@ def build_store(
     set-up); flag_runs: flags to store on runs by run number; sync_fixed:
     synchronous_commit of every run, not a factor: set in the file's
     [target.settings] (with state_sync=False, the file does not say it);
-    table_factor: (path, levels) a factor whose levels are tables, after the others."""
+    table_factor: (path, levels) a factor whose levels are tables, after the others;
+    run_seconds: each run's length, its series spread over it; osdl_series:
+    vmstat's memory and I/O series too (free, buff, cache, bi, bo), as OSDL drew them."""
     rng = np.random.default_rng(seed)
     factors: dict[str, list[Any]] = {"workload.clients": list(clients)}
     if sync_fixed is None:
@@ -137,13 +141,17 @@ def build_store(
         result.add_metric("process.walwriter.cpu_s", 0.3, "s", "", None)
         result.add_metric("process.driver.cpu_s", 10.0 * 0.25 * n_clients ** 0.5, "s", "", None)
         for i in range(series_points):
-            t = (i + 1) * 10.0 / series_points
+            t = (i + 1) * run_seconds / series_points
             result.series.append(SeriesPoint("sql", "tps", t, tps * rng.normal(1.0, 0.03)))
             result.series.append(SeriesPoint("sql", "latency_p99_ms", t, latency_ms * 3 * rng.normal(1.0, 0.05)))
             user = 40 + rng.normal(0, 3)
             for name, value in (("us_pct", user), ("sy_pct", 12.0), ("wa_pct", 3.0), ("st_pct", 0.0),
                                 ("id_pct", 45.0 - (user - 40))):
                 result.series.append(SeriesPoint("vmstat", name, t, value))
+            if osdl_series:
+                for name, value in (("free_kib", 4e6 - 1e3 * i), ("buff_kib", 2e5), ("cache_kib", 3e6 + 1e3 * i),
+                                    ("bi_kib_per_s", 50.0 + rng.normal(0, 5)), ("bo_kib_per_s", 800.0)):
+                    result.series.append(SeriesPoint("vmstat", name, t, value))
         if histograms:
             result.histograms.append(_encode_histogram(rng.lognormal(np.log(latency_ms * 1000), 0.5, size=2000)))
         for q in range(queries):
@@ -170,6 +178,6 @@ def build_store(
                              log_tail="LOG:  server process (PID 4242) was terminated by signal 9: Killed\n"
                                       "LOG:  terminating any other active server processes")
         else:
-            store.finish_run(run.number, result, status="done", seconds=10.0, target=target)
+            store.finish_run(run.number, result, status="done", seconds=run_seconds, target=target)
     store.close()
     return out_dir

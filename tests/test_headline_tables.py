@@ -230,7 +230,8 @@ def test_tpch_per_level_and_vmstat_every_run_on_one_axis(tmp_path: Path) -> None
                 for name, v in (("us_pct", 40.0), ("sy_pct", 10.0), ("wa_pct", 5.0), ("st_pct", 0.0))]
 
     html = report_html(make_store(tmp_path, "tpch", {"target.settings.work_mem": ["4MB", "64MB"]}, 3,
-                                  lambda f, rep: {"throughput_at_size": noisy(100.0), "power_at_size": noisy(90.0)},
+                                  lambda f, rep: {"throughput_at_size": noisy(100.0), "power_at_size": noisy(90.0),
+                                                 "qphh_at_size": noisy(95.0)},
                                   series))
     assert 'id="fig-vmstat-every-run"' in html
     table = table_with(html, "TPC-H: Power@Size, Throughput@Size and QphH@Size per factor level")

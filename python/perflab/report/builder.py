@@ -30,7 +30,7 @@ from perflab.analysis.stats import (
 from perflab.collectors import COLLECTORS
 from perflab.collectors.hostnoise import NOISY_HOST_CORES, SATURATED_IDLE_PCT
 from perflab.model import Flag, fmt_factors, fmt_level, natural_key, without_label
-from perflab.report import effects_table, figures, latency
+from perflab.report import durability, effects_table, figures, latency
 from perflab.report import html as h
 from perflab.report.data import Combination, ReportData, applied, flatten, representative_run
 from perflab.section import Figure, RunGroup, Section, Table, Text
@@ -148,6 +148,7 @@ class ReportBuilder:
 
     def render(self) -> str:
         builders: list[Callable[[], list[SectionHtml]]] = [
+            lambda: durability.section(self),  # a durability study's own first screen
             self.summary,
             self.factor_effects,
             self.results,

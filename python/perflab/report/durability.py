@@ -1,0 +1,186 @@
+"""The durability study's first screen (OSDL's DBT-3 durability runs): when
+the experiment is repetitions of one combination back to back, enough for a
+degradation verdict, the report opens with the run-by-run table (run, the
+headline figure, its change from run 1, the trend verdict), every run's
+memory, I/O and CPU figures in OSDL's panels (free, buff, cache; bi, bo;
+us, sy, id, wa: the vmstat collector's series) on one time axis, runs back
+to back, and, for a run of two hours or more, its rate in whole hours with
+a trend over them (analysis.degradation.within_run).
+
+Series are read per (run, name) as flat numbers, never row by row as
+dicts, and each run's figure lines are decimated to min/max envelopes
+before drawing (serve.views.decimate), so a three-day run of 1-s samples
+draws as quickly as a short one and a one-second spike stays visible."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from perflab.analysis import degradation
+from perflab.collectors import COLLECTORS
+from perflab.report import figures
+from perflab.report import html as h
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as MplFigure
+
+    from perflab.report.builder import ReportBuilder
+    from perflab.report.data import Combination
+    from perflab.store import Store
+
+SectionHtml = tuple[str, str, str]
+
+# OSDL's durability graphs: (panel title, unit, scale, [(vmstat series, label, colour)]).
+OSDL_PANELS: tuple[tuple[str, str, float, tuple[tuple[str, str, str], ...]], ...] = (
+    ("memory", "GiB", 1 / 2**20, (("free_kib", "free", "#3b6fb6"), ("buff_kib", "buff", "#e67e22"),
+                                  ("cache_kib", "cache", "#27ae60"))),
+    ("I/O", "KiB/s", 1.0, (("bi_kib_per_s", "bi (in)", "#3b6fb6"), ("bo_kib_per_s", "bo (out)", "#c0392b"))),
+    ("CPU", "%", 1.0, (("us_pct", "us", "#2e8b57"), ("sy_pct", "sy", "#c0392b"), ("id_pct", "id", "#7f8c8d"),
+                       ("wa_pct", "wa", "#f39c12"))),
+)
+OS_SOURCE = "vmstat"
+# Buckets (min/max/mean) per run and line: the study's 5 runs make 2,000 per line.
+BUCKETS_PER_RUN = 400
+# A run this long or longer gets its per-hour windows and trend (within_run).
+WITHIN_RUN_MIN_S = 2 * 3600.0
+
+
+def durability_combination(b: ReportBuilder) -> tuple[Combination, str, list[int]] | None:
+    """The study's one combination, its headline metric and the runs with
+    that metric, when the experiment is a durability study: one combination
+    only, with enough runs for the report's degradation verdict."""
+    from perflab.report.builder import DEGRADATION_MIN_RUNS
+
+    d = b.data
+    if len(d.combinations) != 1:
+        return None
+    combo = d.combinations[0]
+    for name in d.headline:
+        ids = [r for r in combo.run_ids if name in d.values.get(r, {})]
+        if len(ids) >= DEGRADATION_MIN_RUNS:
+            return combo, name, ids
+    return None
+
+
+def section(b: ReportBuilder) -> list[SectionHtml]:
+    """The durability section, first in the report, or nothing when the
+    experiment is no durability study."""
+    found = durability_combination(b)
+    if found is None:
+        return []
+    combo, name, ids = found
+    d = b.data
+    r = degradation.assess([d.values[i][name] for i in ids], d.metrics[name].higher_is_better,
+                           seed=d.experiment["seed"], positions=[d.runs_by_id[i]["repetition"] for i in ids])
+    info = d.metrics[name]
+    real = bool(r.change_points) or (r.trend is not None and r.trend.significant)
+    parts = [
+        h.note(f"{len(ids)} runs of one set-up back to back: {name} run after run, its change from run 1, and "
+               "whether a trend or change point says the change is real (the Degradation section has the test)."),
+        h.table(["run", "repetition", f"{name} ({info.unit})", "change from run 1", "note"],
+                b.degradation_rows(combo, name, ids, r)),
+        h.note(f"Trend verdict: {r.verdict}", "warn" if real else "note"),
+    ]
+    runs = [b.data.runs_by_id[i] for i in sorted({*combo.run_ids, *combo.failed_ids})]
+    fig = osdl_figure(b.store, [run["id"] for run in runs])
+    if fig is not None:
+        parts.append("<h3>Memory, I/O and CPU, run after run</h3>")
+        parts.append(b.figure(fig, "durability-osdl-panels",
+                              "OSDL's durability panels from the vmstat collector's series: free, buff and cache; "
+                              "bi and bo; us, sy, id and wa, every run on one time axis in the order they ran "
+                              "(dotted lines part the runs). Each line is its mean per interval, the band its min "
+                              f"to max ({BUCKETS_PER_RUN} intervals per run), so a one-second spike stays visible."))
+    parts += within_runs(b, runs)
+    return [("durability", "Durability", "".join(parts))]
+
+
+def read_series(store: Store, run_id: int, source: str, name: str) -> np.ndarray:
+    """One series of a run as a (t, value) array in time order, a missing value as NaN."""
+    rows = store.conn.execute(
+        "SELECT t, value IS NULL, ifnull(value, 0) FROM series WHERE run_id=? AND source=? AND name=? ORDER BY t",
+        (run_id, source, name)).fetchall()
+    if not rows:
+        return np.empty((0, 2))
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=3 * len(rows)).reshape(-1, 3)
+    return np.column_stack([flat[:, 0], np.where(flat[:, 1] != 0, np.nan, flat[:, 2])])
+
+
+def osdl_figure(store: Store, run_ids: list[int]) -> MplFigure | None:
+    """Three panels (memory, I/O, CPU) with every run's vmstat series on one
+    time axis in hours, each run starting where the one before it ended."""
+    # not at import: serve.views imports the report's data
+    from perflab.serve.views import decimate, series_names
+
+    present = {name for run_id in run_ids for source, name in series_names(store.conn, run_id)
+               if source == OS_SOURCE}
+    panels = [p for p in OSDL_PANELS if any(s in present for s, _, _ in p[3])]
+    if not panels:
+        return None
+    fig = figures.new_figure(height_in=1.0 + 2.0 * len(panels))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    offset = 0.0
+    bounds: list[tuple[float, int]] = []
+    for run_id in run_ids:
+        span = 0.0
+        for ax, (_, _, scale, parts) in zip(axes, panels, strict=True):
+            for series, label, colour in parts:
+                if series not in present:
+                    continue
+                values = read_series(store, run_id, OS_SOURCE, series)
+                if not len(values):
+                    continue
+                span = max(span, float(values[-1, 0]))
+                b = np.asarray(decimate(values, BUCKETS_PER_RUN), dtype=float)
+                x = (offset + b[:, 0]) / 3600.0
+                ax.fill_between(x, b[:, 1] * scale, b[:, 2] * scale, color=colour, alpha=0.25, linewidth=0)
+                ax.plot(x, b[:, 3] * scale, color=colour, linewidth=0.9, label=label if not bounds else None)
+        bounds.append((offset, run_id))
+        offset += span
+    for ax, (title, unit, _, _) in zip(axes, panels, strict=True):
+        figures._style(ax)
+        ax.set_ylabel(f"{title} ({unit})", fontsize=8)
+        for start, _ in bounds:
+            if start > 0:
+                ax.axvline(start / 3600.0, color="#555", linestyle=":", linewidth=0.8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    top = axes[0]
+    for start, run_id in bounds:
+        top.annotate(f"#{run_id}", (start / 3600.0, 1.0), xycoords=("data", "axes fraction"),
+                     fontsize=7, va="bottom", color="#555")
+    axes[-1].set_xlabel("hours since the first run's start (runs back to back)")
+    return fig
+
+
+def within_runs(b: ReportBuilder, runs: list[dict[str, Any]]) -> list[str]:
+    """Each run of two hours or more: the driver's series in whole hours,
+    each hour's mean and change from the first, and the trend verdict."""
+    from perflab.serve.views import series_names
+
+    collectors = set(COLLECTORS.names())
+    long_runs = [r for r in runs if (r.get("seconds") or 0.0) >= WITHIN_RUN_MIN_S]
+    rows = []
+    for run in long_runs:
+        for source, name in series_names(b.store.conn, run["id"]):
+            if source in collectors:
+                continue
+            values = read_series(b.store, run["id"], source, name)
+            info = b.data.metrics.get(name)
+            w = degradation.within_run(values[:, 0], values[:, 1], info.higher_is_better if info else None)
+            if not w.means:
+                continue
+            hours = ", ".join(f"{h.fmt(m)} ({h.fmt_pct(c)})" if math.isfinite(m) else "–"
+                              for m, c in zip(w.means, w.change_pct, strict=True))
+            real = w.trend is not None and w.trend.significant
+            rows.append([f"#{run['id']}", f"{source}.{name}", len(w.means), h.td(hours),
+                         h.td(w.verdict, "warn" if real else "")])
+    if not rows:
+        return []
+    return ["<h3>Within each run, hour by hour</h3>",
+            h.table(["run", "series", "hours", "mean per whole hour (change from the first)", "verdict"], rows,
+                    caption="Runs of two hours or more: each driver series cut into whole hours from its first "
+                    "sample (a last part hour left out), and an OLS trend over the hours whose interval allows "
+                    "for autocorrelated hours (Santer et al. 2000).")]
