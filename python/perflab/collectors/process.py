@@ -1,6 +1,7 @@
 """process: CPU, memory and I/O of the server's processes by role, and of perflab.
 
-Every sample re-reads the postmaster's children (backends come and go), gives
+Every sample re-reads a web server's master's children ("worker": Apache
+prefork forks them under load) and the postmaster's children (backends come and go), gives
 each a role from its process title (/proc/PID/cmdline, which PostgreSQL sets to
 "postgres: [cluster_name: ]checkpointer" and the like) and sums by role:
 postmaster, backend, checkpointer, walwriter, background writer, autovacuum,
@@ -237,6 +238,8 @@ class ProcessCollector(SamplingCollector):
         super().__init__(name, settings)
         self._fixed: dict[int, str] = {}  # pid -> role given by the target (and perflab)
         self._postmasters: list[int] = []
+        self._masters: list[int] = []  # a web server's master, whose workers come and go
+        self._spawned: set[int] = set()
         self._last: dict[int, tuple[str, ProcSample]] = {}
         self._last_t_ns = self._first_t_ns = 0
         self._roles_by_key: dict[tuple[int, int], str] = {}
@@ -247,6 +250,9 @@ class ProcessCollector(SamplingCollector):
     def open(self, ctx: CollectorContext) -> None:
         given = ctx.target.processes() if ctx.target is not None else {}
         self._postmasters = [pid for pid, role in given.items() if role == "postmaster"]
+        # a web server's master forks workers under load (Apache prefork): its
+        # children are found at every sample too, as workers
+        self._masters = [pid for pid, role in given.items() if role == "master"]
         # the postmaster's children are found and named here at every sample
         # (a role given for a backend caught at fork would stick)
         children = {c for pm in self._postmasters for c in children_of(pm)}
@@ -280,6 +286,8 @@ class ProcessCollector(SamplingCollector):
             return role
         if pid in MONITOR_PIDS:
             return "monitor"
+        if pid in self._spawned:
+            return "worker"
         key = (pid, s.start_ticks)
         cached = self._roles_by_key.get(key)
         if cached is not None:
@@ -298,6 +306,8 @@ class ProcessCollector(SamplingCollector):
         pids = set(self._fixed)
         for pm in self._postmasters:
             pids.update(children_of(pm))
+        self._spawned = {c for m in self._masters for c in children_of(m)}
+        pids |= self._spawned
         now: dict[int, tuple[str, ProcSample]] = {}
         for pid in pids:
             s = read_proc(pid, self._with_io)

@@ -3,7 +3,7 @@ its kind, or a target setting): the Flash/DeBox paper's Table 10 and
 Figure 12.
 
 - Throughput: a row per data set, a column per server (the target's level
-  label: "Apache 2.4.71 mpm=prefork", "nginx 1.22.1"), each cell the mean
+  label: "Apache 2.4.71 prefork", "nginx 1.22.1"), each cell the mean
   Mb/s over the repetitions with its interval (analysis.pivot.cell).
 - Response time: per data set, a row per profile figure (5%, median, 95%,
   mean) and a column per server, each cell the repetitions' cell of that
@@ -89,40 +89,101 @@ def sections(store: Store, runs: list[dict[str, Any]], values: dict[int, dict[st
     if figure is not None:
         blocks.append(figure)
     out = [Section("Web servers: throughput and response time (Table 10, Figure 12)", blocks, headline=True)]
-    return out + memory_sections(runs, values, sets, config)
+    return out + memory_sections(store, runs, values, sets, config)
 
 
 MB = 1e6
+# A run "served from memory" when its server read less than this share of the
+# bytes it served from storage in the measured window: a rare file first asked
+# for after the warm-up is read once, not the set.
+FROM_MEMORY_SHARE = 0.01
+WINDOW = ("measure-start", "measure-end")
 
 
-def _disk_read(v: dict[str, float]) -> float | None:
-    """Bytes the server's processes read from storage in the run (the process
-    collector's /proc/PID/io read_bytes of every role but perflab's driver)."""
-    parts = [x for k, x in v.items() if k.startswith("process.") and k.endswith(".read_mib")
-             and not k.startswith("process.driver.")]
-    return sum(parts) * 2**20 if parts else None
+def _overlap(a: float, b: float, lo: float, hi: float) -> float:
+    """The share of the interval (a, b] that lies within [lo, hi]."""
+    return max(0.0, min(b, hi) - max(a, lo)) / (b - a) if b > a else 0.0
 
 
-def _device_read(v: dict[str, float]) -> float | None:
-    """Bytes read from the machine's disks during the run (diskstats, every process)."""
-    rates = [x for k, x in v.items() if k.startswith("diskstats.") and k.endswith(".read_kib_per_s")]
-    return sum(rates) * 1024 * v["measured_s"] if rates and "measured_s" in v else None
+def _integrate(series: dict[str, list[tuple[float, float]]], lo: float, hi: float) -> float:
+    """Bytes over [lo, hi] from per-second KiB/s series: each sample is the
+    rate over the interval since the one before it (the first: as long as the
+    next), counted for the part of that interval inside [lo, hi]."""
+    total = 0.0
+    for points in series.values():
+        for i, (t, rate) in enumerate(points):
+            prev = points[i - 1][0] if i else t - (points[1][0] - t if len(points) > 1 else 1.0)
+            total += rate * 1024 * (t - prev) * _overlap(prev, t, lo, hi)
+    return total
+
+
+def window_reads(store: Store, run_id: int) -> dict[str, float]:
+    """Storage reads in the warm-up and in the measured window, split at the
+    run's measure-start event (the same clock as its series):
+
+    - server_warmup, server_window: the server's processes (the process
+      collector's per-second read_kib_per_s, /proc/PID/io read_bytes, of
+      every role but perflab's driver and monitor);
+    - disk_warmup, disk_window: the machine's disks (diskstats, every process).
+
+    Empty where the run has no measured window or neither collector ran."""
+    t = {e["kind"]: e["t"] for e in store.events(run_id) if e["kind"] in WINDOW and e["t"] is not None}
+    if set(t) != set(WINDOW):
+        return {}
+    start, end = t["measure-start"], t["measure-end"]
+    out: dict[str, float] = {}
+    for source, key in (("process", "server"), ("diskstats", "disk")):
+        series: dict[str, list[tuple[float, float]]] = {}
+        for p in store.series(run_id, source):
+            name = p["name"]
+            if (name.endswith(".read_kib_per_s") and p["value"] is not None
+                    and not (source == "process" and name.startswith(("driver.", "monitor.")))):
+                series.setdefault(name, []).append((p["t"], p["value"]))
+        if series:
+            out[f"{key}_warmup"] = _integrate(series, 0.0, start)
+            out[f"{key}_window"] = _integrate(series, start, end)
+    return out
+
+
+# How a run's measured window was served (see _where), as the report says it.
+WHERE = {"memory": "served from memory", "cold": "still reading the set for the first time (a longer warm-up "
+         "would tell whether it stays in memory)", "re-read": "reading evicted pages again (disk-bound)"}
+
+
+def _where(reads: dict[str, float], v: dict[str, float]) -> tuple[str, float] | None:
+    """Whether a run's measured window was served from memory (its server read
+    less than FROM_MEMORY_SHARE of the bytes it served), re-read pages it had
+    read before (warm-up and window together read past the file set, with 5%
+    for metadata), or was still reading the set for the first time; and the
+    share of the bytes served that it read."""
+    window, served, size = reads.get("server_window"), v.get("body_bytes"), v.get("fileset_bytes")
+    if window is None or not served:
+        return None
+    share = window / served
+    if share < FROM_MEMORY_SHARE:
+        return "memory", share
+    if size and window + reads.get("server_warmup", 0.0) > 1.05 * size:
+        return "re-read", share
+    return "cold", share
 
 
 def _mb(x: float | None) -> str:
     return "–" if x is None else pivot.fmt_num(x / MB)
 
 
-def memory_sections(runs: list[dict[str, Any]], values: dict[int, dict[str, float]],
+def memory_sections(store: Store, runs: list[dict[str, Any]], values: dict[int, dict[str, float]],
                     sets: list[tuple[str, list[dict[str, Any]]]], config: list[str]) -> list[Section]:
-    """Per run, how much of what was served came from the disk: the server's
-    own storage reads against the bytes it served, its cgroup's page cache
-    and memory limit, and the disks' reads (all processes); and, per data
-    set, whether it fits the server's memory limit and what the runs read."""
+    """Per run, how much of what was served came from the disk in the
+    measured window (the warm-up's reads apart): the server's own storage
+    reads against the bytes it served, its cgroup's page cache and memory
+    limit, and the disks' reads (all processes); and, per data set, whether it
+    fits the server's memory limit, what its runs read, and where the data
+    sets stopped fitting."""
     rows = []
+    reads = {run["id"]: window_reads(store, run["id"]) for run in runs}
     for run in runs:
-        v = values.get(run["id"], {})
-        served, disk = v.get("body_bytes"), _disk_read(v)
+        v, r = values.get(run["id"], {}), reads[run["id"]]
+        served, disk = v.get("body_bytes"), r.get("server_window")
         share = f"{100 * disk / served:.1f}" if disk is not None and served else "–"
         size = v.get("fileset_bytes")
         over = f"{disk / size:.2f}" if disk is not None and size else "–"
@@ -130,38 +191,61 @@ def memory_sections(runs: list[dict[str, Any]], values: dict[int, dict[str, floa
         rows.append([run["id"], pivot.combo_label(sized, [run["factors"][f] for f in sized], named=False)
                      if sized else "as set",
                      pivot.combo_label(config, [run["factors"].get(f) for f in config], named=False),
-                     _mb(v.get("fileset_bytes")), _mb(v.get("resources.memory_limit_bytes")),
-                     _mb(v.get("resources.memory_cache_bytes")), _mb(served), _mb(disk), share, over,
-                     _mb(_device_read(v))])
-    if not any(row[7] != "–" or row[5] != "–" for row in rows):
+                     _mb(size), _mb(v.get("resources.memory_limit_bytes")),
+                     _mb(v.get("resources.memory_cache_bytes")), _mb(served), _mb(r.get("server_warmup")),
+                     _mb(disk), share, over, _mb(r.get("disk_window"))])
+    if not any(row[8] != "–" or row[5] != "–" for row in rows):
         return []  # neither the process collector nor a memory cgroup: nothing to say
-    lines = []
+    lines, stopped, first_over = [], None, None
     for label, ds_runs in sets:
         sizes = [values.get(r["id"], {}).get("fileset_bytes") for r in ds_runs]
         limits = [values.get(r["id"], {}).get("resources.memory_limit_bytes") for r in ds_runs]
         size = next((x for x in sizes if x), None)
         limit = min((x for x in limits if x), default=None)
-        passes = [d / size for r in ds_runs if size and (d := _disk_read(values.get(r["id"], {}))) is not None]
         fits = ("no memory limit" if limit is None or size is None else
                 f"fits in the server's {limit / MB:,.0f} MB" if size <= limit else
                 f"does not fit in the server's {limit / MB:,.0f} MB ({size / limit:.1f}x)")
-        read = (f"its runs read {min(passes):.2f}x to {max(passes):.2f}x the file set from disk"
-                if passes else "no storage reads were collected (collect.process)")
-        lines.append(f"data set {label}" + (f" ({size / MB:,.0f} MB of files)" if size else "") + f": {fits}; {read}.")
+        kinds = [k for r in ds_runs if (k := _where(reads[r["id"]], values.get(r["id"], {}))) is not None]
+        if not kinds:
+            read = "no storage reads of the measured window were collected (collect.process)"
+        else:
+            shares = [share for _, share in kinds]
+            low, high = 100 * min(shares), 100 * max(shares)
+            span = f"{low:.1f}%" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}% to {high:.1f}%"
+            read = f"after the warm-up its runs read {span} of the bytes they served from disk: " + "; ".join(
+                f"{n} {WHERE[kind]}" for kind in WHERE if (n := sum(1 for k, _ in kinds if k == kind)))
+            if stopped is None and any(k == "re-read" for k, _ in kinds):
+                stopped = label
+            if first_over is None and size and limit and size > limit and any(k != "memory" for k, _ in kinds):
+                first_over = label
+        lines.append(f"Data set {label}" + (f" ({size / MB:,.0f} MB of files)" if size else "")
+                     + f": {fits}; {read}.")
+    if stopped is not None:
+        lines.append(f"The data stopped fitting in memory at data set {stopped}: the first whose runs read pages "
+                     "of the set again after they were evicted.")
+    elif first_over is not None:
+        lines.append(f"The data stopped fitting in memory at data set {first_over}: the first larger than the "
+                     "server's memory limit whose runs still read from disk after the warm-up.")
+    elif any("after the warm-up" in line for line in lines):
+        lines.append("No data set outgrew the server's memory in these runs.")
     return [Section("Web servers: page cache and disk, per run", [
-        Text("Where the bytes came from. The server's cgroup is charged with the pages its own processes read "
-             "into the page cache, and only those: with [host] drop_caches each run starts cold, so the file "
-             "set (generated outside that cgroup, by perflab) is read again by the server and held to "
-             "target.resources.memory; without it, pages cached before count against no limit. 'from disk' is "
-             "what the server's processes read from storage from the warm-up's start to the run's end "
-             "(/proc/PID/io read_bytes, the process collector), in % of the body bytes served in the measured "
-             "window and in passes over the file set: a cold set that fits is read about once (up to 1x), one "
-             "that does not is read again as its pages are evicted (past 1x in a long enough run); 'page cache' "
-             "is the server cgroup's at the run's end (memory.stat); 'disk reads' are the disks' own "
-             "(diskstats), every process's. " + " ".join(lines)),
+        Text("Where the bytes came from. The server's cgroup is charged with the pages its own processes fault "
+             "into the page cache, and only those: the file set is generated by perflab outside that cgroup, so "
+             "its pages count against the server's limit only once the server reads them itself; with [host] "
+             "drop_caches the page cache is dropped before each run, so every run starts cold and the server "
+             "reads the set from disk again, held to target.resources.memory (without the drop, pages cached "
+             "before count against no limit). 'warm-up reads' is what the server's processes read from storage "
+             "during the warm-up (the cold first read); 'from disk' is what they read in the measured window "
+             "alone (/proc/PID/io read_bytes per second, the process collector, split at the window's start), "
+             "in % of the body bytes served in that window and in passes over the file set: a set that fits is "
+             "read in the warm-up and then served from memory (near 0%), one that does not is read again as "
+             "its pages are evicted. 'page cache' is the server cgroup's at the run's end (memory.stat); 'disk "
+             "reads' are the disks' own in the measured window (diskstats), every process's on the machine."),
+        Text(" ".join(lines)),
         Table(["run", "data set", "server", "file set MB", "memory limit MB", "page cache MB", "served MB",
-               "from disk MB", "from disk %", "read ÷ set", "disk reads MB"], rows,
-              "Page cache and disk per run: the server's own storage reads against the bytes it served"),
+               "warm-up reads MB", "from disk MB", "from disk %", "read ÷ set", "disk reads MB"], rows,
+              "Page cache and disk per run: the server's own storage reads in the measured window against the "
+              "bytes it served"),
     ])]
 
 
