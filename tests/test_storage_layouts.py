@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -250,3 +251,21 @@ def test_the_placement_table_pivots_data_by_wal_with_intervals(tmp_path: Path) -
     table = table_with(html, "TPS by data_fs.type (rows) and wal_fs.type (columns)")
     assert len(table["headers"]) == 3 and len(table["rows"]) == 2  # 2 x 2 cells, not 12 runs
     assert all("[" in cell for row in table["rows"] for cell in row[1:])  # 3 repetitions: a 95% interval
+
+
+# ------------------------------------------------------------------ the raw characterisation (fio)
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="fio is not installed (Debian: fio)")
+def test_the_storage_probe_stores_fio_figures_per_role(tmp_path: Path, run_cli: Any) -> None:
+    out = tmp_path / "out"
+    path = experiment(tmp_path, data_fs='type = "ext4"\nsize = "256MB"\n', wal_fs=STRIPE)
+    path.write_text(path.read_text() + '[collect]\nstorage = { size = "8MB", runtime = "1s" }\n')
+    run_cli("run", path, "--out", out, "--quiet")
+    with sqlite3.connect(out / "perflab.sqlite") as db:
+        got = dict(db.execute("select name, value from metric where name like 'storage.%'").fetchall())
+    for role in ("data", "wal"):
+        for name in ("seq_write_MBps", "seq_read_MBps", "randwrite_8k_iops", "fdatasync_8k_mean_us"):
+            assert got.get(f"storage.{role}.{name}", 0) > 0, (role, name, got)
+    assert "Raw storage per layout (fio)" in (out / "report.html").read_text()
+    assert not list(tmp_path.rglob("perflab-fio-*"))  # its files went with it
