@@ -1,7 +1,8 @@
 //! The engine's one error type: every fallible public call returns it, and
 //! `crates/engine-py/src/errors.rs` maps each variant to one Python class.
+//! Each client's own error turns into it where that error is declared
+//! (`From<PgError>` in pg/error.rs, `From<MyError>` in mysql/mod.rs).
 
-use crate::pg::PgError;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -29,12 +30,3 @@ impl fmt::Display for EngineError {
 }
 
 impl std::error::Error for EngineError {}
-
-impl From<PgError> for EngineError {
-    fn from(e: PgError) -> Self {
-        match e {
-            PgError::Config(m) => EngineError::Config(m),
-            other => EngineError::Target(other.to_string()),
-        }
-    }
-}

@@ -22,6 +22,7 @@
 mod config;
 mod run;
 mod schedule;
+mod shared;
 mod stats;
 mod worker;
 

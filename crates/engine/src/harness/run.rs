@@ -4,171 +4,24 @@
 
 use super::config::{plan_pinning, HarnessConfig};
 use super::schedule::Timing;
+use super::shared::{Gate, Place, Shared};
 use super::stats::{
     cut_interval, summarise, CoordinatorFigures, IntervalReport, RunSummary, PLACEMENT_SECONDS,
 };
 use super::worker::worker;
 use super::{EngineError, Protocol};
 use crate::sys;
-use crate::uring::{self, IoMethod};
+use crate::uring;
 use std::collections::HashSet;
-use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// After the end of the run, how long in-flight transactions may take before
 /// their connections are closed (a server stalled at the very end).
 const END_GRACE: Duration = Duration::from_secs(10);
-
-/// What the coordinator and the workers share.
-pub(crate) struct Shared<P: Protocol> {
-    pub cfg: HarnessConfig,
-    pub protocol: P,
-    pub stop: AtomicBool,
-    pub abort: AtomicBool,
-    /// Sockets of live clients, shut down on abort.
-    pub fds: Mutex<HashSet<RawFd>>,
-    pub stats: Vec<Mutex<super::stats::ThreadStats>>,
-    pub cpu_clocks: Mutex<Vec<Option<libc::clockid_t>>>,
-    pub connected: Barrier,
-    pub go: Barrier,
-    pub timing: OnceLock<Timing>,
-    pub workers_done: AtomicUsize,
-    /// Instant <-> CLOCK_MONOTONIC: the same clock, different origins.
-    pub clock_base: (Instant, u64),
-    pub io: IoMethod,
-    /// io_uring_enter calls of all worker threads.
-    pub io_enters: AtomicU64,
-    /// Each worker's ring's count of io_uring_enter calls while it runs
-    /// (None: no ring), read every second for the series.
-    pub ring_enters: Mutex<Vec<Option<Arc<AtomicU64>>>>,
-    /// A gated run (`Run::start_gated`): connected, it waits for `go_at`.
-    pub gate: Option<Gate>,
-    /// The CPU of each worker thread, by index (empty: not pinned), and
-    /// the `pin` event's sentence (`plan_pinning`).
-    pub pin_cpus: Vec<usize>,
-    pub pin_note: String,
-    /// Each worker that could not pin itself: its index (no client is moved
-    /// to it: `placement_cpus`) and why (the `pin` event names the last).
-    pub pin_failed: Mutex<Vec<(usize, String)>>,
-    /// Each client whose protocol names its server process on this machine
-    /// (`Protocol::server_pid`), with its driver thread's index, sampled
-    /// every second (`placement_sample`).
-    pub placement: Mutex<Vec<Place>>,
-    /// Whether clients move to the thread on their server process's CPU
-    /// (`follow_decision`); then `moves[client]` is the thread a client is
-    /// to move to at its next transaction (usize::MAX: stay), and each
-    /// thread takes the clients that come to it from `inboxes`.
-    pub follow: bool,
-    pub moves: Vec<AtomicUsize>,
-    pub inboxes: Vec<tokio::sync::mpsc::UnboundedSender<Arrival<P>>>,
-    pub inbox_ends: Mutex<Vec<Option<tokio::sync::mpsc::UnboundedReceiver<Arrival<P>>>>>,
-    /// Clients still running, on any thread: a worker ends when none is.
-    pub clients_alive: AtomicUsize,
-    /// Clients moved so far.
-    pub moved: AtomicU64,
-}
-
-/// A client and where its server process is (`Shared::placement`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Place {
-    pub client: u32,
-    pub pid: u32,
-    /// The driver thread that serves the client (as the coordinator last
-    /// asked), by index.
-    pub thread: usize,
-    /// Samples in a row that found the server process off that thread's CPU.
-    pub off_streak: u32,
-}
-
-/// A client on its way to another thread, between two transactions: its
-/// connection (which has left its old thread: `Protocol::leave_thread`)
-/// and its own state.
-pub(crate) struct Arrival<P: Protocol> {
-    pub conn: P::Client,
-    pub client: u32,
-    pub rng: crate::random::Prng,
-    pub measured_done: u64,
-}
-
-// SAFETY: only made for protocols with `Protocol::MIGRATES`, whose clients
-// hold, once they have left their thread, nothing tied to it (no Rc, no
-// registration with its runtime or ring): owned sockets and buffers, which
-// may move to another thread. The other fields are Send.
-unsafe impl<P: Protocol> Send for Arrival<P> {}
-
-/// Where a gated run waits, all clients connected, for the instant to start
-/// at: the shared barrier of drivers on several machines.
-#[derive(Default)]
-pub(crate) struct Gate {
-    /// (all clients connected, the CLOCK_MONOTONIC ns to start at)
-    state: Mutex<(bool, Option<u64>)>,
-    cond: Condvar,
-}
-
-impl Gate {
-    /// Connected: wait for the start instant; None when the run is aborted.
-    fn wait_go(&self, abort: &AtomicBool) -> Option<u64> {
-        let mut state = self.state.lock().unwrap();
-        state.0 = true;
-        loop {
-            if let Some(ns) = state.1 {
-                return Some(ns);
-            }
-            if abort.load(Ordering::SeqCst) {
-                return None;
-            }
-            state = self
-                .cond
-                .wait_timeout(state, Duration::from_millis(20))
-                .unwrap()
-                .0;
-        }
-    }
-}
-
-impl<P: Protocol> Shared<P> {
-    /// CLOCK_MONOTONIC ns of an Instant (the same clock, another origin).
-    pub fn monotonic_ns_at(&self, at: Instant) -> u64 {
-        let (base_instant, base_ns) = self.clock_base;
-        if at >= base_instant {
-            base_ns + (at - base_instant).as_nanos() as u64
-        } else {
-            base_ns.saturating_sub((base_instant - at).as_nanos() as u64)
-        }
-    }
-
-    /// The Instant of a CLOCK_MONOTONIC reading in ns.
-    pub fn instant_at(&self, ns: u64) -> Instant {
-        let (base_instant, base_ns) = self.clock_base;
-        if ns >= base_ns {
-            base_instant + Duration::from_nanos(ns - base_ns)
-        } else {
-            base_instant
-                .checked_sub(Duration::from_nanos(base_ns - ns))
-                .unwrap_or(base_instant)
-        }
-    }
-
-    pub fn t_s(&self, at: Instant) -> f64 {
-        (self.monotonic_ns_at(at) as i128 - self.cfg.t0_ns as i128) as f64 / 1e9
-    }
-
-    fn close_all_sockets(&self) {
-        // A client removes its fd under this lock before closing it, so every
-        // fd here is a live socket.
-        for &fd in self.fds.lock().unwrap().iter() {
-            sys::shutdown_socket(fd);
-        }
-    }
-
-    fn type_count(&self) -> usize {
-        self.protocol.transaction_types().len()
-    }
-}
 
 /// What `Run::next_progress` returns.
 pub enum Progress {
@@ -197,10 +50,7 @@ impl<P: Protocol> Run<P> {
 
     /// A gated run: every client is connected and the run waits for `go_at`.
     pub fn connected(&self) -> bool {
-        self.shared
-            .gate
-            .as_ref()
-            .is_some_and(|g| g.state.lock().unwrap().0)
+        self.shared.gate.as_ref().is_some_and(|g| g.all_connected())
     }
 
     /// A gated run: start the run (the warm-up, else the measured window) at
@@ -208,8 +58,7 @@ impl<P: Protocol> Run<P> {
     /// whole seconds from it.
     pub fn go_at(&self, monotonic_ns: u64) {
         if let Some(gate) = &self.shared.gate {
-            gate.state.lock().unwrap().1 = Some(monotonic_ns);
-            gate.cond.notify_all();
+            gate.open(monotonic_ns);
         }
     }
 

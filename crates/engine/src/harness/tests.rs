@@ -878,7 +878,8 @@ fn one_off_second_a_share_below_the_bound_or_nothing_sampled_says_nothing() {
 
 #[test]
 fn the_placement_sample_reads_each_process_cpu_and_moves_a_client_after_two_samples_off() {
-    use super::run::{placement_sample, Place, FOLLOW_AFTER};
+    use super::run::{placement_sample, FOLLOW_AFTER};
+    use super::shared::Place;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let cpus = crate::sys::allowed_cpus().unwrap();
     let home = cpus[0];

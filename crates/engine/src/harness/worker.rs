@@ -1,8 +1,8 @@
 //! A worker thread: one single-threaded tokio runtime that connects its
 //! clients, waits for the common start, and runs each client's loop.
 
-use super::run::{Arrival, Place, Shared};
 use super::schedule::{next_scheduled_start, ScheduleTimer, Timing};
+use super::shared::{Arrival, Place, Shared};
 use super::stats::{Finished, Outcome};
 use super::{ErrorClass, Protocol};
 use crate::random::Prng;

@@ -102,6 +102,15 @@ impl fmt::Display for PgError {
 
 impl std::error::Error for PgError {}
 
+impl From<PgError> for crate::error::EngineError {
+    fn from(e: PgError) -> Self {
+        match e {
+            PgError::Config(m) => crate::error::EngineError::Config(m),
+            other => crate::error::EngineError::Target(other.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
