@@ -59,3 +59,36 @@ def test_a_run_of_two_hours_or_more_shows_its_hours(tmp_path: Path) -> None:
     hours = body[body.index("Within each run"):]
     assert all(f"#{n}" in hours for n in range(1, 6))
     assert "sql.tps" in hours
+
+
+def test_sqlite_aggregates_give_the_numbers_of_every_sample(tmp_path: Path) -> None:
+    """The report aggregates a long series in SQLite; its envelopes and hourly
+    windows are those serve.views.decimate and within_run give from every sample."""
+    import numpy as np
+
+    from perflab.analysis.degradation import within_run
+    from perflab.report.durability import bucket_stats, envelope
+    from perflab.serve.views import decimate
+    from perflab.store import Store
+
+    out = build_store(tmp_path / "out", clients=[4], sync=["on"], repetitions=1, histograms=False,
+                      run_seconds=4.5 * 3600.0, series_points=1000)
+    store = Store.open(out)
+    try:
+        # a missing value and a one-sample spike among them
+        store.conn.execute("UPDATE series SET value=NULL WHERE run_id=1 AND name='tps' AND t=(SELECT t FROM "
+                           "series WHERE run_id=1 AND name='tps' ORDER BY t LIMIT 1 OFFSET 10)")
+        store.conn.execute("UPDATE series SET value=value*9 WHERE run_id=1 AND name='tps' AND t=(SELECT t FROM "
+                           "series WHERE run_id=1 AND name='tps' ORDER BY t LIMIT 1 OFFSET 500)")
+        rows = np.asarray([(p["t"], np.nan if p["value"] is None else p["value"])
+                           for p in store.series(1) if p["name"] == "tps"], dtype=float)
+        want = np.asarray(decimate(rows, 70), dtype=float)
+        got = envelope(store, 1, "sql", "tps", 70)
+        assert np.allclose(got, want, equal_nan=True)
+        assert got[:, 2].max() == np.nanmax(rows[:, 1])  # the spike kept
+        whole = within_run(rows[:, 0], rows[:, 1], True)
+        hours = bucket_stats(store, 1, "sql", "tps", width_s=3600.0)
+        assert len(hours) == len(whole.means) == 4  # the last half hour is no hour
+        assert np.allclose(hours[:, 3] / hours[:, 4], whole.means)
+    finally:
+        store.close()

@@ -7,14 +7,13 @@ us, sy, id, wa: the vmstat collector's series) on one time axis, runs back
 to back, and, for a run of two hours or more, its rate in whole hours with
 a trend over them (analysis.degradation.within_run).
 
-Series are read per (run, name) as flat numbers, never row by row as
-dicts, and each run's figure lines are decimated to min/max envelopes
-before drawing (serve.views.decimate), so a three-day run of 1-s samples
-draws as quickly as a short one and a one-second spike stays visible."""
+No series is read row by row: SQLite aggregates each run's series into
+min/max/mean buckets (the envelopes serve.views.decimate draws) and whole
+hours on its index, so a three-day run of 1-s samples draws as quickly as
+a short one and a one-second spike stays visible."""
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -98,22 +97,57 @@ def section(b: ReportBuilder) -> list[SectionHtml]:
     return [("durability", "Durability", "".join(parts))]
 
 
-def read_series(store: Store, run_id: int, source: str, name: str) -> np.ndarray:
-    """One series of a run as a (t, value) array in time order, a missing value as NaN."""
-    rows = store.conn.execute(
-        "SELECT t, value IS NULL, ifnull(value, 0) FROM series WHERE run_id=? AND source=? AND name=? ORDER BY t",
-        (run_id, source, name)).fetchall()
-    if not rows:
-        return np.empty((0, 2))
-    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=float, count=3 * len(rows)).reshape(-1, 3)
-    return np.column_stack([flat[:, 0], np.where(flat[:, 1] != 0, np.nan, flat[:, 2])])
+def bucket_stats(store: Store, run_id: int, source: str, name: str,
+                 n_buckets: int | None = None, width_s: float | None = None) -> np.ndarray:
+    """A run's series in buckets of time, aggregated by SQLite on the series
+    index (one range per bucket: no row crosses into Python, none is sorted):
+    rows of (first t, min, max, sum, count of values, count of samples).
+    Either `n_buckets` equal buckets from the first sample to the last (the
+    last one holds the last sample: serve.views.decimate's buckets), or
+    buckets `width_s` wide from the first sample, only the whole ones (the
+    windows of analysis.degradation.within_run). Empty buckets are left out."""
+    key = (run_id, source, name)
+    where = "FROM series WHERE run_id=? AND source=? AND name=?"
+    first = store.conn.execute(f"SELECT t {where} ORDER BY t LIMIT 1", key).fetchone()
+    if first is None:
+        return np.empty((0, 6))
+    t0 = float(first[0])
+    t1 = float(store.conn.execute(f"SELECT t {where} ORDER BY t DESC LIMIT 1", key).fetchone()[0])
+    if width_s is not None:
+        n = store.conn.execute(f"SELECT count(*) {where}", key).fetchone()[0]
+        step = (t1 - t0) / (n - 1) if n > 1 else 0.0  # the sampling interval
+        edges = [t0 + k * width_s for k in range(int((t1 - t0 + step) // width_s) + 1)]
+        closed = False
+    else:
+        assert n_buckets is not None
+        span = t1 - t0
+        edges = [t0 + span * k / n_buckets for k in range(n_buckets)] + [t1]
+        closed = True
+    out = []
+    for k in range(len(edges) - 1):
+        last = closed and k == len(edges) - 2
+        row = store.conn.execute(
+            f"SELECT min(t), min(value), max(value), total(value), count(value), count(*) {where} "
+            f"AND t>=? AND t{'<=' if last else '<'}?", (*key, edges[k], edges[k + 1])).fetchone()
+        if row[5]:
+            out.append([float("nan") if v is None else float(v) for v in row])
+    return np.asarray(out, dtype=float).reshape(-1, 6)
+
+
+def envelope(store: Store, run_id: int, source: str, name: str, n_buckets: int) -> np.ndarray:
+    """(t, min, max, mean) per bucket, as serve.views.decimate gives them
+    from the whole series, read as SQLite aggregates."""
+    b = bucket_stats(store, run_id, source, name, n_buckets=n_buckets)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(b[:, 4] > 0, b[:, 3] / np.maximum(b[:, 4], 1), np.nan)
+    return np.column_stack([b[:, 0], b[:, 1], b[:, 2], mean])
 
 
 def osdl_figure(store: Store, run_ids: list[int]) -> MplFigure | None:
     """Three panels (memory, I/O, CPU) with every run's vmstat series on one
     time axis in hours, each run starting where the one before it ended."""
     # not at import: serve.views imports the report's data
-    from perflab.serve.views import decimate, series_names
+    from perflab.serve.views import series_names
 
     present = {name for run_id in run_ids for source, name in series_names(store.conn, run_id)
                if source == OS_SOURCE}
@@ -130,11 +164,10 @@ def osdl_figure(store: Store, run_ids: list[int]) -> MplFigure | None:
             for series, label, colour in parts:
                 if series not in present:
                     continue
-                values = read_series(store, run_id, OS_SOURCE, series)
-                if not len(values):
+                b = envelope(store, run_id, OS_SOURCE, series, BUCKETS_PER_RUN)
+                if not len(b):
                     continue
-                span = max(span, float(values[-1, 0]))
-                b = np.asarray(decimate(values, BUCKETS_PER_RUN), dtype=float)
+                span = max(span, float(b[-1, 0]))
                 x = (offset + b[:, 0]) / 3600.0
                 ax.fill_between(x, b[:, 1] * scale, b[:, 2] * scale, color=colour, alpha=0.25, linewidth=0)
                 ax.plot(x, b[:, 3] * scale, color=colour, linewidth=0.9, label=label if not bounds else None)
@@ -167,15 +200,22 @@ def within_runs(b: ReportBuilder, runs: list[dict[str, Any]]) -> list[str]:
         for source, name in series_names(b.store.conn, run["id"]):
             if source in collectors:
                 continue
-            values = read_series(b.store, run["id"], source, name)
+            # each whole hour's mean from SQLite, then within_run's trend over the hours: one value per
+            # window gives within_run the same windows and means as the series' every sample would
+            hours = bucket_stats(b.store, run["id"], source, name, width_s=degradation.WINDOW_S)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                means = np.where(hours[:, 4] > 0, hours[:, 3] / np.maximum(hours[:, 4], 1), np.nan)
+            # each window's start: its first sample's t, down to the whole window from the run's first sample
+            index = np.floor((hours[:, 0] - hours[:1, 0]) / degradation.WINDOW_S + 1e-9)
+            starts = hours[:1, 0] + degradation.WINDOW_S * index
             info = b.data.metrics.get(name)
-            w = degradation.within_run(values[:, 0], values[:, 1], info.higher_is_better if info else None)
+            w = degradation.within_run(starts, means, info.higher_is_better if info else None)
             if not w.means:
                 continue
-            hours = ", ".join(f"{h.fmt(m)} ({h.fmt_pct(c)})" if math.isfinite(m) else "–"
-                              for m, c in zip(w.means, w.change_pct, strict=True))
+            per_hour = ", ".join(f"{h.fmt(m)} ({h.fmt_pct(c)})" if math.isfinite(m) else "–"
+                                 for m, c in zip(w.means, w.change_pct, strict=True))
             real = w.trend is not None and w.trend.significant
-            rows.append([f"#{run['id']}", f"{source}.{name}", len(w.means), h.td(hours),
+            rows.append([f"#{run['id']}", f"{source}.{name}", len(w.means), h.td(per_hour),
                          h.td(w.verdict, "warn" if real else "")])
     if not rows:
         return []
