@@ -392,3 +392,18 @@ def test_after_a_warm_up_a_set_below_the_memory_limit_is_served_from_memory_and_
     assert window["16MB"] > FROM_MEMORY_SHARE * served["16MB"], table.rows
     assert window["512MB"] < FROM_MEMORY_SHARE * served["512MB"], table.rows
     assert page_cache["16MB"] <= 16.8 < page_cache["512MB"], table.rows  # the cgroup's own, within its limit
+
+
+def test_each_run_says_how_its_measured_window_was_served() -> None:
+    from perflab.workloads.webstudy import _where
+
+    v = {"body_bytes": 1000e6, "fileset_bytes": 400e6}
+    # under 1% of the bytes served read after the warm-up: from memory (a rare file read once)
+    assert _where({"server_warmup": 390e6, "server_window": 5e6}, v, limited=False) == ("memory", 0.005)
+    # warm-up and window together read past the set: pages evicted and read again
+    assert _where({"server_warmup": 300e6, "server_window": 200e6}, v, limited=True)[0] == "re-read"
+    # reading on at the memory limit: each page cached evicts another
+    assert _where({"server_warmup": 200e6, "server_window": 100e6}, v, limited=True)[0] == "evicting"
+    # below the limit and not yet through the set: still its first read
+    assert _where({"server_warmup": 200e6, "server_window": 100e6}, v, limited=False)[0] == "cold"
+    assert _where({}, v, limited=False) is None  # no process collector: nothing said

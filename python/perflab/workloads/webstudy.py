@@ -146,16 +146,22 @@ def window_reads(store: Store, run_id: int) -> dict[str, float]:
 
 
 # How a run's measured window was served (see _where), as the report says it.
-WHERE = {"memory": "served from memory", "cold": "still reading the set for the first time (a longer warm-up "
-         "would tell whether it stays in memory)", "re-read": "reading evicted pages again (disk-bound)"}
+WHERE = {"memory": "served from memory",
+         "re-read": "reading evicted pages again (disk-bound)",
+         "evicting": "reading from disk at the memory limit, evicting pages of the set to cache others "
+                     "(disk-bound)",
+         "cold": "still reading the set for the first time below the memory limit (a longer warm-up would "
+                 "tell whether it stays in memory)"}
 
 
-def _where(reads: dict[str, float], v: dict[str, float]) -> tuple[str, float] | None:
+def _where(reads: dict[str, float], v: dict[str, float], limited: bool) -> tuple[str, float] | None:
     """Whether a run's measured window was served from memory (its server read
-    less than FROM_MEMORY_SHARE of the bytes it served), re-read pages it had
+    less than FROM_MEMORY_SHARE of the bytes it served); re-read pages it had
     read before (warm-up and window together read past the file set, with 5%
-    for metadata), or was still reading the set for the first time; and the
-    share of the bytes served that it read."""
+    for metadata); read at the memory limit (`limited`: the run's
+    memory-limited flag, the cgroup's limit hit or its memory at 90% of it),
+    so each page it caches evicts another; or was still reading the set for
+    the first time. And the share of the bytes served that it read."""
     window, served, size = reads.get("server_window"), v.get("body_bytes"), v.get("fileset_bytes")
     if window is None or not served:
         return None
@@ -164,7 +170,7 @@ def _where(reads: dict[str, float], v: dict[str, float]) -> tuple[str, float] | 
         return "memory", share
     if size and window + reads.get("server_warmup", 0.0) > 1.05 * size:
         return "re-read", share
-    return "cold", share
+    return ("evicting" if limited else "cold"), share
 
 
 def _mb(x: float | None) -> str:
@@ -205,7 +211,8 @@ def memory_sections(store: Store, runs: list[dict[str, Any]], values: dict[int, 
         fits = ("no memory limit" if limit is None or size is None else
                 f"fits in the server's {limit / MB:,.0f} MB" if size <= limit else
                 f"does not fit in the server's {limit / MB:,.0f} MB ({size / limit:.1f}x)")
-        kinds = [k for r in ds_runs if (k := _where(reads[r["id"]], values.get(r["id"], {}))) is not None]
+        kinds = [k for r in ds_runs if (k := _where(reads[r["id"]], values.get(r["id"], {}),
+                                                    "memory-limited" in (r.get("flags") or []))) is not None]
         if not kinds:
             read = "no storage reads of the measured window were collected (collect.process)"
         else:
@@ -213,16 +220,18 @@ def memory_sections(store: Store, runs: list[dict[str, Any]], values: dict[int, 
             low, high = 100 * min(shares), 100 * max(shares)
             span = f"{low:.1f}%" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}% to {high:.1f}%"
             read = f"after the warm-up its runs read {span} of the bytes they served from disk: " + "; ".join(
-                f"{n} {WHERE[kind]}" for kind in WHERE if (n := sum(1 for k, _ in kinds if k == kind)))
-            if stopped is None and any(k == "re-read" for k, _ in kinds):
+                f"{n} run{'s' if n != 1 else ''} {WHERE[kind]}" for kind in WHERE
+                if (n := sum(1 for k, _ in kinds if k == kind)))
+            if stopped is None and any(k in ("re-read", "evicting") for k, _ in kinds):
                 stopped = label
             if first_over is None and size and limit and size > limit and any(k != "memory" for k, _ in kinds):
                 first_over = label
         lines.append(f"Data set {label}" + (f" ({size / MB:,.0f} MB of files)" if size else "")
                      + f": {fits}; {read}.")
     if stopped is not None:
-        lines.append(f"The data stopped fitting in memory at data set {stopped}: the first whose runs read pages "
-                     "of the set again after they were evicted.")
+        lines.append(f"The data stopped fitting in memory at data set {stopped}: the first whose runs, after the "
+                     "warm-up, read from disk with the server's page cache at its memory limit or read evicted "
+                     "pages again.")
     elif first_over is not None:
         lines.append(f"The data stopped fitting in memory at data set {first_over}: the first larger than the "
                      "server's memory limit whose runs still read from disk after the warm-up.")
