@@ -102,9 +102,10 @@ def access_sql(user: str, password: str) -> str:
 
 
 def _chown(path: Path, user: str | None) -> None:
+    """Give `path` to `user`: the path itself, never a symlink's target."""
     if user is not None:
         uid, gid, _ = user_ids(user)
-        os.chown(path, uid, gid)
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def current_run_as(settings: MariadbSettings) -> str | None:

@@ -239,7 +239,7 @@ def _probe_setting(bin_dir_text: str, user: str | None, name: str, value: str | 
         if user is not None:
             pw = pwd.getpwnam(user)
             for p in (conf_dir, conf_dir / "postgresql.conf"):
-                os.chown(p, pw.pw_uid, pw.pw_gid)
+                os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
         argv = [str(Path(bin_dir_text) / "postgres"), "-D", str(conf_dir), "-C", name]
         if value is not None:
             argv += ["-c", f"{name}={value}"]

@@ -41,9 +41,11 @@ def as_user(user: str | None) -> dict[str, Any]:
 
 
 def chown(path: Path, user: str | None) -> None:
+    """Give `path` to `user`: the path itself, never what a symlink there
+    points to (one the server's user planted would hand root's file over)."""
     if user is not None:
         pw = pwd.getpwnam(user)
-        os.chown(path, pw.pw_uid, pw.pw_gid)
+        os.chown(path, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
 
 
 def new_password() -> str:
