@@ -3,6 +3,10 @@
 `RayDriver` connects to a Ray cluster (`address`), or with `address =
 "local"` starts a private one on this machine (journaled to the guardian: every process of it carries PERFLAB_RAY_CLUSTER=<token> in its
 environment, and `undo_cluster` kills them all after a SIGKILL of perflab).
+A process is the cluster's by that token, or (Ray's agents write their title
+over their environment) by its pid and start time, journaled while it was
+one of perflab's own descendants holding a file of the cluster's directory:
+never by a file it holds alone (the directory's name is visible in /tmp).
 It keeps `workers` actors (`EngineWorker`, one CPU each, spread over the
 nodes) for the whole experiment. Each run:
 
@@ -45,7 +49,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.guardian import journal, register_undo
 from perflab.hostctl.shareddir import own_dir
 from perflab.model import Event, RunResult
-from perflab.proc import pid_alive
+from perflab.proc import descendants, pid_alive, start_time
 
 CLUSTER_ENV = "PERFLAB_RAY_CLUSTER"
 # A private cluster's object store: results are small (histograms, series).
@@ -63,9 +67,11 @@ SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
 def cluster_processes(token: str, temp_dir: str | None = None) -> list[int]:
-    """Processes of a private cluster: their environment has CLUSTER_ENV=token,
-    or (Ray's agents write their title over their environment) they hold a
-    file of the cluster's directory open."""
+    """Processes that may be a private cluster's: their environment has
+    CLUSTER_ENV=token, or (Ray's agents write their title over their
+    environment) they hold a file of the cluster's directory open. A file
+    held proves nothing of a process that is not perflab's own descendant
+    (`own_cluster_processes`); the undo kills only what is proven."""
     marker = f"{CLUSTER_ENV}={token}".encode()
     inside = None if temp_dir is None else str(temp_dir).rstrip("/") + "/"
     pids = []
@@ -89,14 +95,36 @@ def _holds_a_file_in(proc: Path, directory: str) -> bool:
     return False
 
 
+def own_cluster_processes(token: str, temp_dir: str | None) -> list[list[Any]]:
+    """[pid, start time] of the cluster's processes now, among this perflab's
+    descendants (what is below this process is perflab's own, whatever file
+    it holds): what the journal names for `undo_cluster`."""
+    mine = set(descendants(os.getpid())) - {journal().guardian_pid()}
+    return [[pid, start] for pid in cluster_processes(token, temp_dir)
+            if pid in mine and (start := start_time(pid)) is not None]
+
+
+def proven_cluster_processes(token: str, recorded: Any) -> list[int]:
+    """The cluster's processes alive now, proven perflab's: the token in their
+    environment, or a pid and start time journaled (`own_cluster_processes`)."""
+    pids = set(cluster_processes(token))
+    for item in recorded if isinstance(recorded, list) else []:
+        with contextlib.suppress(TypeError, ValueError):
+            pid, start = int(item[0]), str(item[1])
+            if start_time(pid) == start:
+                pids.add(pid)
+    return sorted(p for p in pids if pid_alive(p))
+
+
 def undo_cluster(args: dict[str, Any]) -> None:
     """The guardian's undo of a private cluster: SIGKILL every process of it
-    (head, raylet, agents, workers, actors), and wait up to 3 s for them to go."""
+    (head, raylet, agents, workers, actors) proven perflab's by its token or
+    its journaled pid and start time (`proven_cluster_processes`), and wait up
+    to 3 s for them to go."""
     token = str(args["token"])
-    temp_dir = args.get("temp_dir")
     deadline = time.monotonic() + 3
     while True:
-        pids = [p for p in cluster_processes(token, temp_dir) if pid_alive(p)]
+        pids = proven_cluster_processes(token, args.get("processes"))
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
@@ -106,7 +134,7 @@ def undo_cluster(args: dict[str, Any]) -> None:
 
 
 # a private Ray cluster (driver.address = "local"): kill every process that
-# carries its token in its environment
+# carries its token in its environment, or whose pid and start time are journaled
 register_undo("ray-cluster", undo_cluster)
 
 
@@ -190,6 +218,7 @@ class RayDriver(EngineDriver):
         self.nodes: list[dict[str, Any]] = []
         self.token: str | None = None
         self.temp_dir: Path | None = None
+        self._processes: list[list[Any]] = []  # the cluster's [pid, start time]s, journaled
         self._figures = RunResult()
         self._setup_s = 0.0  # cluster and actors: counted into the next run's figures
         started = time.monotonic()
@@ -223,6 +252,7 @@ class RayDriver(EngineDriver):
                              runtime_env={"env_vars": {"PYTHONPATH": package_root}}, **options)
                 finally:
                     os.environ.pop(CLUSTER_ENV, None)
+                self._journal_processes()
             else:
                 self.say(f"connecting to the Ray cluster at {self.address}")
                 ray.init(address=self.address, runtime_env={"py_modules": [str(Path(__file__).resolve().parents[1])]},
@@ -240,14 +270,30 @@ class RayDriver(EngineDriver):
             signal.signal(signal.SIGTERM, sigterm)
             signal.signal(signal.SIGINT, sigint)
 
+    def _journal_processes(self) -> None:
+        """Journal the cluster's processes below this perflab (pid and start
+        time) that are not yet: the guardian kills those, and what carries the
+        token, after a SIGKILL."""
+        if self.token is None:
+            return
+        known = {(p, s) for p, s in self._processes}
+        new = [p for p in own_cluster_processes(self.token, str(self.temp_dir)) if (p[0], p[1]) not in known]
+        if new:
+            self._processes += new
+            journal().add("ray-cluster", f"ray-cluster:{self.token}", token=self.token,
+                          temp_dir=str(self.temp_dir), processes=self._processes)
+
     def close(self) -> None:
+        if self.token is not None:
+            with contextlib.suppress(Exception):
+                self._journal_processes()  # while they are still below this process
         self._kill_actors()
         with contextlib.suppress(Exception):
             if self.ray.is_initialized():
                 self.ray.shutdown()
         if self.token is not None:
             # what ray.shutdown left (it waits for nothing, and leaves agents behind)
-            undo_cluster({"token": self.token, "temp_dir": str(self.temp_dir)})
+            undo_cluster({"token": self.token, "temp_dir": str(self.temp_dir), "processes": self._processes})
             journal().remove(f"ray-cluster:{self.token}")
             self.token = None
         if self.temp_dir is not None:
@@ -271,6 +317,7 @@ class RayDriver(EngineDriver):
             self._kill_actors()
             raise RunFailure(f"the {self.n} Ray driver worker(s) did not start: {_first_line(exc)} "
                              f"(does the cluster have {self.n} free CPU(s)?)") from None
+        self._journal_processes()  # the workers the actors run in
         self._setup_s += time.monotonic() - started
 
     def _kill_actors(self) -> None:
