@@ -104,7 +104,7 @@ from perflab.collectors.base import (
 )
 from perflab.endpoints import Capability, PgWireEndpoint
 from perflab.guardian import TOKEN_VAR, journal, new_token
-from perflab.hostctl import scratchfs  # noqa: F401 - registers the "mount" undo of the tracefs mount journaled here
+from perflab.hostctl.scratchfs import mount_record  # its module registers the "mount" undo
 from perflab.model import Event, RunResult
 from perflab.proc import cpu_seconds, descendants, start_time, tracer_pid
 from perflab.section import Block, RunGroup, Section, Table, Text
@@ -448,7 +448,8 @@ class SyscallsCollector(Collector):
 
     def _start_bpftrace(self, ctx: CollectorContext, pm: int) -> None:
         if not (TRACEFS / "events").is_dir():
-            journal().add("mount", f"mount:{TRACEFS}", mountpoint=str(TRACEFS))
+            # from "nodev": the undo unmounts only that (a system's own tracefs shows "tracefs")
+            journal().add("mount", f"mount:{TRACEFS}", **mount_record(TRACEFS, ["nodev"]))
             if subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True).returncode:
                 journal().remove(f"mount:{TRACEFS}")
                 raise CollectorUnavailable(f"cannot mount tracefs on {TRACEFS}")

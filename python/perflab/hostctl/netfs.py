@@ -157,10 +157,14 @@ class NetFs(ScratchFs):
         self.fsync = False
         self.version: str | None = None
         self._keys: list[str] = []
+        self._source = ""  # what sshfs mounts ("user@host:dir"), the mount's source in /proc/mounts
 
     @property
     def loop_backed(self) -> bool:
         return False
+
+    def _mount_sources(self) -> list[str]:
+        return [self._source]
 
     def _user(self) -> pwd.struct_passwd:
         if self.run_as is None:
@@ -257,6 +261,7 @@ class NetFs(ScratchFs):
             self.relay = _engine.DelayRelay("127.0.0.1:0", f"{host}:{port}", self.settings.delay, 0.0, seed=1)
             host, port = "127.0.0.1", self.relay.port
         self.version = sshfs_version()
+        self._source = f"{user.pw_name}@{host}:{self.export_dir}"
         token = new_token()
         argv = ["sshfs", "-f", "-o", "allow_other,default_permissions,noatime",
                 "-o", f"port={port}", "-o", f"IdentityFile={self.state / 'client_key'}",
@@ -264,14 +269,14 @@ class NetFs(ScratchFs):
                 "-o", f"HostKeyAlias=perflab-netfs-{self.tag}", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                 "-o", "Compression=no", "-o", "ServerAliveInterval=15",
                 *(["-o", self.settings.mount_options] if self.settings.mount_options else []),
-                f"{user.pw_name}@{host}:{self.export_dir}", str(self.mountpoint)]
+                self._source, str(self.mountpoint)]
         log = self.state / "sshfs.log"
         self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=open(log, "wb"), cwd="/", env={**os.environ, TOKEN_VAR: token})
         journal().add("kill-process", f"kill-process:{self.client.pid}", pid=self.client.pid,
                       start=start_time(self.client.pid), token=token)
         self._keys.append(f"kill-process:{self.client.pid}")
-        journal().add("mount", self._mount_key, mountpoint=str(self.mountpoint))
+        journal().add("mount", self._mount_key, **self._mount_args())
         deadline = time.monotonic() + START_TIMEOUT_S
         while mount_entry(self.mountpoint) is None:
             if self.client.poll() is not None or time.monotonic() > deadline:
@@ -286,7 +291,7 @@ class NetFs(ScratchFs):
                             "an OpenSSH of 6.5 or later (its sftp server has the extension)")
 
     def unmount(self) -> None:
-        undo_mount({"mountpoint": str(self.mountpoint)})
+        undo_mount(self._mount_args())
         journal().remove(self._mount_key)
         for proc in (self.client, self.sshd):
             if proc is not None and proc.poll() is None:

@@ -9,12 +9,17 @@ filesystems) needs no spare disk. Each host change follows the hostctl rule,
 journaled before it is made:
 
 - the loop device: kind "loop", key f"loop:{backing_file}"; its undo detaches
-  every loop device `losetup -j` finds on that file;
-- the mount: kind "mount", key f"mount:{mountpoint}"; its undo is `umount`,
-  then `umount -l` when the mount is busy (a process's working directory or
-  open file in it). A lazily unmounted filesystem keeps its loop device open
-  until the last user goes; `losetup -d` then marks the device autoclear and
-  the kernel detaches it at that moment.
+  every loop device the kernel says is on that file (/sys/block/loopN/loop/
+  backing_file), and only when the file is one perflab makes (named perflab-*,
+  a regular file in a directory no other user can write);
+- the mount: kind "mount", key f"mount:{mountpoint}", with the sources it is
+  mounted from (the loop device, the md array, the tmpfs's name); its undo is
+  `umount`, then `umount -l` when the mount is busy (a process's working
+  directory or open file in it), and only when the mount point is a
+  directory perflab makes (perflab-*; tracefs at its own place) and what is
+  mounted there is from a recorded source. A lazily unmounted filesystem
+  keeps its loop device open until the last user goes; `losetup -d` then
+  marks the device autoclear and the kernel detaches it at that moment.
 
 The guardian undoes newest first: the mount before its loop device (and a
 server started later is stopped before both).
@@ -57,7 +62,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from perflab.errors import UserError
-from perflab.guardian import journal, register_undo
+from perflab.guardian import MADE_PREFIX, journal, register_undo
 from perflab.hostctl.mounts import mount_entry, nearest_existing
 from perflab.hostctl.netns import Rate
 from perflab.hostctl.shareddir import own_dir, private_dir_problem, write_file
@@ -281,25 +286,82 @@ def _run_bounded(argv: list[str], timeout: float) -> int | None:
         return None
 
 
+SYS_BLOCK = Path("/sys/block")
+# The mounts perflab makes outside a directory of its own, and their type:
+# tracefs for the syscalls collector (mounted from "nodev").
+OTHER_MOUNTS = {"/sys/kernel/tracing": "tracefs"}
+
+
 def loop_devices_of(backing_file: Path | str) -> list[str]:
-    """The loop devices attached to `backing_file` (`losetup -j`)."""
-    losetup = _tool("losetup") or "losetup"
+    """The loop devices attached to `backing_file`, as the kernel names each
+    device's file (/sys/block/loopN/loop/backing_file: the path it opened,
+    its last component not followed here: a link to another file is not it)."""
+    path = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(backing_file))),
+                        os.path.basename(backing_file))
+    devices = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(SYS_BLOCK)):
+            if name.startswith("loop"):
+                with contextlib.suppress(OSError):
+                    if (SYS_BLOCK / name / "loop" / "backing_file").read_text().rstrip("\n") == path:
+                        devices.append(f"/dev/{name}")
+    return devices
+
+
+def loop_file_problem(backing_file: Any) -> str | None:
+    """Why `backing_file` is not a file perflab makes (None: it may be): an
+    absolute path named perflab-*, a regular file (not a link), in a
+    directory no other user can write."""
+    if not isinstance(backing_file, str) or not os.path.isabs(backing_file) \
+            or os.path.normpath(backing_file) != backing_file \
+            or not os.path.basename(backing_file).startswith(MADE_PREFIX):
+        return f"{backing_file!r} is not an absolute path named {MADE_PREFIX}*"
     try:
-        proc = _run([losetup, "-j", str(backing_file)], timeout=UNDO_STEP_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.split(":", 1)[0] for line in proc.stdout.splitlines() if line.startswith("/dev/")]
+        if not stat.S_ISREG(os.lstat(backing_file).st_mode):
+            return "not a regular file"
+    except OSError:
+        return "gone"
+    return private_dir_problem(Path(backing_file).parent)
+
+
+def mount_record(mountpoint: Path | str, sources: list[str]) -> dict[str, Any]:
+    """The arguments of a "mount" journal entry (and of `undo_mount`): where,
+    and what it is mounted from (any of `sources`)."""
+    return {"mountpoint": str(mountpoint), "sources": list(dict.fromkeys(s for s in sources if s))}
+
+
+def _same_source(found: str, recorded: str) -> bool:
+    return found == recorded or (recorded.startswith("/dev/") and found.startswith("/dev/")
+                                 and os.path.realpath(found) == os.path.realpath(recorded))
+
+
+def mount_is_ours(args: dict[str, Any]) -> bool:
+    """Is what is mounted at args["mountpoint"] the mount perflab journaled:
+    a directory perflab makes (named perflab-*, not a link; or tracefs at its
+    own place, OTHER_MOUNTS), mounted from one of args["sources"]?"""
+    mountpoint, sources = args.get("mountpoint"), args.get("sources")
+    if not isinstance(mountpoint, str) or not os.path.isabs(mountpoint) or os.path.normpath(mountpoint) != mountpoint:
+        return False
+    if not isinstance(sources, list) or os.path.islink(mountpoint):
+        return False
+    entry = mount_entry(mountpoint)
+    if entry is None:
+        return False
+    if not os.path.basename(mountpoint).startswith(MADE_PREFIX) and OTHER_MOUNTS.get(mountpoint) != entry["type"]:
+        return False
+    return any(isinstance(s, str) and _same_source(entry["source"], s) for s in sources)
 
 
 # --------------------------------------------------------- guardian's undos
 
 
 def undo_mount(args: dict[str, Any]) -> None:
-    """Unmount what is mounted at args["mountpoint"]: `umount`, and `umount
-    -l` when it is busy or slow. Nothing mounted there: nothing to do."""
-    mountpoint = str(args["mountpoint"])
-    if mount_entry(mountpoint) is None:
+    """Unmount what is mounted at args["mountpoint"] when it is the mount
+    perflab made (`mount_is_ours`: its place and its source): `umount`, and
+    `umount -l` when it is busy or slow. Anything else: nothing to do."""
+    if not mount_is_ours(args):
         return
+    mountpoint = str(args["mountpoint"])
     umount = _tool("umount") or "umount"
     if _run_bounded([umount, mountpoint], UNDO_STEP_TIMEOUT_S) != 0 and mount_entry(mountpoint) is not None:
         _run_bounded([umount, "-l", mountpoint], UNDO_STEP_TIMEOUT_S)
@@ -309,9 +371,11 @@ register_undo("mount", undo_mount)  # a scratch filesystem (or tracefs): unmount
 
 
 def undo_loop(args: dict[str, Any]) -> None:
-    """Detach every loop device on args["backing_file"]. One still held (by a
-    lazily unmounted filesystem) is marked autoclear by the kernel and goes
-    when its last user does."""
+    """Detach every loop device on args["backing_file"], a file perflab makes
+    (`loop_file_problem`). One still held (by a lazily unmounted filesystem)
+    is marked autoclear by the kernel and goes when its last user does."""
+    if loop_file_problem(args.get("backing_file")) is not None:
+        return
     losetup = _tool("losetup") or "losetup"
     for device in loop_devices_of(args["backing_file"]):
         _run_bounded([losetup, "-d", device], UNDO_STEP_TIMEOUT_S)
@@ -539,13 +603,22 @@ class ScratchFs:
                             "free a loop device (`losetup -a` lists them)")
         self.loop_device = proc.stdout.strip()
 
+    def _mount_sources(self) -> list[str]:
+        """What this filesystem is mounted from, as far as perflab can prove it
+        its own: the loop device on its backing file, or the tmpfs's name."""
+        return loop_devices_of(self.backing_file) if self.loop_backed else [f"perflab-{self.name}"]
+
+    def _mount_args(self, *sources: str) -> dict[str, Any]:
+        """The "mount" journal entry's arguments (`undo_mount`'s)."""
+        return mount_record(self.mountpoint, [*sources, *self._mount_sources()])
+
     def _mount(self, source: str, options: list[str]) -> None:
         argv = [_need_tool("mount"), "-t", self.settings.type, *(["-o", ",".join(options)] if options else []),
                 source, str(self.mountpoint)]
-        journal().add("mount", self._mount_key, mountpoint=str(self.mountpoint))
+        journal().add("mount", self._mount_key, **self._mount_args(source))
         proc = _run(argv, timeout=60)
         if proc.returncode != 0:
-            undo_mount({"mountpoint": str(self.mountpoint)})  # in case it mounted and failed after
+            undo_mount(self._mount_args(source))  # in case it mounted and failed after
             journal().remove(self._mount_key)
             raise UserError(f"{shlex.join(argv)} failed: {_last_lines(proc.stderr)}",
                             f"check mount_options ({self.settings.mount_options!r})"
@@ -555,7 +628,7 @@ class ScratchFs:
         """Unmount and detach the loop device (lazily when busy: the kernel
         finishes when the last user goes). The backing file stays.
         Idempotent."""
-        undo_mount({"mountpoint": str(self.mountpoint)})
+        undo_mount(self._mount_args())
         journal().remove(self._mount_key)
         if self.loop_backed:
             undo_loop({"backing_file": str(self.backing_file)})

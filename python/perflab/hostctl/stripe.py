@@ -279,8 +279,13 @@ class StripedFs(ScratchFs):
         if proc.returncode != 0:
             raise UserError(f"{shlex.join(argv)} failed: {scratchfs._last_lines(proc.stderr or proc.stdout)}")
 
+    def _mount_sources(self) -> list[str]:
+        """The md array, or (btrfs) any of the loop devices on the files."""
+        return [*([self.md_device] if self.by == "md" else []),
+                *(d for f in self.backing_files for d in loop_devices_of(f))]
+
     def unmount(self) -> None:
-        undo_mount({"mountpoint": str(self.mountpoint)})
+        undo_mount(self._mount_args())
         journal().remove(self._mount_key)
         if self.by == "md":
             undo_md({"device": self.md_device, "backing_files": [str(f) for f in self.backing_files]})
