@@ -101,14 +101,18 @@ def _refuse_foreign(out_dir: Path, command: str) -> None:
                 f"run `perflab {command}` as its owner, or read it with `perflab show` and `perflab report`")
 
 
-def own_output_dir(out_dir: Path, command: str) -> Path:
+def own_output_dir(out_dir: Path, command: str) -> tuple[Path, tuple[str, str]]:
     """`out_dir`, absolute, once checked for `resume` and `clean`: this user's
     own, holding a store of this user's that perflab reads (Store.open's
-    checks). A UserError (exit 2) otherwise, before anything is undone."""
+    checks); with the experiment its journals name (the store's path and
+    experiment id). A UserError (exit 2) otherwise, before anything is undone."""
     path = Path(out_dir).resolve()
     _refuse_foreign(path, command)
-    Store.open(path).close()
-    return path
+    store = Store.open(path)
+    try:
+        return path, (str(store.path), store.experiment_id())
+    finally:
+        store.close()
 
 
 def _target_dir(out_dir: Path, kind: str, identity: str) -> Path:

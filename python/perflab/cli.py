@@ -583,14 +583,16 @@ def _recover(args: argparse.Namespace) -> None:
     undone); `clean` undoes nothing without --yes."""
     from perflab.guardian import recover_orphans
 
-    out_dir = None
+    out_dir: Path | None = None
+    experiment: tuple[str, str] | None = None
     if args.command in ("resume", "clean"):
         from perflab.clean import own_output_dir
 
-        out_dir = own_output_dir(args.dir, args.command)
+        # only the journals of this experiment (its store's path and id) are acted on
+        out_dir, experiment = own_output_dir(args.dir, args.command)
         if args.command == "clean" and not args.yes:
             return
-    for line in recover_orphans(out_dir):
+    for line in recover_orphans(out_dir, experiment):
         print(f"perflab: {line}", file=sys.stderr)
 
 

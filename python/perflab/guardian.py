@@ -37,6 +37,9 @@ on only in the state directory, and only when the directory and the file are
 this user's own, real (no symbolic link) and writable by no one else. The copy
 in an output directory is never acted on: it says what a killed perflab left,
 and is deleted once the state directory's journal it copies has been undone.
+A journal names the experiment it served (its store's path and experiment
+id): `resume` and `clean --yes` of an experiment act only on the journals that
+name that store and id; `run` and `check` on every orphan.
 Each undo acts only on what perflab could have made: `remove-dir` a directory
 named perflab-* (never through a link), `kill-process` a process that carries
 the token perflab gave it (`TOKEN_VAR` in its environment), and each module's
@@ -288,14 +291,19 @@ class Journal:
         self._proc: subprocess.Popen[bytes] | None = None
         self._entries: dict[str, dict[str, Any]] = {}
         self._out_dir: Path | None = None
+        # the experiment served: its store's path and id (Store.experiment_id), which
+        # `resume` and `clean` of that experiment match before they act on the journal
+        self._experiment: tuple[str, str] | None = None
         self._state_file: Path | None = None
         self._files_sent: list[str] | None = None
 
-    def bind(self, out_dir: Path | None) -> None:
+    def bind(self, out_dir: Path | None, store: Path | None = None, experiment_id: str | None = None) -> None:
         """Keep a copy of the journal in this experiment's output directory
-        (None: no longer)."""
+        (None: no longer), and name the experiment (its store's path and id)
+        in the journal: only that experiment's `resume` and `clean` act on it."""
         with self._lock:
             old, self._out_dir = self._out_dir, out_dir
+            self._experiment = (str(store), experiment_id) if out_dir and store and experiment_id else None
             if old is not None and old != out_dir:
                 (old / JOURNAL_FILE).unlink(missing_ok=True)
             self._persist()
@@ -339,7 +347,10 @@ class Journal:
         self._state_path()
         text = json.dumps({
             "pid": os.getpid(), "start": _start_time(os.getpid()), "guardian": self.guardian_pid(),
-            "out_dir": str(self._out_dir) if self._out_dir else None, "entries": list(self._entries.values()),
+            "out_dir": str(self._out_dir) if self._out_dir else None,
+            "store": self._experiment[0] if self._experiment else None,
+            "experiment_id": self._experiment[1] if self._experiment else None,
+            "entries": list(self._entries.values()),
         }, indent=1)
         for path in self.files():
             _write_atomic(path, text)
@@ -505,14 +516,25 @@ def _drop_copy(out_dir: Any, record: dict[str, Any]) -> None:
             copy.unlink()
 
 
-def recover_orphans(extra: Path | None = None) -> list[str]:
+def _names_experiment(record: dict[str, Any], experiment: tuple[str, str]) -> bool:
+    """Does the journal `record` name this experiment (its store's path and id)?"""
+    store, experiment_id = record.get("store"), record.get("experiment_id")
+    return (isinstance(store, str) and isinstance(experiment_id, str) and experiment_id == experiment[1]
+            and os.path.realpath(store) == os.path.realpath(experiment[0]))
+
+
+def recover_orphans(extra: Path | None = None, experiment: tuple[str, str] | None = None) -> list[str]:
     """Undo what a perflab and its guardian, both gone, left journaled: every
     journal file in the state directory whose owner is dead, when the
     directory and the file are this user's and no one else may write them
-    (`trust_problem`). `extra` (an output directory) is read for its copy of
-    a journal, which is never acted on: what it lists and why it was not
-    undone is said. Returns one line per journal file acted on or refused,
-    for the user. A live guardian is given time to finish."""
+    (`trust_problem`). Given `experiment` (a store's path and its experiment
+    id: `resume` and `clean` of it), only the journals that name that very
+    store and id are acted on; another experiment's, or one that names none,
+    is left for its own `resume`/`clean`, or for the next `run` or `check`
+    (no `experiment`: every orphan). `extra` (an output directory) is read for
+    its copy of a journal, which is never acted on: what it lists and why it
+    was not undone is said. Returns one line per journal file acted on,
+    refused or left, for the user. A live guardian is given time to finish."""
     directory, candidates, refused = _journal_files()
     said = []
     done: list[dict[str, Any]] = []
@@ -526,6 +548,12 @@ def recover_orphans(extra: Path | None = None) -> list[str]:
         if why is not None:
             said.append(f"not acted on: {path} {why}; a journal is trusted only in perflab's state directory, "
                         "this user's own and writable by no one else (remove the file, or put it right)")
+            continue
+        if experiment is not None and not _names_experiment(record, experiment):
+            whose = f"experiment {record['out_dir']}" if record.get("out_dir") else "no experiment"
+            said.append(f"left: {path}, the journal of a killed perflab (pid {record.get('pid')}) of {whose}, "
+                        f"not of {Path(experiment[0]).parent}: its own `perflab resume` or `perflab clean --yes`, "
+                        "or the next `perflab run` or `perflab check`, undoes it")
             continue
         guardian = record.get("guardian")
         if isinstance(guardian, int):

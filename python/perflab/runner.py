@@ -428,7 +428,8 @@ class Runner:
         self.store.lock()  # one perflab writes an experiment at a time
         session_id = self.store.begin_session(self.session_command, self.session_note)
         ended = "failed: perflab stopped on an error"
-        journal().bind(self.out_dir)  # host changes are journaled in the output directory too
+        # host changes are journaled in the output directory too; the journal names this store and its id
+        journal().bind(self.out_dir, self.store.path, self.store.experiment_id())
         todo = [r["id"] for r in self.store.runs() if r["status"] == "planned"]
         self.progress.start()
         counts = {"done": 0, "failed": 0}
