@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv as csvlib
+import io
 import json
 import os
 import signal
@@ -107,11 +109,14 @@ def test_run_show_export(workdir: Path, run_cli) -> None:
 
     shown = run_cli("show", out).stdout
     assert "4 runs, 4 done" in shown and "statements_per_s" in shown
-    csv = run_cli("export", out, "--format", "csv").stdout.splitlines()
-    assert csv[0].startswith("run,combination,repetition,status,target.settings.synchronous_commit,metric,value,unit")
+    exported = list(csvlib.DictReader(io.StringIO(run_cli("export", out, "--format", "csv").stdout)))
+    assert {"experiment", "run", "combination", "repetition", "status", "target.settings.synchronous_commit",
+            "metric", "value", "unit"} <= set(exported[0])
     off = next(r for r, level in zip(rows, levels, strict=True) if level == "off")
-    line = f"{off['id']},{off['combination']},{off['repetition']},done,off,ins.count,20.0,count"
-    assert any(x.startswith(line) for x in csv)
+    assert any((x["run"], x["combination"], x["repetition"], x["status"], x["target.settings.synchronous_commit"],
+                x["metric"], x["value"], x["unit"])
+               == (str(off["id"]), str(off["combination"]), str(off["repetition"]), "done", "off", "ins.count", "20.0",
+                   "count") for x in exported)
     data = json.loads(run_cli("export", out, "--format", "json").stdout)
     assert {d["run"] for d in data} == {1, 2, 3, 4}
 
