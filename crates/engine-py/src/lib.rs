@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 mod errors;
 mod glue;
 mod http;
+mod measure;
 mod oltp;
 mod relay;
 mod results;
@@ -27,6 +28,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
     errors::register(m)?;
     results::register(m)?;
+    measure::register(m)?;
     relay::register(m)?;
     stream::register(m)?;
     tpcb::register(m)?;
