@@ -72,3 +72,7 @@ class RunGroup:
     # The report's reader of a run's stored queries (Store.queries: stream,
     # seq, query, seconds, started_s, energy_j, ...); None: not given.
     read_queries: Callable[[int], list[dict[str, Any]]] | None = None
+    # The report's reader of one series in buckets of time, (run id, source,
+    # name, buckets) -> rows of (t, min, max, mean) aggregated by SQLite, for a
+    # figure of a long run that need not read every sample; None: not given.
+    read_envelope: Callable[[int, str, str, int], Any] | None = None

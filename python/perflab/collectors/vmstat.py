@@ -42,6 +42,8 @@ from perflab.section import RunGroup, Section
 
 # Panels in the every-run figure; beyond, the runs are in runs/NNN/telemetry.png.
 MAX_RUN_PANELS = 48
+# Points per run in the every-run figure (bucket means): a small multiple is 2 inches wide.
+EVERY_RUN_BUCKETS = 300
 # Over a run this long, /proc/stat's CPU ticks, interrupts and context
 # switches must have advanced (a tick is 10 ms of one CPU).
 MUST_ADVANCE_S = 1.0
@@ -248,11 +250,17 @@ class VmstatCollector(SamplingCollector):
         for run, g in runs[:MAX_RUN_PANELS]:
             assert g.read_series is not None
             lines: dict[str, tuple[list[float], list[float]]] = {}
-            for row in g.read_series(run["id"], "vmstat"):
-                if row["name"] in {p for p, _, _ in CPU_PARTS}:
-                    ts, vs = lines.setdefault(row["name"], ([], []))
-                    ts.append(float(row["t"]))
-                    vs.append(float(row["value"]))
+            if g.read_envelope is not None:  # each part's mean per bucket: a three-day run draws as a short one
+                for name, _, _ in CPU_PARTS:
+                    buckets = g.read_envelope(run["id"], "vmstat", name, EVERY_RUN_BUCKETS)
+                    if len(buckets):
+                        lines[name] = ([float(b[0]) for b in buckets], [float(b[3]) for b in buckets])
+            else:
+                for row in g.read_series(run["id"], "vmstat"):
+                    if row["name"] in {p for p, _, _ in CPU_PARTS}:
+                        ts, vs = lines.setdefault(row["name"], ([], []))
+                        ts.append(float(row["t"]))
+                        vs.append(float(row["value"]))
             if lines and min(len(ts) for ts, _ in lines.values()) >= 2:  # one sample draws no area
                 series.append((run, g, lines))
         if len(series) < 2:

@@ -431,7 +431,8 @@ class ReportBuilder:
                 if not a or not b:
                     continue
                 found = effects.effect(a, b, d.metrics[name].higher_is_better, seed=d.experiment["seed"],
-                                       pairs=effects_table.pairs(d, a_ids, b_ids, name))
+                                       pairs=effects_table.pairs(d, a_ids, b_ids, name),
+                                       pilot=effects_table.pilot(d))
                 if found.verdict != effects.UNDEFINED and \
                         len({setup_of.get(r) for r in a_ids + b_ids}) == 1 and a_ids[0] in setup_of:
                     found = effects.same_setup(found)
@@ -490,6 +491,8 @@ class ReportBuilder:
                         verdict = "no significant change, and too few runs to rule one out"
                     if found.verdict in (effects.NO_DIFFERENCE, effects.WITHIN_NOISE) and found.power_note():
                         verdict += f" ({found.power_note()})"
+                    if found.budget_note:
+                        verdict += f" ({found.budget_note})"
                     answers.append(
                         f"{_short(factor)} = {fmt_level(level)} against {fmt_level(base)}"
                         + (f" (at {where})" if context else "")
@@ -931,7 +934,8 @@ class ReportBuilder:
         d = self.data
         return [RunGroup(combo.index, combo.label(),
                          [{**d.runs_by_id[r], "metrics": d.values.get(r, {})} for r in combo.run_ids],
-                         read_series=self.store.series, read_queries=self.store.queries)
+                         read_series=self.store.series, read_queries=self.store.queries,
+                         read_envelope=lambda *a: durability.envelope(self.store, *a))
                 for combo in d.combinations]
 
     def collector_section_list(self) -> list[tuple[str, str, list[Section] | str]]:
