@@ -149,8 +149,10 @@ class SqlWorkload(Workload[SqlEndpoint]):
             deadline = measure_start + s.duration if s.duration else None
             iterations = 0
             seq = 0
+            # Neither iterations nor a duration: the body runs once.
+            limit = s.iterations if s.iterations is not None else (None if s.duration else 1)
             while not ctx.cancel.is_set():
-                if s.iterations is not None and iterations >= s.iterations:
+                if limit is not None and iterations >= limit:
                     break
                 if deadline is not None and time.perf_counter() >= deadline:
                     break
@@ -167,7 +169,7 @@ class SqlWorkload(Workload[SqlEndpoint]):
                         result.queries.append(QueryTime(stream=0, seq=seq, query=name, seconds=elapsed,
                                                         started_s=started_s))
                 iterations += 1
-                if iterations % 50 == 0 or s.iterations is not None:
+                if iterations % 50 == 0 or limit is not None:
                     ctx.status(f"{iterations} iterations")
             measured_s = time.perf_counter() - measure_start
             driver_cpu_s = time.process_time() - cpu_start
