@@ -191,3 +191,52 @@ def test_workloads_and_collectors_do_not_import_each_other() -> None:
         crossing += [f"{path.relative_to(PACKAGE.parent)}:{line}: {target}" for line, target in imported(path)
                      if any(target == k or target.startswith(f"{k}.") for k in kinds if k != own)]
     assert not crossing, "\n".join(crossing)
+
+
+ENGINE = PACKAGE.parents[1] / "crates" / "engine" / "src"
+RUST_PATH = re.compile(r"\b((?:crate|super|self)(?:::(?:super|[a-z_][a-z0-9_]*))*)::")
+RUST_MOD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_0-9]+)\s*;", re.MULTILINE)
+
+
+def rust_module(path: Path) -> tuple[str, ...]:
+    parts = list(path.relative_to(ENGINE).with_suffix("").parts)
+    return tuple(parts[:-1] if parts[-1] in ("lib", "mod") else parts)
+
+
+def rust_edges(text: str, module: tuple[str, ...], modules: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """The engine's modules that `module` names (`crate::pg::PgError`,
+    `super::run::Shared`, `child::X` of a `mod child;`), each taken to the
+    deepest module file of its path; its tests (after `#[cfg(test)]`) and
+    the module's own parents (whose `mod` lines make them name it) left out."""
+    text = re.sub(r"//.*", "", text.split("#[cfg(test)]")[0])
+    named = set()
+    for match in RUST_PATH.finditer(text):
+        path: list[str] = list(module)
+        for i, word in enumerate(match.group(1).split("::")):
+            if word == "crate" and i == 0:
+                path = []
+            elif word == "super":
+                path = path[:-1]
+            elif word != "self":
+                path.append(word)
+        while path and tuple(path) not in modules:
+            path.pop()
+        named.add(tuple(path))
+    named |= {(*module, child) for child in RUST_MOD.findall(text) if re.search(rf"\b{child}::", text)}
+    return {m for m in named if m in modules and m != module[:len(m)]}
+
+
+def test_no_engine_modules_name_each_other_in_a_circle() -> None:
+    paths = {rust_module(p): p for p in ENGINE.rglob("*.rs") if p.name != "tests.rs" and "tests" not in p.parts}
+    assert len(paths) > 40
+    edges = {"::".join(m): {"::".join(t) for t in rust_edges(p.read_text(), m, set(paths))} for m, p in paths.items()}
+    found = circles(edges)
+    said = [", ".join(f"{m} -> {' '.join(sorted(edges[m] & set(c)))}" for m in c) for c in found]
+    assert not found, "engine modules that name each other in a loop:\n" + "\n".join(said)
+
+
+def test_the_engine_check_sees_a_module_named_through_super_and_crate() -> None:
+    modules = {(), ("error",), ("harness",), ("harness", "run"), ("harness", "worker"), ("pg",), ("pg", "error")}
+    text = "use super::worker::worker;\nuse super::{EngineError, Protocol};\nuse crate::pg::error::PgError;\n"
+    assert rust_edges(text, ("harness", "run"), modules) == {("harness", "worker"), ("pg", "error")}
+    assert rust_edges("mod run;\npub use run::Run;\n", ("harness",), modules) == {("harness", "run")}
