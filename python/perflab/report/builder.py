@@ -47,11 +47,7 @@ MAX_LINES_PER_FIGURE = 10
 MAX_SERIES_FIGURES = 6
 MAX_RUN_PANELS = 8
 MAX_DEGRADATION_DETAILS = 4
-# A trend over n runs has n - 2 degrees of freedom: over 3 runs its 95% CI
-# uses t = 12.7 and spans thousands of tx/s either way (a WAL sweep of 3
-# repetitions showed "120 [-4,017, 4,257]" per run), which reads as a finding
-# and is none. From 5 runs (t = 3.18) a trend can say something.
-DEGRADATION_MIN_RUNS = 5
+DEGRADATION_MIN_RUNS = degradation.MIN_RUNS
 LATENCY_TABLE_PERCENTILES = (50.0, 90.0, 99.0, 99.9, 99.99)
 
 SectionHtml = tuple[str, str, str]  # anchor, title, body
@@ -885,18 +881,11 @@ class ReportBuilder:
                 continue
             settled[f"{combo.label()} (run #{run_id})"] = next(
                 (e["t"] for e in self.store.events(run_id) if e["kind"] == "steady-state"), None)
-            points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
             # the measured seconds only: a harness run stores its warm-up's too (the export labels them)
             start = max((e["t"] for e in self.store.events(run_id) if e["kind"] == "measure-start"
                          and e["t"] is not None), default=None)
-            for p in self.store.series(run_id):
-                if p["source"] in collector_sources or (start is not None and p["t"] < start - 1e-6):
-                    continue
-                t, v = points.setdefault((p["source"], p["name"]), ([], []))
-                t.append(p["t"])
-                # a second with no completions has no latency (NULL): NaN, so the line
-                # breaks there and the stall shows as a gap, never as a value
-                v.append(math.nan if p["value"] is None else p["value"])
+            # a long run's series (a three-day run's 259,200 seconds) as bucket means, not every row
+            points = durability.driver_points(self.store, run_id, collector_sources, start)
             for key, (t, v) in points.items():
                 if any(math.isfinite(x) for x in v):
                     per_name.setdefault(key, []).append((f"{combo.label()} (run #{run_id})", t, v))
@@ -918,7 +907,9 @@ class ReportBuilder:
                 f"{source}.{name}" + (f" ({shown})" if shown != name else "") + " over the run, after warm-up, for "
                 "the run of each combination nearest its median (the others are in the store: perflab export "
                 "--table series). A gap in a line is a second in which nothing completed (a stall): it has no "
-                "latency." + (" Dotted: where the run's rate settled (MSER-5, White 1997; its steady-state event)."
+                f"latency (a series of more than {durability.DRIVER_POINTS:,} samples is drawn as its mean over "
+                f"{durability.DRIVER_BUCKETS:,} equal intervals, a gap an interval with none)."
+                + (" Dotted: where the run's rate settled (MSER-5, White 1997; its steady-state event)."
                               if any(m is not None for m in marks) else "")
             )
             parts.append(self.figure(fig, f"series-{source}-{name}", caption))

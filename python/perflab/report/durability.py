@@ -52,15 +52,13 @@ def durability_combination(b: ReportBuilder) -> tuple[Combination, str, list[int
     """The study's one combination, its headline metric and the runs with
     that metric, when the experiment is a durability study: one combination
     only, with enough runs for the report's degradation verdict."""
-    from perflab.report.builder import DEGRADATION_MIN_RUNS
-
     d = b.data
     if len(d.combinations) != 1:
         return None
     combo = d.combinations[0]
     for name in d.headline:
         ids = [r for r in combo.run_ids if name in d.values.get(r, {})]
-        if len(ids) >= DEGRADATION_MIN_RUNS:
+        if len(ids) >= degradation.MIN_RUNS:
             return combo, name, ids
     return None
 
@@ -98,16 +96,20 @@ def section(b: ReportBuilder) -> list[SectionHtml]:
 
 
 def bucket_stats(store: Store, run_id: int, source: str, name: str,
-                 n_buckets: int | None = None, width_s: float | None = None) -> np.ndarray:
+                 n_buckets: int | None = None, width_s: float | None = None, t_from: float | None = None) -> np.ndarray:
     """A run's series in buckets of time, aggregated by SQLite on the series
     index (one range per bucket: no row crosses into Python, none is sorted):
     rows of (first t, min, max, sum, count of values, count of samples).
     Either `n_buckets` equal buckets from the first sample to the last (the
     last one holds the last sample: serve.views.decimate's buckets), or
     buckets `width_s` wide from the first sample, only the whole ones (the
-    windows of analysis.degradation.within_run). Empty buckets are left out."""
-    key = (run_id, source, name)
+    windows of analysis.degradation.within_run). Empty buckets are left out;
+    samples before `t_from` (a warm-up) count in none."""
+    key: tuple[Any, ...] = (run_id, source, name)
     where = "FROM series WHERE run_id=? AND source=? AND name=?"
+    if t_from is not None:
+        where += " AND t>=?"
+        key += (t_from,)
     first = store.conn.execute(f"SELECT t {where} ORDER BY t LIMIT 1", key).fetchone()
     if first is None:
         return np.empty((0, 6))
@@ -134,10 +136,11 @@ def bucket_stats(store: Store, run_id: int, source: str, name: str,
     return np.asarray(out, dtype=float).reshape(-1, 6)
 
 
-def envelope(store: Store, run_id: int, source: str, name: str, n_buckets: int) -> np.ndarray:
+def envelope(store: Store, run_id: int, source: str, name: str, n_buckets: int,
+             t_from: float | None = None) -> np.ndarray:
     """(t, min, max, mean) per bucket, as serve.views.decimate gives them
     from the whole series, read as SQLite aggregates."""
-    b = bucket_stats(store, run_id, source, name, n_buckets=n_buckets)
+    b = bucket_stats(store, run_id, source, name, n_buckets=n_buckets, t_from=t_from)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = np.where(b[:, 4] > 0, b[:, 3] / np.maximum(b[:, 4], 1), np.nan)
     return np.column_stack([b[:, 0], b[:, 1], b[:, 2], mean])
@@ -224,3 +227,34 @@ def within_runs(b: ReportBuilder, runs: list[dict[str, Any]]) -> list[str]:
                     caption="Runs of two hours or more: each driver series cut into whole hours from its first "
                     "sample (a last part hour left out), and an OLS trend over the hours whose interval allows "
                     "for autocorrelated hours (Santer et al. 2000).")]
+
+
+# A driver series longer than this is drawn from bucket means (DRIVER_BUCKETS of them).
+DRIVER_POINTS = 5000
+DRIVER_BUCKETS = 2000
+
+
+def driver_points(store: Store, run_id: int, collector_sources: set[str],
+                  start: float | None) -> dict[tuple[str, str], tuple[list[float], list[float]]]:
+    """A run's driver series (any source that is not a collector) from
+    `start` (the measured window), as (t, values): every sample of a series
+    of up to DRIVER_POINTS, a missing value (a second with no completions,
+    no latency) as NaN so the line breaks there; a longer one as its mean
+    per bucket, a bucket with no value a NaN."""
+    from perflab.serve.views import series_names
+
+    t_from = None if start is None else start - 1e-6
+    out: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for source, name in series_names(store.conn, run_id):
+        if source in collector_sources:
+            continue
+        key: tuple[Any, ...] = (run_id, source, name) + (() if t_from is None else (t_from,))
+        where = "FROM series WHERE run_id=? AND source=? AND name=?" + ("" if t_from is None else " AND t>=?")
+        if store.conn.execute(f"SELECT count(*) {where}", key).fetchone()[0] > DRIVER_POINTS:
+            e = envelope(store, run_id, source, name, DRIVER_BUCKETS, t_from=t_from)
+            out[(source, name)] = (e[:, 0].tolist(), e[:, 3].tolist())
+            continue
+        rows = store.conn.execute(f"SELECT t, value {where} ORDER BY t", key).fetchall()
+        if rows:
+            out[(source, name)] = ([r[0] for r in rows], [math.nan if r[1] is None else r[1] for r in rows])
+    return out
