@@ -109,14 +109,20 @@ def test_a_module_named_in_a_string_counts_as_imported() -> None:
 
 
 def module_edges(tree: ast.AST, importer: str, modules: set[str]) -> set[str]:
-    """The perflab modules a module imports, each import where it stands (at
-    the top, inside a function, under TYPE_CHECKING, or named in a string):
-    `from perflab.x import y` names the module perflab.x.y where there is one.
-    A string naming the module's own package is where its data files are
-    (importlib.resources), no import of code: Python imports a package before
-    any module in it anyway."""
+    """The perflab modules a module imports when it runs, each import where it
+    stands (at the top, inside a function, or named in a string): `from
+    perflab.x import y` names the module perflab.x.y where there is one. An
+    import under TYPE_CHECKING (an annotation's type, never run) and a string
+    naming the module's own package (where its data files are, for
+    importlib.resources: Python imports a package before any module in it)
+    are no import of code."""
     names = [name for _, name in named_by_string(tree) if not importer.startswith(f"{name}.")]
+    typing_only = {id(inner) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for stmt in node.body for inner in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -171,8 +177,9 @@ def test_no_modules_import_each_other_in_a_circle() -> None:
 def test_the_circle_check_sees_a_circle_and_a_lazy_import() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
-    tree = ast.parse("import perflab.spec\n\ndef f():\n    from perflab.hostctl import netns, Rate\n")
-    modules = {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns", "perflab.plan"}
+    tree = ast.parse("import perflab.spec\nif TYPE_CHECKING:\n    from perflab.keys import keys\n\n"
+                     "def f():\n    from perflab.hostctl import netns, Rate\n")
+    modules = {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns", "perflab.plan", "perflab.keys"}
     assert module_edges(tree, "perflab.plan", modules) == {"perflab.spec", "perflab.hostctl", "perflab.hostctl.netns"}
     resources = ast.parse('files("perflab.hostctl")\nfiles("perflab.spec")\n')
     assert module_edges(resources, "perflab.hostctl.netns", modules) == {"perflab.spec"}

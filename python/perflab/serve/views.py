@@ -35,9 +35,8 @@ from perflab.report.partial import Partial, attempt_partial
 from perflab.store import RUN_STATUSES, SCHEMA_VERSION, STORE_NAME, Store, writer_alive
 from perflab.store_check import inspect
 
-# The degradation table's least runs for a trend (the report's, report.builder.DEGRADATION_MIN_RUNS:
-# not imported, as the builder brings matplotlib into a process that draws nothing).
-DEGRADATION_MIN_RUNS = 5
+# The degradation table's least runs for a trend, the report's.
+DEGRADATION_MIN_RUNS = degradation.MIN_RUNS
 # Points per figure: enough for a wide screen, few enough for a three-day run.
 DEFAULT_POINTS = 600
 MAX_POINTS = 5000
