@@ -18,7 +18,6 @@ Drawn with matplotlib's object API (no pyplot state, safe in threads), Agg.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -37,22 +36,34 @@ WIDTH_IN = 11.0
 PANEL_HEIGHT_IN = 1.9
 DPI = 110
 Series = dict[str, tuple[list[float], list[float]]]  # name -> (t, value)
+# A series longer than this is drawn from its mean per bucket, this many buckets.
+LONG_SERIES = 5000
+LONG_SERIES_BUCKETS = 2000
 
 
 def _load(store: Store, run_id: int, source: str, name_like: str = "%") -> Series:
     """One source's series (names matching a LIKE pattern: pgstat writes ~60
-    series a second and the figure wants its wait events only)."""
-    out: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
-    rows = store.conn.execute(
-        "SELECT name, t, value FROM series WHERE run_id = ? AND source = ? AND name LIKE ? AND value IS NOT NULL "
-        "ORDER BY name, t",
-        (run_id, source, name_like),
-    )
-    for name, t, value in rows:
-        ts, vs = out[name]
-        ts.append(t)
-        vs.append(value)
-    return {name: _without_partial_last(ts, vs) for name, (ts, vs) in out.items()}
+    series a second and the figure wants its wait events only). A series of
+    more than LONG_SERIES samples (a three-day run's) is read as SQLite's
+    mean per bucket, LONG_SERIES_BUCKETS of them, not row by row."""
+    from perflab.report.durability import envelope
+    from perflab.serve.views import series_names
+
+    out: Series = {}
+    for src, name in series_names(store.conn, run_id):
+        if src != source or not store.conn.execute("SELECT ? LIKE ?", (name, name_like)).fetchone()[0]:
+            continue
+        key = (run_id, source, name)
+        where = "FROM series WHERE run_id = ? AND source = ? AND name = ? AND value IS NOT NULL"
+        if store.conn.execute(f"SELECT count(*) {where}", key).fetchone()[0] > LONG_SERIES:
+            e = envelope(store, run_id, source, name, LONG_SERIES_BUCKETS)
+            e = e[e[:, 3] == e[:, 3]]  # a bucket of missing values only: no point, as a missing value is none
+            out[name] = (e[:, 0].tolist(), e[:, 3].tolist())
+            continue
+        rows = store.conn.execute(f"SELECT t, value {where} ORDER BY t", key).fetchall()
+        if rows:
+            out[name] = _without_partial_last([r[0] for r in rows], [r[1] for r in rows])
+    return out
 
 
 def _without_partial_last(ts: list[float], vs: list[float]) -> tuple[list[float], list[float]]:
@@ -71,8 +82,10 @@ def _without_partial_last(ts: list[float], vs: list[float]) -> tuple[list[float]
 
 
 def _sources(store: Store, run_id: int) -> list[str]:
-    rows = store.conn.execute("SELECT DISTINCT source FROM series WHERE run_id = ? ORDER BY source", (run_id,))
-    return [r[0] for r in rows]
+    # seeks on the index, not a scan of a long run's rows
+    from perflab.serve.views import series_names
+
+    return sorted({source for source, _ in series_names(store.conn, run_id)})
 
 
 def _aligned(series: Series, names: Sequence[str], *, zero_when_absent: bool = False
