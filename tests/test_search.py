@@ -213,5 +213,12 @@ def test_an_impossible_goal_is_said_plainly_and_progress_lines_come_piped(workdi
     # the harness's seconds: the last one may be a part (the run ends between two)
     assert 3 <= len(times) <= 4, proc.stdout
     assert all(0.5 < b - a < 1.5 for a, b in zip(times, times[1:], strict=False)), times
+    # the load phase says what it loads and when it is done, before the run's figures (issue 45, item 5)
+    lines = proc.stdout.splitlines()
+    ran = next(i for i, line in enumerate(lines) if " done in " in line)
+    loads = [line for line in lines[:ran] if line.startswith("run 1: ")]
+    assert len(loads) == 2 and "tpcb" in loads[0] and "scale = 1" in loads[0] and "rows" in loads[1], proc.stdout
+    # a search's counter names its max_probes, never "[1/1]" of a plan that grows
+    assert f"of at most {MAX_PROBES}]" in lines[ran] and not re.search(r"\[\d+/\d+\]", proc.stdout), proc.stdout
     # run ends with the summary table show prints
     assert "run  workload.rate" in proc.stdout

@@ -208,7 +208,8 @@ def _execute(session: Session, args: argparse.Namespace) -> int:
 
     store = session.store
     progress = make_progress(len(session.plan), session.count("done", "failed"), args.quiet,
-                             every=args.progress)  # run and resume both take --progress
+                             every=args.progress,  # run and resume both take --progress
+                             probes=session.exp.search.max_probes if session.exp.search is not None else None)
     try:
         outcome = runner.execute(session, progress)
     except Interrupted as exc:
@@ -306,6 +307,8 @@ def _show(directory: Path) -> None:
     searched = search.settings_of(info["spec_text"])
     if searched is not None:  # a search's goal is what its answer is about: its metrics are columns too
         headline += [name for name, _, _ in searched.conditions() if name not in headline]
+        # probes by rate, the lowest first (the run column keeps the order they ran in)
+        runs.sort(key=lambda r: (search.rate_of(r["factors"], searched), r["id"]))
     rows = []
     for r in runs:
         ms = metrics.get(r["id"], {})

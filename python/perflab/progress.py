@@ -40,9 +40,12 @@ def fmt_factors(factors: dict[str, Any]) -> str:
 class Progress:
     """Plain lines; the base of the live display."""
 
-    def __init__(self, total: int, done: int = 0, out: TextIO | None = None, every: float | None = None) -> None:
+    def __init__(self, total: int, done: int = 0, out: TextIO | None = None, every: float | None = None,
+                 probes: int | None = None) -> None:
         self.total = total
         self.done = done
+        # a capacity search's max_probes: its plan grows a probe at a time, up to that many runs in all
+        self.probes = probes
         self.out = out or sys.stdout
         self._run_start = 0.0
         self.every = every
@@ -52,15 +55,37 @@ class Progress:
         print(text, file=self.out, flush=True)
 
     def start(self) -> None:
-        if self.done:
-            self.say(f"plan: {plural(self.total, 'run')}, {self.done} already finished")
-        else:
-            self.say(f"plan: {plural(self.total, 'run')}")
+        line = f"plan: {plural(self.total, 'run')}"
+        if self.probes is not None:
+            line += f", then the search's probes as it goes: at most {self.probes} runs in all (search.max_probes)"
+        self.say(line + (f", {self.done} already finished" if self.done else ""))
+
+    def tag(self, number: int) -> str:
+        """"[3/12]"; in a search, whose plan grows as it goes, "[probe 3 of at most 30]"."""
+        if self.probes is not None:
+            return f"[probe {number} of at most {self.probes}]"
+        return f"[{number}/{self.total}]"
 
     def run_start(self, number: int, factors: dict[str, Any], repetition: int) -> None:
         self._run_start = time.monotonic()
         self._acc = [0.0, 0.0, 0.0, 0.0, 0.0]
-        self.say(f"[{number}/{self.total}] {fmt_factors(factors)} rep={repetition}: running")
+        self.say(f"{self.tag(number)} {fmt_factors(factors)} rep={repetition}: running")
+
+    def load_start(self, number: int, workload: Any) -> None:
+        """The load phase begins: the workload's kind and what sets its data
+        (its data_fields: scale, warehouses, ...), the short ones."""
+        values = ((f, getattr(workload.settings, f, None)) for f in workload.data_fields)
+        data = ", ".join(f"{f} = {v}" for f, v in values if isinstance(v, int | float | str) and len(str(v)) <= 40)
+        self.say(f"run {number}: loading the {workload.settings.kind} data" + (f" ({data})" if data else ""))
+        self.status("preparing data (load test)")  # until the workload's own steps say more
+
+    def load_end(self, number: int, load: Any) -> None:
+        """The load phase ended: its time and the rows it loaded (a model.LoadResult)."""
+        if load.reused:
+            self.say(f"run {number}: data already in place, nothing loaded")
+            return
+        rows = sum(load.rows.values())
+        self.say(f"run {number}: loaded in {load.total_s:.1f}s" + (f", {rows:,} rows" if rows else ""))
 
     def status(self, text: str) -> None:
         pass
@@ -87,7 +112,7 @@ class Progress:
     def run_end(self, number: int, status: str, headline: str) -> None:
         self.done += 1
         took = time.monotonic() - self._run_start
-        self.say(f"[{number}/{self.total}] {status} in {took:.1f}s {headline}".rstrip())
+        self.say(f"{self.tag(number)} {status} in {took:.1f}s {headline}".rstrip())
 
     def warn(self, text: str) -> None:
         print(f"perflab: warning: {text}", file=sys.stderr, flush=True)
@@ -104,8 +129,9 @@ class LiveProgress(Progress):
     BAR_WIDTH = 20
     FIXED_COLUMNS = 4 + 1 + BAR_WIDTH + 1 + 9 + 1 + 7 + 1
 
-    def __init__(self, total: int, done: int = 0, every: float | None = None, console: Console | None = None) -> None:
-        super().__init__(total, done, every=every)
+    def __init__(self, total: int, done: int = 0, every: float | None = None, console: Console | None = None,
+                 probes: int | None = None) -> None:
+        super().__init__(total, done, every=every, probes=probes)
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as Bar
@@ -115,7 +141,7 @@ class LiveProgress(Progress):
             TextColumn("[bold]plan"), BarColumn(bar_width=self.BAR_WIDTH), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("{task.description}"), console=self.console, transient=False,
         )
-        self.task = self.bar.add_task("", total=total, completed=done)
+        self.task = self.bar.add_task("", total=probes or total, completed=done)
         self.bar.start()
 
     def say(self, text: str) -> None:
@@ -136,7 +162,8 @@ class LiveProgress(Progress):
         self.bar.stop()
 
 
-def make_progress(total: int, done: int, quiet: bool, every: float | None = None) -> Progress:
+def make_progress(total: int, done: int, quiet: bool, every: float | None = None,
+                  probes: int | None = None) -> Progress:
     if quiet or not sys.stdout.isatty():
-        return Progress(total, done, every=every)
-    return LiveProgress(total, done, every=every)
+        return Progress(total, done, every=every, probes=probes)
+    return LiveProgress(total, done, every=every, probes=probes)

@@ -561,7 +561,7 @@ class Runner:
             status = "done"
         except Interrupted as exc:
             self.store.interrupt_run(n, f"interrupted: {exc}")
-            self.progress.say(f"[{n}/{len(self.plan)}] interrupted")
+            self.progress.say(f"{self.progress.tag(n)} interrupted")
             raise
         except UserError as exc:
             self.store.interrupt_run(n, f"interrupted: {str(exc).splitlines()[0]}")
@@ -744,7 +744,7 @@ class Runner:
         if why is not None:
             self.progress.say(f"run {ctx.run_number}: loading the data again: {why}")
             result.events.append(Event(0.0, "reload", why))
-        self.progress.status("preparing data (load test)")
+        self.progress.load_start(ctx.run_number, workload)  # a line, and the live status while it loads
         self.store.set_dataset(identity, None, None)  # a crash mid-load leaves no claim of a data set
         # A load of data that other runs used already (discarded, lost, or changed beyond undoing by an
         # earlier attempt) puts this run on a fresh load, which the report says; a load that found it all
@@ -752,6 +752,7 @@ class Runner:
         record = {"data_key": key, "reload": why is not None or self._used_before(ctx.run_number, identity, key)}
         self.store.add_effect(ctx.run_number, "load", record if why is None else {**record, "why": why})
         load = workload.prepare(endpoint, ctx)
+        self.progress.load_end(ctx.run_number, load)
         if load.reused and record["reload"] and why is None:
             self.store.amend_effect(ctx.run_number, "load", {**record, "reload": False})
         for step, seconds in load.steps.items():

@@ -126,6 +126,12 @@ def settings_of(spec_text: str) -> SearchSettings | None:
     return SearchSettings.model_validate(raw) if isinstance(raw, dict) else None
 
 
+def rate_of(factors: dict[str, Any], s: SearchSettings) -> float:
+    """A run's probed rate, for ordering probes by it (a run without one first)."""
+    rate = factors.get(s.over)
+    return float(rate) if isinstance(rate, int | float) else -math.inf
+
+
 def rounded(rate: float) -> float:
     """A probe's rate: 3 significant digits, a whole number from 100 on."""
     if rate <= 0:
@@ -332,8 +338,10 @@ def report_sections(store: Store) -> list[Section]:
                               "meets the goal when every run of it does, with no errors and no skipped "
                               "transactions. The search doubles the rate from `from` while the goal is met, "
                               "bisects to the resolution, then runs the boundary again.")]
-    rows = [[p.run_id, p.rate, p.values.get(metric), "met" if p.met else f"missed: {p.why}"] for p in a.probes]
-    blocks.append(Table(["run", s.over, metric, "goal"], rows, f"Probes in run order; goal: {s.goal}"))
+    rows = [[p.run_id, p.rate, p.values.get(metric), "met" if p.met else f"missed: {p.why}"]
+            for p in sorted(a.probes, key=lambda p: (p.rate, p.run_id))]
+    blocks.append(Table(["run", s.over, metric, "goal"], rows,
+                        f"Probes by rate, the lowest first (run: the order they ran in); goal: {s.goal}"))
     if a.probes:
         import matplotlib
 
