@@ -28,6 +28,10 @@ joined to this one by a veth pair; the client mounts its directory here:
   `fsync@openssh.com` extension (sshfs 2.5 and later; OpenSSH's sftp server
   has it since 6.5): the mount records whether the server offered it, and a
   mount without it is refused (a database's fsync would not reach the disk).
+  Symbolic links are passed as they are (no_contain_symlinks, where sshfs
+  refuses absolute ones by default): the server is perflab's own, and a
+  data directory on sshfs reaches its WAL apart through pg_wal, an absolute
+  link to a local directory.
 - The link: netem (delay and rate) where the kernel has it; else tbf for the
   rate and perflab's delay relay (`_engine.DelayRelay`, in this process) for
   the delay, as driver.network does.
@@ -125,6 +129,17 @@ def _sends_fsync(sshfs: str | None, sshd: str | None) -> bool:
     fsync@openssh.com extension since 2.5 when the server offers it, and
     OpenSSH's sftp server (internal-sftp here) has offered it since 6.5."""
     return _version(sshfs) >= (2, 5) and _version(sshd) >= (6, 5)
+
+
+def contains_symlinks() -> bool:
+    """Does this sshfs refuse absolute symbolic links (and those with ..) by
+    default? Debian's 3.7.3-1.2 and later do (contain_symlinks, CVE-2026-47187):
+    readlink() of one answers EPERM, so a data directory's pg_wal link to a
+    WAL apart could not be followed."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        out = subprocess.run(["sshfs", "-h"], capture_output=True, text=True, timeout=10)
+        return "no_contain_symlinks" in out.stdout + out.stderr
+    return False
 
 
 def sshfs_version() -> str | None:
@@ -268,6 +283,9 @@ class NetFs(ScratchFs):
                 "-o", f"UserKnownHostsFile={self.state / 'known_hosts'}", "-o", "StrictHostKeyChecking=yes",
                 "-o", f"HostKeyAlias=perflab-netfs-{self.tag}", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                 "-o", "Compression=no", "-o", "ServerAliveInterval=15",
+                # the server is perflab's own sshd on this machine, serving the server's user's directory: a
+                # link there is that user's, as on a local disk, and resolves here (pg_wal to a WAL apart)
+                *(["-o", "no_contain_symlinks"] if contains_symlinks() else []),
                 *(["-o", self.settings.mount_options] if self.settings.mount_options else []),
                 self._source, str(self.mountpoint)]
         log = self.state / "sshfs.log"

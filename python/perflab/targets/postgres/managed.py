@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, made_dir_problem, read_trusted, state_dir
 from perflab.hostctl.cgroups import ServerCgroup, oom_cause, resource_problems
-from perflab.hostctl.scratchfs import NETWORK_TYPES, ScratchFs
+from perflab.hostctl.scratchfs import ScratchFs
 from perflab.hostctl.shareddir import open_append, private_dir_problem, write_file
 from perflab.model import not_setup
 from perflab.proc import pid_alive, stat_fields
@@ -157,14 +157,6 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         if settings.resources is not None:
             problems += resource_problems(settings.resources)
         problems += scratch_problems(settings.storage, base_dir)
-        data_fs = settings.storage.data_fs
-        if data_fs and data_fs.type in NETWORK_TYPES and (settings.storage.wal_fs or settings.storage.wal_dir):
-            # the data directory reaches a WAL apart through pg_wal, an absolute symlink: sshfs 3.7 answers
-            # readlink() of one with EPERM, so initdb fails
-            problems.append(("target.storage.data_fs.type", f"the WAL apart from a data directory on {data_fs.type}: "
-                             "PostgreSQL reaches it through pg_wal, an absolute symbolic link, which sshfs does not "
-                             "read back (EPERM); fix: leave wal_fs and wal_dir out (the WAL beside the data, on the "
-                             "network filesystem too), or the data on a local filesystem"))
         # relative paths are the experiment file's, as the target takes them (path_from_file)
         wal = (base_dir / Path(settings.storage.wal_dir).expanduser()).resolve() if settings.storage.wal_dir else None
         if settings.storage.data_dir:
