@@ -306,3 +306,37 @@ def test_the_storage_probe_stores_fio_figures_per_role(tmp_path: Path, run_cli: 
             assert got.get(f"storage.{role}.{name}", 0) > 0, (role, name, got)
     assert "Raw storage per layout (fio)" in (out / "report.html").read_text()
     assert not list(tmp_path.rglob("perflab-fio-*"))  # its files went with it
+
+
+# ------------------------------------------------------------------ MariaDB
+
+
+def _has_mariadb() -> bool:
+    from perflab.errors import UserError
+    from perflab.targets.mariadb import find_binaries
+    try:
+        find_binaries(None)
+    except UserError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_mariadb(), reason="MariaDB is not installed (Debian: mariadb-server)")
+def test_mariadb_redo_log_on_sshfs_is_served_as_its_user(workdir: Path, namespaces_as_found: set[str]) -> None:
+    # the network filesystem serves the files as the server's user: without run_as, the mount had no user
+    from perflab.hostctl.mounts import mount_entry
+    from perflab.targets.mariadb import MariadbSettings, MariadbTarget
+
+    target = MariadbTarget(MariadbSettings(kind="mariadb", storage={"redo_fs": {"type": "sshfs"}}), workdir / "target")
+    try:
+        target.provision()
+        redo = next(fc.directory for fc in target.file_classes() if fc.name == "redo")
+        entry = mount_entry(redo.parent)
+        assert entry is not None and entry["type"] == "fuse.sshfs"
+        assert (redo / "ib_logfile0").stat().st_uid == os.stat(redo).st_uid != 0  # the server's user's file
+        assert target.describe()["scratch_fs"]["redo"]["served_by"] == (netfs.STAND_IN if not HAS_NFS else "sshfs")
+    finally:
+        target.teardown()
+    assert mount_entry(workdir / "target" / "perflab-redo-fs") is None
+    from perflab.hostctl import netns
+    assert set(netns.leftovers()) <= namespaces_as_found

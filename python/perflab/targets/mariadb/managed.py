@@ -215,7 +215,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
 
     def _scratch(self) -> dict[str, ScratchFs]:
         return scratch_filesystems(self.settings.storage, self._home, self.workdir, home_digest(self.workdir),
-                                   self.path_from_file, tag="my")
+                                   self.path_from_file, tag="my", run_as=self.run_as)  # sshfs serves as run_as
 
     def _mount_scratch(self) -> None:
         fresh = False
