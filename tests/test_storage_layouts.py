@@ -170,6 +170,14 @@ def test_settings_refuse_with_the_key(raw: dict[str, Any], key: str) -> None:
     assert any(".".join(map(str, err["loc"])) == key for err in e.value.errors()) or not key
 
 
+def test_the_storage_probe_takes_no_interval(tmp_path: Path, run_cli: Any) -> None:
+    # fio runs once per layout: an interval would be a key that does nothing
+    path = experiment(tmp_path)
+    path.write_text(path.read_text() + '[collect]\nstorage = { interval = "1s" }\n')
+    proc = run_cli("check", path, check=False)
+    assert proc.returncode == 2 and "collect.storage.interval" in proc.stdout + proc.stderr
+
+
 # ------------------------------------------------------------------ striped
 
 

@@ -35,7 +35,11 @@ MONITOR_PIDS: set[int] = set()
 MIN_INTERVAL_S = 0.01
 
 
-class CollectorSettings(StrictModel):
+class CollectorOptions(StrictModel):
+    """What every collector's settings are; one that samples has an interval (CollectorSettings)."""
+
+
+class CollectorSettings(CollectorOptions):
     # Time between samples.
     interval: Duration = Field(default=1.0, ge=MIN_INTERVAL_S)
 
@@ -102,7 +106,7 @@ class CollectorUnavailable(Exception):
 
 
 class Collector(abc.ABC):
-    Settings: ClassVar[type[CollectorSettings]] = CollectorSettings
+    Settings: ClassVar[type[CollectorOptions]] = CollectorSettings
     # Collectors on by default when an experiment has no [collect] table
     # (where the target provides what they need).
     default_on: ClassVar[bool] = False
@@ -118,7 +122,7 @@ class Collector(abc.ABC):
         stored metrics of each group of runs. Default: none."""
         return []
 
-    def __init__(self, name: str, settings: CollectorSettings) -> None:
+    def __init__(self, name: str, settings: CollectorOptions) -> None:
         self.name = name
         self.settings = settings
 
@@ -164,6 +168,8 @@ class SamplingCollector(Collector):
     A last sample is taken when the run stops (`self.stopping` is True then).
     The sampling thread's own CPU time is reported as `<name>.sampling_cpu_s`.
     """
+
+    settings: CollectorSettings  # a sampling collector's have its interval
 
     def __init__(self, name: str, settings: CollectorSettings) -> None:
         super().__init__(name, settings)

@@ -42,7 +42,7 @@ from perflab.analysis.pivot import fmt_num
 from perflab.collectors.base import (
     Collector,
     CollectorContext,
-    CollectorSettings,
+    CollectorOptions,
     CollectorUnavailable,
 )
 from perflab.model import SETUP_IGNORES, Event, RunResult
@@ -57,7 +57,7 @@ FIGURES = (("seq_write_MBps", "seq write MB/s", "MB/s", True), ("seq_read_MBps",
 _PROBED: dict[str, dict[str, float]] = {}
 
 
-class StorageSettings(CollectorSettings):
+class StorageSettings(CollectorOptions):  # no interval: fio runs once per layout, before the run
     # The file each job writes and reads.
     size: Size = Field(default=64 * 2**20, ge=2**20)
     # How long the random-write and fdatasync jobs run.
@@ -114,9 +114,9 @@ def _layout_key(role: str, fs: dict[str, Any]) -> str:
 class StorageCollector(Collector):
     """fio on each role's filesystem, once per layout, before the run."""
 
-    Settings: ClassVar[type[CollectorSettings]] = StorageSettings
+    Settings: ClassVar[type[CollectorOptions]] = StorageSettings
 
-    def __init__(self, name: str, settings: CollectorSettings) -> None:
+    def __init__(self, name: str, settings: CollectorOptions) -> None:
         super().__init__(name, settings)
         self.result = RunResult()
 
