@@ -11,10 +11,10 @@ joined to this one by a veth pair; the client mounts its directory here:
     sshfs -> [relay] -> 198.18.x.2:2222 -->  sshd (the server's user), internal-sftp
     [perflabTAGc, shaped]                    [perflabTAGs, shaped]
 
-- NFS needs the kernel's NFS client; where there is none (no "nfs" in
-  /proc/filesystems nor a module of it) `check` refuses it, naming the
-  stand-in: sshfs. perflab does not serve NFS yet (nfs-ganesha or nfsd in
-  the namespace): `check` refuses it on every machine, and says so.
+- NFS: perflab serves no NFS yet (neither nfs-ganesha nor the kernel's
+  nfsd in the namespace), so `check` refuses `type = "nfs"` on every
+  machine, naming the stand-in, sshfs, and also the missing NFS client
+  where the kernel has none (no "nfs" in /proc/filesystems nor a module).
 - sshfs (FUSE) to an sshd perflab starts as the database server's user
   (never root: sshd runs unprivileged on a port of its own namespace, with
   its own host key and authorized_keys in a directory of that user's made for
@@ -85,13 +85,12 @@ def netfs_note(key: str, settings: FsSettings) -> str:
 def netfs_problems(key: str, settings: FsSettings) -> list[tuple[str, str]]:
     """What would stop `NetFs.mount()`, found without changing anything."""
     if settings.type == "nfs":
-        if not _kernel_has_nfs():
-            return [(f"{key}.type", f"nfs needs the kernel's NFS client, and this kernel ({os.uname().release}) has "
-                     "none (no nfs in /proc/filesystems nor a module of it); perflab's stand-in is sshfs (FUSE) to "
-                     'an sshd of its own over the same shaped link; fix: type = "sshfs", or a machine with an NFS '
-                     "client")]
-        return [(f"{key}.type", "perflab does not serve NFS yet (nfs-ganesha or nfsd in a namespace of its own); "
-                 'fix: type = "sshfs", the same link with an sftp server')]
+        # perflab serves no NFS on any machine: neither the kernel's nfsd nor nfs-ganesha is started in a namespace
+        client = ("" if _kernel_has_nfs() else f"; nor has this kernel ({os.uname().release}) an NFS client (no nfs "
+                  "in /proc/filesystems nor a module of it)")
+        return [(f"{key}.type", f"perflab serves no NFS yet, on any machine (no nfsd or nfs-ganesha of its own in a "
+                 f"namespace){client}; its stand-in is sshfs (FUSE) to an sshd of perflab's over the same shaped "
+                 'link; fix: type = "sshfs"')]
     problems = [(key, p) for p in netns.problems()]
     for tool, package in (("sshfs", "sshfs"), ("ssh-keygen", "openssh-client"), ("fusermount3", "fuse3")):
         if shutil.which(tool) is None:
