@@ -234,15 +234,20 @@ fn on_the_ring_a_client_reads_whole_responses_and_reconnects_onto_the_ring() {
     );
 }
 
-/// A GET of `path` in a request mix.
-fn entry(path: &str) -> MixEntry {
-    MixEntry {
+/// The protocol for a mix of GETs of `paths` (r1, r2, ... in their order)
+/// at `addr`.
+fn mix_of(addr: SocketAddr, paths: &[&str]) -> HttpProtocol {
+    let entry = |path: &&str| MixEntry {
         method: "GET".into(),
-        path: path.into(),
+        path: (*path).into(),
         headers: vec![],
         body: vec![],
         weight: 1.0,
-    }
+    };
+    let mix: Vec<MixEntry> = paths.iter().map(entry).collect();
+    let mut cfg = one_file(addr);
+    cfg.requests = Requests::Mix(RequestMix::new(&mix, "h").unwrap());
+    HttpProtocol::new(cfg)
 }
 
 /// A server that answers each connection's one request and closes it: as
@@ -293,10 +298,7 @@ fn closing_server() -> SocketAddr {
 #[test]
 fn a_mix_against_a_server_that_closes_every_connection_counts_the_churn() {
     let addr = closing_server();
-    let mut cfg = one_file(addr);
-    let mix = [entry("/ok"), entry("/missing"), entry("/chunked")];
-    cfg.requests = Requests::Mix(RequestMix::new(&mix, "h").unwrap());
-    let p = HttpProtocol::new(cfg);
+    let p = mix_of(addr, &["/ok", "/missing", "/chunked"]);
     assert_eq!(p.transaction_types(), ["r1", "r2", "r3"]);
     let runtime = runtime();
     runtime.block_on(async {
@@ -325,10 +327,7 @@ fn a_mix_against_a_server_that_closes_every_connection_counts_the_churn() {
 #[test]
 fn a_close_without_a_word_is_counted_and_a_reset_is_its_own_kind() {
     let addr = closing_server();
-    let mut cfg = one_file(addr);
-    let mix = [entry("/silent"), entry("/reset")];
-    cfg.requests = Requests::Mix(RequestMix::new(&mix, "h").unwrap());
-    let p = HttpProtocol::new(cfg);
+    let p = mix_of(addr, &["/silent", "/reset"]);
     let runtime = runtime();
     runtime.block_on(async {
         let mut c = p.connect(0).await.unwrap();
