@@ -335,6 +335,9 @@ def _show(directory: Path) -> None:
     print(f"# {info['name']}: {plural(len(runs), 'run')}, {done} done, "
           f"{sum(r['status'] == 'failed' for r in runs)} failed, "
           f"{sum(r['status'] in ('planned', 'interrupted') for r in runs)} to run")
+    for event in store.events(None):
+        if event["run_id"] is None and event["kind"] == "precision":  # the blocks added after a pilot, and why
+            print(f"# {event['message']}")
     print(_table(cols, rows))
     from perflab import search
 

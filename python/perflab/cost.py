@@ -14,6 +14,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from perflab.analysis.precision import budget_blocks
 from perflab.spec import Experiment
 from perflab.workloads import WORKLOADS
 
@@ -38,6 +39,8 @@ class Estimate:
     loads: int
     upper_bound: bool  # a search: at most this many probes
     uniform: tuple[float, float] | None  # (warm-up, duration) when every timed run has the same
+    # (precision, budget s, pilot blocks): the plan as written is a pilot, then blocks while the budget lasts
+    precision: tuple[str, float, int] | None = None
 
     @property
     def total_s(self) -> float:
@@ -61,6 +64,13 @@ class Estimate:
         if untimed:
             text += (f"; {_count(untimed, 'run')} whose length depends on the data (a query set, or a count of "
                      "transactions or requests) not counted")
+        if self.precision is not None:
+            target, budget_s, pilot = self.precision
+            blocks = budget_blocks(budget_s, pilot, self.total_s)
+            text += (f"; with precision {target} and budget {_fmt(budget_s)}: at most about "
+                     f"{_fmt(max(budget_s, self.total_s))} (this plan is the pilot of {_count(pilot, 'block')}; "
+                     f"then Stein's rule adds blocks of about {_fmt(self.total_s / pilot)} while the budget lasts: "
+                     f"at most {_count(blocks, 'block')} in all)")
         return text
 
     def warning(self) -> str | None:
@@ -102,7 +112,9 @@ def wall_time(exp: Experiment) -> Estimate:
             run_s += reps * sum(length)
             lengths.add(length)
     uniform = next(iter(lengths)) if len(lengths) == 1 else None
-    return Estimate(runs, timed, run_s, warmup_s, len(data), exp.search is not None, uniform)
+    budget = exp.meta.budget
+    given = (exp.meta.precision, budget, reps) if exp.meta.precision is not None and budget is not None else None
+    return Estimate(runs, timed, run_s, warmup_s, len(data), exp.search is not None, uniform, given)
 
 
 def _count(n: int, what: str) -> str:

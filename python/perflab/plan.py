@@ -10,19 +10,30 @@ combination back to back (so prepared data is reused and durability runs stay
 in sequence); "random" shuffles the whole list with a seeded generator. The
 seed is recorded in the store, and the same seed gives the same plan.
 
+With `precision` (and `budget`) the plan as written is a pilot; once it is
+over, `add_blocks` appends the blocks Stein's two-stage rule asks for
+(perflab.analysis.precision), an extension of the same seeded plan.
+
 A capacity search ([search]) plans its probes one at a time, each once the
 one before it is stored (`planned`; the next rate is search.next_rate's).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import random
 import secrets
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from perflab.analysis import precision
+from perflab.model import without_label
 from perflab.search import next_rate
-from perflab.spec import Experiment
+from perflab.spec import MAX_PLAN_RUNS, Experiment
 from perflab.units import plural
 
 if TYPE_CHECKING:
@@ -144,7 +155,104 @@ def design(exp: Experiment) -> str:
             "random order")
     if grouped:
         text += f"; combinations that share a server start kept adjacent inside a block ({why})"
+    if exp.meta.precision is not None:
+        text += (f"; a pilot: then the blocks that Stein's two-stage rule fixes for precision {exp.meta.precision} "
+                 "within the budget")
     return text
+
+
+# ---------------------------------------------------------------- precision: blocks after the pilot
+
+
+def with_blocks(exp: Experiment, blocks: int) -> Experiment:
+    """The experiment with `blocks` repetitions: its plan in blocks begins
+    with the plan as written (one seeded generator draws block after block)."""
+    return replace(exp, meta=exp.meta.model_copy(update={"repetitions": blocks}))
+
+
+def headline_pairs(exp: Experiment) -> list[tuple[str, int, int]]:
+    """(factor, baseline combination, level combination), 1-based: each
+    factor's levels against its baseline ([experiment.baseline], else the
+    first level) at each combination of the other factors, as the report
+    compares them."""
+    combos = exp.combinations()
+    index = {json.dumps(c, sort_keys=True, default=str): i for i, c in enumerate(combos, start=1)}
+    out = []
+    for factor, levels in exp.factors.items():
+        if len(levels) < 2:
+            continue
+        named = exp.meta.baseline.get(factor)
+        base = next((v for v in levels if named is not None and without_label(v) == without_label(named)), levels[0])
+        for i, combo in enumerate(combos, start=1):
+            if combo[factor] != base:
+                partner = index[json.dumps(combo | {factor: base}, sort_keys=True, default=str)]
+                out.append((factor, partner, i))
+    return out
+
+
+def _seconds_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
+    """Stein's decision after the pilot (perflab.analysis.precision): the
+    blocks in all that every headline comparison's target half-width needs,
+    bounded by what the budget holds at the pilot's pace, and the decision in
+    words with its inputs. From the store alone (the pilot's figures and
+    times), so a resumed experiment decides as an uninterrupted one. None
+    without precision, before the pilot is over, or once decided."""
+    fraction, pilot = exp.meta.precision_fraction, exp.meta.repetitions
+    if fraction is None or exp.meta.budget is None or exp.meta.order != "blocks" or exp.search is not None:
+        return None
+    runs = store.runs()
+    if any(r["repetition"] > pilot or r["status"] in ("planned", "running") for r in runs):
+        return None
+    done = {r["id"]: r for r in runs if r["status"] == "done"}
+    values: dict[tuple[int, int], dict[str, float]] = {}
+    for m in store.metrics():
+        r = done.get(m["run_id"])
+        if r is not None and m["value"] is not None and m["value"] > 0:
+            values.setdefault((r["repetition"], r["combination"]), {})[m["name"]] = m["value"]
+    headline = list(dict.fromkeys(name for r in runs for name in r["headline"]))
+    needs = []
+    for factor, a, b in headline_pairs(exp):
+        for name in headline:
+            d = [math.log(values[(k, b)][name] / values[(k, a)][name]) for k in range(1, pilot + 1)
+                 if name in values.get((k, a), {}) and name in values.get((k, b), {})]
+            if len(d) == pilot:
+                sd = float(np.std(d, ddof=1))
+                needs.append((precision.stein_blocks(sd, pilot, fraction), sd, f"{name}, {factor} #{b} against #{a}"))
+    started = [r["started_at"] for r in runs if r["started_at"]]
+    ended = [r["ended_at"] for r in runs if r["ended_at"]]
+    if not needs or not started or not ended:
+        return pilot, (f"precision {exp.meta.precision}: no headline comparison has all {pilot} pilot blocks; "
+                       "no blocks added")
+    pilot_s = _seconds_between(min(started), max(ended))
+    most = min(precision.budget_blocks(exp.meta.budget, pilot, pilot_s), MAX_PLAN_RUNS // len(exp.combinations()))
+    need, sd, which = max(needs)
+    blocks = min(need, most)
+    text = (f"precision {exp.meta.precision} by {precision.METHOD} ({precision.CITATION}): the pilot's {pilot} blocks "
+            f"took {pilot_s:.0f} s; the widest comparison ({which}, pilot SD of log ratios {sd:.4f}) needs {need} "
+            f"blocks; the budget ({exp.meta.budget:.0f} s) holds {most}: {blocks} blocks in all")
+    if blocks < need:
+        text += f" (the budget ends first: the target needs {need})"
+    return blocks, text
+
+
+def add_blocks(exp: Experiment, store: Store, plan: dict[int, PlannedRun]) -> list[int]:
+    """After the pilot, the runs of the blocks precision_blocks decides on:
+    recorded (an experiment event `precision`, then the runs planned in the
+    store) and added to `plan`. Their numbers, in plan order."""
+    decided = precision_blocks(exp, store)
+    if decided is None:
+        return []
+    blocks, text = decided
+    store.add_event(None, kind="precision", message=text)
+    new = [r for r in expand(with_blocks(exp, blocks), store.experiment()["seed"]) if r.number not in plan]
+    if new:
+        store.add_plan(new)
+        plan.update({r.number: r for r in new})
+    return [r.number for r in new]
 
 
 def stored_plan(store: Store) -> list[PlannedRun]:
@@ -159,6 +267,10 @@ def planned(exp: Experiment, store: Store, plan: dict[int, PlannedRun], todo: li
     one before it is stored."""
     yield from todo
     if exp.search is None:
+        added = add_blocks(exp, store, plan)
+        if added and progress is not None:
+            progress.total = max(progress.total, max(added))
+        yield from added
         return
     while (rate := next_rate(exp.search, store)) is not None:
         runs = store.runs()

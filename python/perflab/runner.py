@@ -202,10 +202,13 @@ def resume(out_dir: Path, retry_failed: bool = False) -> Session:
             )
         text = original
     exp = spec_mod.load_text(text, spec_path, stored=True)
-    runs = plan_mod.expand(exp, info["seed"])
+    stored = {r["id"]: r for r in store.runs()}
+    blocks = max((r["repetition"] for r in stored.values()), default=0)
+    # blocks added after a precision pilot: the same seeded plan, longer (the session keeps the pilot's file)
+    extended = exp.meta.precision is not None and blocks > exp.meta.repetitions
+    runs = plan_mod.expand(plan_mod.with_blocks(exp, blocks) if extended else exp, info["seed"])
     if exp.search is not None:  # a search plans its probes as it goes: its plan is what is stored
         runs = plan_mod.stored_plan(store)
-    stored = {r["id"]: r for r in store.runs()}
     def setting(factors: dict[str, Any]) -> dict[str, Any]:  # what a level sets: a store older than labels has none
         return {k: without_label(v) for k, v in factors.items()}
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from perflab import tomldoc
+from perflab.analysis.precision import PILOT_BLOCKS, precision_fraction, precision_problems
 from perflab.collectors import COLLECTORS
 from perflab.endpoints import Capability, describe, describe_needs, unmet
 from perflab.errors import SpecError, UserError
@@ -43,7 +44,7 @@ from perflab.search import SearchSettings, goal_problems, rounded
 from perflab.settings_model import StrictModel
 from perflab.targets import TARGETS
 from perflab.tomldoc import TomlProblem, fmt_path
-from perflab.units import FILE_CONTEXT
+from perflab.units import FILE_CONTEXT, Duration
 from perflab.workloads import WORKLOADS
 
 if TYPE_CHECKING:
@@ -93,6 +94,14 @@ class ExperimentSection(StrictModel):
     # combinations, two or more repetitions), else "sequential".
     order: Literal["blocks", "sequential", "random"] | None = None
     seed: int | None = None
+    # "3%": add blocks after the pilot (the repetitions, 3 unless given) until
+    # every headline comparison's 95% interval lies within x or / 1.03 of its
+    # estimate (Stein's two-stage rule; perflab.analysis.precision), or the
+    # budget is spent. Needs order "blocks" and a budget.
+    precision: str | None = Field(default=None, json_schema_extra={"pattern": r"^\s*[0-9.]+\s*%\s*$"})
+    # The experiment's most wall time with precision ("30m"): the pilot, then
+    # whole blocks at the pilot's pace while it lasts.
+    budget: Duration | None = None
     # factor path -> the level the report compares the others with (default: the first)
     baseline: dict[str, Any] = Field(default_factory=dict)
 
@@ -102,6 +111,18 @@ class ExperimentSection(StrictModel):
         if not 1 <= value <= MAX_PLAN_RUNS:
             raise ValueError(f"got {value}; allowed: 1 to {MAX_PLAN_RUNS} (at most {MAX_PLAN_RUNS} runs in one experiment)")
         return value
+
+    @field_validator("precision")
+    @classmethod
+    def _precision_is_a_percentage(cls, value: str | None) -> str | None:
+        if value is not None and precision_fraction(value) is None:
+            raise ValueError(f"got {value!r:.60}; allowed: a percentage above 0 and below 100, such as \"3%\"")
+        return value
+
+    @property
+    def precision_fraction(self) -> float | None:
+        """precision as a fraction (0.03), or None."""
+        return None if self.precision is None else precision_fraction(self.precision)
 
     @field_validator("name")
     @classmethod
@@ -419,7 +440,7 @@ def _load_text(text: str, path: Path | None) -> Experiment:
     if problems:  # numbers out of range, deep nesting: nothing else can be trusted
         raise SpecError(problems, source)
     try:
-        model: FileModel | None = FileModel.model_validate(raw)
+        model: FileModel | None = FileModel.model_validate(raw, context=_CONTEXT.get())
     except ValidationError as exc:
         model = None
         problems += pydantic_problems(exc, (), FileModel)
@@ -488,9 +509,13 @@ def _load_text(text: str, path: Path | None) -> Experiment:
     # every table level carries its label from here on: the plan, the store and every reader show it
     labelled = {fpath: labelled_levels(values, _leaf_namer(raw, fpath), fpath) for fpath, values in factors.items()}
     meta = model.experiment
+    named = raw.get("experiment")
+    if meta.precision is not None and not (isinstance(named, dict) and "repetitions" in named):  # the pilot
+        meta = meta.model_copy(update={"repetitions": PILOT_BLOCKS})
     if meta.order is None:  # blocks whenever factors are compared
         compared = meta.repetitions > 1 and math.prod(len(v) for v in labelled.values()) > 1
         meta = meta.model_copy(update={"order": "blocks" if compared else "sequential"})
+    problems += precision_problems(meta, math.prod(len(v) for v in labelled.values()), search is not None)
     exp = Experiment(path=path, text=text, raw=raw, meta=meta, factors=labelled, search=search)
     # Every combination, for constraints between factors; each problem once.
     for combo in exp.combinations():

@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perflab.analysis import blocks
+from perflab.analysis import blocks, precision
 from perflab.analysis.stats import (
     BOOTSTRAP_MIN_N,
     CONFIDENCE,
@@ -85,7 +85,8 @@ LEGEND = (
     f"\"{SAME_SETUP}\" = both levels ran one set-up (their runs count in the noise floor, not as an effect). "
     f"A tested comparison states the smallest change it could have detected ({blocks.POWER:.0%} power, from the "
     f"noise it measured; noncentral t, Cohen 1988) and the blocks or runs a side a {blocks.REFERENCE_CHANGE:.0%} "
-    "change would need."
+    "change would need. With precision, the blocks after a pilot are fixed by Stein's two-stage rule and a paired "
+    f"comparison takes its interval and test ({precision.METHOD}; {precision.CITATION})."
 )
 
 
@@ -100,6 +101,7 @@ class Effect:
     detectable: float | None = None  # the smallest change detected with blocks.POWER (0.04: 4%), if tested
     needed: int | None = None  # blocks (paired) or runs a side a blocks.REFERENCE_CHANGE needs; None: over 100
     paired: int = 0  # blocks the comparison was paired in (0: unpaired)
+    budget_note: str = ""  # with precision, where the budget ended before the target: what it resolved
 
     @property
     def needed_unit(self) -> str:
@@ -144,11 +146,15 @@ def undefined_reason(a: Sequence[float], b: Sequence[float]) -> str | None:
 
 def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None,
            seed: int = DEFAULT_SEED, confidence: float = CONFIDENCE,
-           pairs: tuple[Sequence[float], Sequence[float]] | None = None) -> Effect:
+           pairs: tuple[Sequence[float], Sequence[float]] | None = None,
+           pilot: tuple[int, float] | None = None) -> Effect:
     """B against A, tested as the module says; the verdict is that of this one
     comparison at SIGNIFICANCE (settle() makes it that of a set). `pairs`:
     the same runs as (a, b) aligned by block, when every block holds both
-    levels (the caller knows the plan); then the comparison is paired."""
+    levels (the caller knows the plan); then the comparison is paired.
+    `pilot`: (blocks, precision) of an experiment whose blocks Stein's rule
+    fixed after a pilot (perflab.analysis.precision): a paired comparison
+    holding the whole pilot takes Stein's interval and test."""
     reason = undefined_reason(a, b)
     if reason is not None:
         return Effect(Interval(math.nan, math.nan, math.nan, confidence, f"undefined ({reason})"),
@@ -168,6 +174,8 @@ def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None
         pa, pb = _finite(pairs[0]), _finite(pairs[1])
         if len(pa) == len(pb) == len(pairs[0]) and (pa > 0).all() and (pb > 0).all():
             t = blocks.paired_log_ratio(pa, pb, confidence)
+            if pilot is not None and len(pa) >= pilot[0] >= 2:
+                return _stein(pa, pb, pilot, higher_is_better, t, confidence)
             ratio = Interval(math.exp(t.mean), math.exp(t.low), math.exp(t.high), confidence,
                              f"{blocks.METHOD} ({t.n} blocks)", too_wide=t.high - t.low > math.log(WIDE_FACTOR))
             direction = "differs" if higher_is_better is None else (
@@ -203,6 +211,28 @@ def effect(a: Sequence[float], b: Sequence[float], higher_is_better: bool | None
     return Effect(ratio, method, p, verdict, direction,
                   detectable=math.expm1(smallest) if math.isfinite(smallest) else None,
                   needed=blocks.runs_needed(sd_a, sd_b))
+
+
+def _stein(pa: np.ndarray, pb: np.ndarray, pilot: tuple[int, float], higher_is_better: bool | None,
+           t: blocks.Paired, confidence: float) -> Effect:
+    """The paired comparison of a precision experiment: Stein's interval and
+    test (the pilot's SD and df); where the budget ended before the target,
+    what it resolved and the blocks the target needs."""
+    s = precision.stein_interval(np.log(pb) - np.log(pa), pilot[0], pilot[1], confidence)
+    ratio = Interval(math.exp(s.mean), math.exp(s.low), math.exp(s.high), confidence,
+                     f"{precision.METHOD} ({s.n} blocks, pilot {s.pilot})",
+                     too_wide=s.high - s.low > math.log(WIDE_FACTOR))
+    direction = "differs" if higher_is_better is None else ("better" if (s.mean > 0) == higher_is_better else "worse")
+    se = s.pilot_sd / math.sqrt(s.n)
+    smallest = blocks.detectable(se, s.pilot - 1) if se > 0 else 0.0
+    note = ""
+    if s.needed > s.n:
+        note = (f"the budget ended first: half-width {math.expm1(s.high - s.mean):.1%} at {s.n} blocks; "
+                f"{pilot[1] * 100:g}% needs {s.needed} blocks")
+    return Effect(ratio, f"{precision.METHOD}, {s.n} blocks, pilot {s.pilot} ({precision.CITATION})", s.p_value,
+                  direction if s.p_value < SIGNIFICANCE else NO_DIFFERENCE, direction,
+                  detectable=math.expm1(smallest) if math.isfinite(smallest) else None, needed=t.needed,
+                  paired=s.n, budget_note=note)
 
 
 def same_setup(found: Effect) -> Effect:

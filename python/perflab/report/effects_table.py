@@ -16,6 +16,7 @@ from typing import Any
 
 from perflab.analysis import effects
 from perflab.analysis.blocks import BlockVariance, block_variance
+from perflab.analysis.precision import PILOT_BLOCKS, precision_fraction
 from perflab.analysis.stats import NoiseFloor, noise_floor
 from perflab.errors import UserError
 from perflab.model import fmt_factors, fmt_level, natural_key
@@ -52,6 +53,18 @@ def comparisons(data: ReportData, baseline: Callable[[str], Any]
                     out.append((factor, level, base, context, by_key.get((key, base_json), []),
                                 by_key.get((key, json.dumps(level, default=str)), [])))
     return out
+
+
+def pilot(data: ReportData) -> tuple[int, float] | None:
+    """(pilot blocks, precision) of an experiment with `precision`, whose
+    blocks after the pilot Stein's rule fixed; None otherwise."""
+    meta = data.spec.get("experiment")
+    text = meta.get("precision") if isinstance(meta, dict) else None
+    fraction = precision_fraction(text) if isinstance(text, str) else None
+    if fraction is None or not isinstance(meta, dict) or data.blocks() is None:
+        return None
+    reps = meta.get("repetitions", PILOT_BLOCKS)
+    return (reps, fraction) if isinstance(reps, int) and reps >= 2 else None
 
 
 def pairs(data: ReportData, a_ids: list[int], b_ids: list[int], metric: str,

@@ -1,0 +1,218 @@
+"""precision and budget: Stein's two-stage rule keeps its coverage and its
+level (simulation), the keys are checked, and the blocks after the pilot
+extend the same seeded plan from what the store holds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perflab import plan, spec
+from perflab.analysis import effects, precision
+from perflab.analysis.stats import t_ppf
+from perflab.errors import SpecError
+from perflab.store import Store
+
+EXPERIMENTS = 1000
+PILOT = 3
+TARGET = 0.03  # precision = "3%"
+SIGMA = 0.04  # SD of a block's log ratio
+BINOMIAL = 3 * math.sqrt(0.05 * 0.95 / EXPERIMENTS)  # three binomial SEs at 5%
+
+
+def simulate(mu: float, seed: int, cap: int | None = None, refit: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """EXPERIMENTS experiments of normal log ratios (mean mu, SD SIGMA) in
+    blocks: a pilot of PILOT, then the blocks Stein's rule fixes (at most
+    `cap`, a budget). Each experiment's (covered the true mu, called a
+    change). `refit`: the ordinary t interval from all blocks after the same
+    data-chosen n (what Stein's rule replaces)."""
+    rng = np.random.default_rng(seed)
+    t = t_ppf(0.975, PILOT - 1)
+    pilot = rng.normal(mu, SIGMA, (EXPERIMENTS, PILOT))
+    s0 = pilot.std(axis=1, ddof=1)
+    n = np.maximum(PILOT, np.ceil((t * s0 / precision.half_width_log(TARGET)) ** 2 - 1e-9)).astype(int)
+    if cap is not None:
+        n = np.minimum(n, cap)
+    later = rng.normal(mu, SIGMA, (EXPERIMENTS, int(n.max()) - PILOT))
+    d = np.concatenate([pilot, later], axis=1)
+    used = np.arange(d.shape[1])[None, :] < n[:, None]
+    mean = np.where(used, d, 0.0).sum(axis=1) / n
+    if refit:
+        sd = np.sqrt(np.where(used, (d - mean[:, None]) ** 2, 0.0).sum(axis=1) / (n - 1))
+        half = np.array([t_ppf(0.975, k - 1) for k in n]) * sd / np.sqrt(n)
+    else:
+        half = t * s0 / np.sqrt(n)
+    return np.abs(mean - mu) <= half, np.abs(mean) > half
+
+
+def test_stein_rule_covers_the_true_ratio_95_percent() -> None:
+    covered, _ = simulate(math.log(0.95), seed=43)
+    assert 0.93 <= covered.mean() <= 0.97, covered.mean()
+
+
+def test_stein_rule_keeps_its_coverage_when_the_budget_stops_it() -> None:
+    covered, _ = simulate(math.log(0.95), seed=44, cap=6)
+    assert 0.93 <= covered.mean() <= 0.97, covered.mean()
+
+
+def test_a_refitted_interval_after_a_chosen_n_covers_less_than_stein() -> None:
+    """What the rule is for: the ordinary t interval from all n blocks, n
+    chosen from the pilot, covers less than the stated 95%."""
+    stein, _ = simulate(math.log(0.95), seed=45)
+    refit, _ = simulate(math.log(0.95), seed=45, refit=True)
+    assert refit.mean() < 0.935 < stein.mean()
+
+
+def test_a_a_with_adaptive_stopping_calls_a_change_in_at_most_5_percent() -> None:
+    _, called = simulate(0.0, seed=46)
+    assert called.mean() <= 0.05 + BINOMIAL, called.mean()
+
+
+def test_the_vectorised_simulation_is_the_module_rule() -> None:
+    rng = np.random.default_rng(7)
+    d = rng.normal(-0.05, 0.05, 400)
+    n = precision.stein_blocks(float(d[:PILOT].std(ddof=1)), PILOT, TARGET)
+    s = precision.stein_interval(d[:n], PILOT, TARGET)
+    half = t_ppf(0.975, PILOT - 1) * d[:PILOT].std(ddof=1) / math.sqrt(n)
+    assert s.n == n and s.needed == n
+    assert s.high - s.mean == pytest.approx(half)
+    assert s.high - s.mean <= precision.half_width_log(TARGET) + 1e-12
+    # a budget that stops it short: the half-width reached and the blocks needed
+    short = precision.stein_interval(d[:PILOT], PILOT, TARGET)
+    assert short.needed == n > PILOT
+
+
+def test_budget_blocks_at_the_pilot_pace() -> None:
+    assert precision.budget_blocks(600.0, 3, 90.0) == 3 + 17  # 30 s a block, 510 s left
+    assert precision.budget_blocks(60.0, 3, 90.0) == 3  # the pilot alone overran
+
+
+def test_effect_of_a_precision_experiment_is_stein_and_states_the_budget() -> None:
+    rng = np.random.default_rng(3)
+    a = np.exp(rng.normal(10.0, 0.02, 6))
+    b = a * np.exp(rng.normal(math.log(0.95), 0.05, 6))
+    found = effects.effect(list(a), list(b), True, pairs=(list(a), list(b)), pilot=(3, 0.01))
+    assert found.paired == 6 and found.method.startswith(precision.METHOD)
+    d = np.log(b) - np.log(a)
+    half = t_ppf(0.975, 2) * d[:3].std(ddof=1) / math.sqrt(6)
+    assert math.log(found.ratio.high) - math.log(found.ratio.estimate) == pytest.approx(half)
+    assert "needs" in found.budget_note  # 1% at this noise needs far more than 6 blocks
+
+
+# --------------------------------------------------------------------- keys
+
+
+def _file(tmp_path: Path, experiment: str, factors: bool = True) -> Path:
+    path = tmp_path / "e.toml"
+    path.write_text(f'[experiment]\nname = "p"\n{experiment}\n[target]\nkind = "duckdb"\n'
+                    '[workload]\nkind = "sql"\nstatements = ["select 1"]\nduration = "1s"\n'
+                    + ('[factors]\n"workload.statements" = [["select 1"], ["select 2"]]\n' if factors else ""))
+    return path
+
+
+@pytest.mark.parametrize(("experiment", "key"), [
+    ('precision = "3%"', "experiment.precision"),  # no budget
+    ('budget = "10m"', "experiment.budget"),  # no precision
+    ('precision = "0%"\nbudget = "10m"', "experiment.precision"),
+    ('precision = "100%"\nbudget = "10m"', "experiment.precision"),
+    ('precision = "3"\nbudget = "10m"', "experiment.precision"),
+    ('precision = "3%"\nbudget = 600', "experiment.budget"),  # a duration has its unit
+    ('precision = "3%"\nbudget = "10m"\norder = "random"', "experiment.order"),
+    ('precision = "3%"\nbudget = "10m"\nrepetitions = 1', "experiment.repetitions"),
+])
+def test_precision_and_budget_are_checked(tmp_path: Path, experiment: str, key: str) -> None:
+    with pytest.raises(SpecError) as err:
+        spec.load(_file(tmp_path, experiment))
+    assert key in str(err.value)
+
+
+def test_precision_needs_compared_levels(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="experiment.precision"):
+        spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"', factors=False))
+
+
+def test_precision_pilot_is_three_blocks_unless_given(tmp_path: Path) -> None:
+    exp = spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"'))
+    assert (exp.meta.repetitions, exp.meta.order, exp.meta.precision_fraction, exp.meta.budget) == \
+        (3, "blocks", 0.03, 600.0)
+
+
+# --------------------------------------------------------------------- blocks after the pilot
+
+
+def _pilot_store(tmp_path: Path, exp: spec.Experiment, ratio_noise: float, pilot_s: float = 30.0) -> Store:
+    """A store whose pilot is done: tps 1000 at the baseline, noisy ratios at the level."""
+    store = Store.create(tmp_path / "out", name=exp.name, spec_text=exp.text, spec_path=str(exp.path), seed=11,
+                         factors=list(exp.factors), host={})
+    runs = plan.expand(exp, 11)
+    store.add_plan(runs)
+    rng = np.random.default_rng(5)
+    for i, r in enumerate(runs):
+        store.conn.execute("UPDATE run SET status='done', started_at=?, ended_at=?, headline_json='[\"tps\"]' "
+                           "WHERE id=?", (f"2026-01-01T00:00:{i * pilot_s / len(runs):06.3f}+00:00",
+                                          f"2026-01-01T00:00:{(i + 1) * pilot_s / len(runs):06.3f}+00:00", r.number))
+        value = 1000.0 * (1.0 if r.combination == 1 else math.exp(rng.normal(0.0, ratio_noise)))
+        store.conn.execute("INSERT INTO metric (run_id, name, value, unit) VALUES (?, 'tps', ?, 'tx/s')",
+                           (r.number, value))
+    store.conn.commit()
+    return store
+
+
+def test_blocks_after_the_pilot_extend_the_seeded_plan(tmp_path: Path) -> None:
+    exp = spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"'))
+    store = _pilot_store(tmp_path, exp, ratio_noise=0.03)
+    decided = plan.precision_blocks(exp, store)
+    assert decided is not None
+    blocks, text = decided
+    pilot_sd = float(np.std([math.log(m["value"] / 1000.0) for m in store.metrics() if m["value"] != 1000.0],
+                            ddof=1))
+    assert blocks == min(precision.stein_blocks(pilot_sd, 3, 0.03), precision.budget_blocks(600.0, 3, 30.0))
+    assert blocks > 3 and "Stein" in text
+    table = {r.number: r for r in plan.expand(exp, 11)}
+    added = plan.add_blocks(exp, store, table)
+    longer = plan.expand(plan.with_blocks(exp, blocks), 11)
+    assert [(r["id"], r["combination"], r["repetition"]) for r in store.runs()] == \
+        [(r.number, r.combination, r.repetition) for r in longer]
+    assert added == [r.number for r in longer[6:]] and set(table) == {r.number for r in longer}
+    assert [e["kind"] for e in store.events()] == ["precision"]
+    assert plan.precision_blocks(exp, store) is None  # decided once: a resume adds nothing
+
+
+def test_the_budget_bounds_the_blocks(tmp_path: Path) -> None:
+    exp = spec.load(_file(tmp_path, 'precision = "1%"\nbudget = "1m"'))
+    store = _pilot_store(tmp_path, exp, ratio_noise=0.05, pilot_s=30.0)
+    decided = plan.precision_blocks(exp, store)
+    assert decided is not None and decided[0] == 6  # 10 s a block, 30 s left
+    assert "budget ends first" in decided[1]
+
+
+def test_a_resume_after_the_decision_runs_the_extended_plan(tmp_path: Path) -> None:
+    """Interrupted after the blocks were added: resume takes the stored,
+    longer plan as its own (the same seeded blocks), decides nothing again,
+    and runs what is left of it."""
+    from perflab import runner
+
+    exp = spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"'))
+    store = _pilot_store(tmp_path, exp, ratio_noise=0.03)
+    added = plan.add_blocks(exp, store, {r.number: r for r in plan.expand(exp, 11)})
+    store.close()
+    session = runner.resume(tmp_path / "out")
+    assert [r.number for r in session.plan] == [r["id"] for r in session.store.runs()]
+    assert [r.number for r in session.plan][6:] == added
+    assert plan.precision_blocks(session.exp, session.store) is None
+    session.store.close()
+
+
+def test_the_wall_time_states_the_most_the_budget_allows(tmp_path: Path) -> None:
+    from perflab import cost
+
+    exp = spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"'))
+    estimate = cost.wall_time(exp)
+    assert estimate.runs == 6 and estimate.precision == ("3%", 600.0, 3)
+    text = estimate.text()
+    assert "budget 10m" in text and "at most about 10m" in text
+    assert f"at most {precision.budget_blocks(600.0, 3, estimate.total_s)} blocks" in text
+    assert "budget" not in cost.wall_time(spec.load(_file(tmp_path, ""))).text()
