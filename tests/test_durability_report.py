@@ -86,6 +86,9 @@ def test_sqlite_aggregates_give_the_numbers_of_every_sample(tmp_path: Path) -> N
         got = envelope(store, 1, "sql", "tps", 70)
         assert np.allclose(got, want, equal_nan=True)
         assert got[:, 2].max() == np.nanmax(rows[:, 1])  # the spike kept
+        cut = rows[rows[:, 0] >= rows[300, 0]]  # from the end of a warm-up
+        assert np.allclose(envelope(store, 1, "sql", "tps", 70, t_from=rows[300, 0]),
+                           np.asarray(decimate(cut, 70), dtype=float), equal_nan=True)
         whole = within_run(rows[:, 0], rows[:, 1], True)
         hours = bucket_stats(store, 1, "sql", "tps", width_s=3600.0)
         assert len(hours) == len(whole.means) == 4  # the last half hour is no hour

@@ -107,16 +107,16 @@ def bucket_stats(store: Store, run_id: int, source: str, name: str,
     samples before `t_from` (a warm-up) count in none."""
     key: tuple[Any, ...] = (run_id, source, name)
     where = "FROM series WHERE run_id=? AND source=? AND name=?"
-    if t_from is not None:
-        where += " AND t>=?"
-        key += (t_from,)
-    first = store.conn.execute(f"SELECT t {where} ORDER BY t LIMIT 1", key).fetchone()
+    # t_from bounds the first sample only: every bucket starts after it, and a second lower
+    # bound on t in a bucket's query makes SQLite seek to t_from and scan from there
+    since, since_key = (where + " AND t>=?", (*key, t_from)) if t_from is not None else (where, key)
+    first = store.conn.execute(f"SELECT t {since} ORDER BY t LIMIT 1", since_key).fetchone()
     if first is None:
         return np.empty((0, 6))
     t0 = float(first[0])
     t1 = float(store.conn.execute(f"SELECT t {where} ORDER BY t DESC LIMIT 1", key).fetchone()[0])
     if width_s is not None:
-        n = store.conn.execute(f"SELECT count(*) {where}", key).fetchone()[0]
+        n = store.conn.execute(f"SELECT count(*) {since}", since_key).fetchone()[0]
         step = (t1 - t0) / (n - 1) if n > 1 else 0.0  # the sampling interval
         edges = [t0 + k * width_s for k in range(int((t1 - t0 + step) // width_s) + 1)]
         closed = False
