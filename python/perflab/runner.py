@@ -346,6 +346,11 @@ _BENIGN_FATAL = ("terminating connection due to administrator command", "the dat
                  "the database system is starting up", "the database system is in recovery mode",
                  "connection to client lost")
 _NO_SPACE = "No space left on device"
+# PostgreSQL's words for a write the kernel cut short: the filesystem filled
+# part-way through it (PostgreSQL's own hint: "Check free disk space"). The
+# space may be free again by the time perflab looks: the failed load's
+# transaction removed the files it had made.
+_SHORT_WRITE = re.compile(r"wrote only \d+ of \d+ bytes")
 
 
 def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str:
@@ -355,7 +360,9 @@ def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str
     severe = next((m for m in found if m.group(1) == "PANIC"), None) or next(
         (m for m in found if not any(b in m.group(2) for b in _BENIGN_FATAL)), None)
     words = f"{severe.group(1)}: {severe.group(2).strip()}" if severe else None
-    if _NO_SPACE.lower() in f"{words or ''} {error}".lower():
+    text = f"{words or ''} {error}"
+    short = _SHORT_WRITE.search(text)
+    if _NO_SPACE.lower() in text.lower() or short:
         quoted = re.search(r'"([^"]+)"', words or error)
         path = Path(quoted.group(1)) if quoted else None
         if path is not None and not path.is_absolute():
@@ -364,7 +371,9 @@ def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str
         where = path or (locations[0] if locations else None)
         if where is not None:
             device, mount = device_of(where)
-            said = words or next(line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower())
+            said = words or next((line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower()),
+                                 None) or (f"{_NO_SPACE}: a write cut short, PostgreSQL's sign of a full disk "
+                                     f"({short.group(0) if short else 'a short write'})")
             lead = f"no space left on {device} ({where}; the filesystem at {mount}): {said}"
             return (f"{lead}\n  fix: free space on {device}, or put the server's data (target.storage) on a larger "
                     f"filesystem, then `perflab resume --retry-failed`\n  then: {error}")
