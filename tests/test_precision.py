@@ -216,3 +216,23 @@ def test_the_wall_time_states_the_most_the_budget_allows(tmp_path: Path) -> None
     assert "budget 10m" in text and "at most about 10m" in text
     assert f"at most {precision.budget_blocks(600.0, 3, estimate.total_s)} blocks" in text
     assert "budget" not in cost.wall_time(spec.load(_file(tmp_path, ""))).text()
+
+
+def test_blocks_stop_where_the_budget_is_spent(tmp_path: Path) -> None:
+    """The machine slowed after the pilot: the blocks that no longer fit the
+    budget are taken back from the plan, whole, and the store says so."""
+    exp = spec.load(_file(tmp_path, 'precision = "1%"\nbudget = "1m"'))
+    store = _pilot_store(tmp_path, exp, ratio_noise=0.05, pilot_s=30.0)  # 10 s a block: 6 blocks fit
+    table = {r.number: r for r in plan.expand(exp, 11)}
+    added = plan.add_blocks(exp, store, table)
+    assert len(added) == 6
+    ran = []
+    for n in plan.within_budget(exp, store, table, added):
+        ran.append(n)
+        # block 4 takes 25 s: 55 s spent, and a block at the pace so far (13.75 s) no longer fits
+        store.conn.execute("UPDATE run SET status='done', started_at='2026-01-01T00:01:00+00:00', "
+                           "ended_at='2026-01-01T00:01:25+00:00' WHERE id=?", (n,))
+        store.conn.commit()
+    assert ran == added[:2]
+    assert [r["id"] for r in store.runs()] == list(range(1, 9)) and set(table) == set(range(1, 9))
+    assert [e["kind"] for e in store.events()] == ["precision", "precision"]

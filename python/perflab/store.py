@@ -475,6 +475,18 @@ class Store:
                 [(r.number, r.combination, r.repetition, json.dumps(r.factors)) for r in runs],
             )
 
+    def drop_planned(self, run_ids: list[int], why: str) -> list[int]:
+        """Take back runs planned but never started (blocks a precision
+        budget no longer holds), with an experiment event saying why: no
+        measurement is lost. The ids dropped."""
+        with _tx(self.conn):
+            marks = ",".join("?" * len(run_ids))
+            dropped = [r[0] for r in self.conn.execute(
+                f"SELECT id FROM run WHERE id IN ({marks}) AND status = 'planned' AND attempts = 0", run_ids)]
+            self.conn.execute(f"DELETE FROM run WHERE id IN ({','.join('?' * len(dropped))})", dropped)
+            self._event(None, None, "precision", why)
+        return dropped
+
     # ------------------------------------------------------------ runs
 
     def runs(self) -> list[dict[str, Any]]:
