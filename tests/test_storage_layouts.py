@@ -138,6 +138,19 @@ def test_the_database_on_the_network_with_its_wal_local(tmp_path: Path, namespac
     assert set(netns.leftovers()) <= namespaces_as_found
 
 
+def test_a_database_on_the_network_is_used_again_after_another_layout(tmp_path: Path, run_cli: Any) -> None:
+    # its perflab-created mark, written through sshfs as the server's user, is made root's at the server: the
+    # next run trusts it (else: "a cluster that perflab did not create", and the experiment stopped)
+    # in 3 blocks of two layouts, the network one is made again after the other one at least once
+    path = experiment(tmp_path, duration="2s")
+    path.write_text(path.read_text().replace("repetitions = 1", 'repetitions = 3\norder = "blocks"\nseed = 1') +
+                    '[factors]\n"target.storage.data_fs" = [{ type = "sshfs" }, { type = "tmpfs", size = "256MB" }]\n')
+    out = tmp_path / "out"
+    run_cli("run", path, "--out", out, "--quiet", "--no-report")
+    with sqlite3.connect(out / "perflab.sqlite") as db:
+        assert [s for (s,) in db.execute("select status from run order by id")] == ["done"] * 6
+
+
 def _segments(pg_wal: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         return [p for p in pg_wal.iterdir() if len(p.name) == 24]

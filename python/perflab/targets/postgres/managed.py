@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, made_dir_problem, read_trusted, state_dir
 from perflab.hostctl.cgroups import ServerCgroup, oom_cause, resource_problems
+from perflab.hostctl.netfs import NetFs
 from perflab.hostctl.scratchfs import ScratchFs
 from perflab.hostctl.shareddir import open_append, private_dir_problem, write_file
 from perflab.model import not_setup
@@ -335,6 +336,9 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
         (self.workdir / "initdb.log").write_text(proc.stdout + proc.stderr)
         # the data directory is the server user's: nothing planted there is written through
         write_file(data_dir / CREATED_MARK, created)
+        for fs in self.mounted.values():  # on sshfs, written as the server's user: made root's at the server
+            if isinstance(fs, NetFs) and data_dir.is_relative_to(fs.mountpoint):
+                fs.own(data_dir / CREATED_MARK)
         with os.fdopen(open_append(data_dir / "postgresql.conf"), "a") as f:
             f.write("\n# perflab: the run's settings\ninclude 'perflab.conf'\n")
         return True
