@@ -39,9 +39,18 @@ def server_factors(factors: Sequence[str]) -> list[str]:
     return [f for f in factors if f == "target" or f.startswith("target.")]
 
 
+def _server_label(config: list[str], values: Sequence[Any]) -> str:
+    """A server's column: a server (a target or its kind) or a word by its
+    label alone ("Apache 2.4.71 prefork"); a bare number or boolean with its
+    setting's name ("sendfile=true, worker_processes=1"), which alone says nothing."""
+    return ", ".join(f"{pivot.short_name(f)}={pivot.level_text(v)}"
+                     if isinstance(v, bool | int | float) and f not in ("target", "target.kind")
+                     else pivot.level_text(v) for f, v in zip(config, values, strict=True))
+
+
 def _columns(runs: list[dict[str, Any]], config: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """The servers (config's level combinations) in plan order, by their labels alone."""
-    return [(pivot.combo_label(config, values, named=False), grp) for values, grp in pivot.group(runs, config)]
+    """The servers (config's level combinations) in plan order, by their labels."""
+    return [(_server_label(config, values), grp) for values, grp in pivot.group(runs, config)]
 
 
 def _data_sets(runs: list[dict[str, Any]], data_set: list[str]) -> list[tuple[str, list[dict[str, Any]]]]:
