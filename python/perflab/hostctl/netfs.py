@@ -253,9 +253,10 @@ class NetFs(ScratchFs):
         token = new_token()
         argv = ["ip", "netns", "exec", self.ns, "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
                 "--clear-groups", "--", SSHD, "-D", "-e", "-f", str(server_dir / "sshd_config")]
-        self.sshd = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.state / "sshd.log", "wb"), cwd="/",
-                                     env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", TOKEN_VAR: token})
+        with open(self.state / "sshd.log", "wb") as sshd_log:  # the child keeps its own copy of the fd
+            self.sshd = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=sshd_log, cwd="/",
+                                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", TOKEN_VAR: token})
         journal().add("kill-process", f"kill-process:{self.sshd.pid}", pid=self.sshd.pid,
                       start=start_time(self.sshd.pid), token=token)
         self._keys.append(f"kill-process:{self.sshd.pid}")
@@ -288,8 +289,9 @@ class NetFs(ScratchFs):
                 *(["-o", self.settings.mount_options] if self.settings.mount_options else []),
                 self._source, str(self.mountpoint)]
         log = self.state / "sshfs.log"
-        self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                       stderr=open(log, "wb"), cwd="/", env={**os.environ, TOKEN_VAR: token})
+        with open(log, "wb") as sshfs_log:  # the child keeps its own copy of the fd
+            self.client = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=sshfs_log, cwd="/", env={**os.environ, TOKEN_VAR: token})
         journal().add("kill-process", f"kill-process:{self.client.pid}", pid=self.client.pid,
                       start=start_time(self.client.pid), token=token)
         self._keys.append(f"kill-process:{self.client.pid}")
