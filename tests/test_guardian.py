@@ -1,5 +1,6 @@
 """The dead man's switch: after a SIGKILL of perflab, nothing it started or
-changed remains within 5 s (a real `perflab run`, a real PostgreSQL)."""
+changed remains (a real `perflab run`, a real PostgreSQL; the 5 s it takes is
+timed by benchmarks/host_changes.py, not here)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from typing import Any
 
 from conftest import cli_command, postmasters_under
 
-# The issue's target: after a SIGKILL of perflab, nothing of it remains within 5 s.
-GONE_WITHIN_S = 5.0
+# After a SIGKILL of perflab, nothing of it remains: the guardian undoes it.
+# The 5 s promise is timed by benchmarks/host_changes.py; here a deadline only
+# tells an undo that never comes from one a busy machine slowed.
+GONE_WITHIN_S = 60.0
 
 
 def _alive(pid: int) -> bool:
@@ -81,8 +84,8 @@ def _kill_and_check(run: subprocess.Popen[str], out: Path, guardian: int, socket
     while time.monotonic() - killed_at < GONE_WITHIN_S and (
             postmasters_under(out) or (socket_dir and socket_dir.exists()) or _alive(guardian)):
         time.sleep(0.1)
-    assert postmasters_under(out) == [], "the server outlived perflab by 5 s"
-    assert socket_dir is None or not socket_dir.exists(), "the socket directory outlived perflab by 5 s"
+    assert postmasters_under(out) == [], f"the server outlived perflab by {GONE_WITHIN_S:.0f} s"
+    assert socket_dir is None or not socket_dir.exists(), f"the socket directory outlived perflab by {GONE_WITHIN_S:.0f} s"
     assert not _alive(guardian), "the guardian outlived its work"
 
 
