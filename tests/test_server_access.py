@@ -215,3 +215,24 @@ def test_nginx_check_runs_as_run_as_and_refuses_paths(workdir: Path, run_cli) ->
     proc = check('access_log = "access.log"', binary=str(fake))
     assert proc.returncode == 0, proc.stderr
     assert (spy / "uids").read_text().split() == [str(pwd.getpwnam("nobody").pw_uid)]
+
+
+def test_the_guardians_undo_of_a_server_removes_its_passfile(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # A perflab SIGKILLed while its server ran leaves the server's passfile: the
+    # guardian's undo of that server removes it, named from the data directory
+    # alone (a journal cannot point it at another file).
+    from perflab.targets.postgres.postmaster import passfile_of, undo_server
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    monkeypatch.setenv("PERFLAB_STATE_DIR", str(state))
+    data_dir = tmp_path / "pgdata"
+    data_dir.mkdir()
+    passfile = passfile_of(data_dir)
+    assert passfile.parent == state
+    passfile.write_text("127.0.0.1:5432:*:perflab:secret\n")
+    other = state / "pgpass-someone-else"
+    other.write_text("kept\n")
+    undo_server({"data_dir": str(data_dir)})  # no server runs there: only the passfile goes
+    assert not passfile.exists() and other.read_text() == "kept\n"

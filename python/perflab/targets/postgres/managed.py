@@ -61,6 +61,7 @@ from perflab.targets.postgres.postmaster import (
     is_postgres,
     kill_left_over,
     live_postmaster,
+    passfile_of,
     postmaster_pid,
     server_processes,
 )
@@ -510,7 +511,8 @@ class ManagedPostgres(LoggedServer, PostgresTarget):
     def passfile(self) -> Path:
         """Where the password is kept for `psql` by hand (users.write_passfile):
         perflab's own state directory, one file per data directory."""
-        return state_dir() / f"pgpass-{hashlib.sha256(str(self.data_dir).encode()).hexdigest()[:12]}"
+        assert self.data_dir is not None
+        return passfile_of(self.data_dir)
 
     def _set_password(self) -> None:
         """The role's password, new for this target, set on the socket as its

@@ -5,13 +5,14 @@ roles, and the guardian's undo of a server whose perflab died."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from perflab.guardian import register_undo
+from perflab.guardian import register_undo, state_dir
 from perflab.proc import children, cmdline, pid_alive
 
 # The postmaster's lock file in the data directory: its pid on the first line.
@@ -59,13 +60,22 @@ def is_postgres(pid: int, data_dir: Path | None = None) -> bool:
     return data_dir is None or pid in processes_in(data_dir)
 
 
+def passfile_of(data_dir: Path) -> Path:
+    """Where a managed server's password is kept for `psql` by hand: perflab's
+    own state directory, one 0600 file per data directory (named from it)."""
+    return state_dir() / f"pgpass-{hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]}"
+
+
 def undo_server(args: dict[str, Any]) -> None:
     """The guardian's undo of a managed server whose perflab died without
     stopping it (perflab.guardian): fast shutdown, then immediate, then
     SIGKILL, all within 5 s; backends that outlive their postmaster go too.
     perflab may have died while pg_ctl was starting the server (pg_ctl lives
-    on): a lock file that is not there yet is waited for, briefly."""
+    on): a lock file that is not there yet is waited for, briefly. The
+    server's passfile goes too (its name follows from the data directory: no
+    path is taken from the journal)."""
     data_dir = Path(args["data_dir"])
+    passfile_of(data_dir).unlink(missing_ok=True)
     # 1.5 s for the lock file to appear; longer (up to 10 s) while a process
     # that names this data directory (pg_ctl, or the postgres it execs) is
     # still on its way: on a loaded machine a start can take seconds, and a
