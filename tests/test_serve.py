@@ -348,6 +348,36 @@ def test_a_store_gaining_rows_is_read_as_it_grows(tmp_path: Path) -> None:
         store.close()
 
 
+def test_the_reports_reading_is_built_again_when_a_run_ends_not_every_second(tmp_path: Path) -> None:
+    """A running run's samples leave the report's reading of the store as it
+    was (a poll during a long run must not read every run again: serve's CPU
+    grew with the number of runs); a figure, a finished run or a new attempt
+    changes it."""
+    from perflab.serve.views import StoreView
+
+    out, store = _running_store(tmp_path)
+    try:
+        view = StoreView(out)
+        writer = store.series_writer(1)
+        with view.connect() as reader:
+            before = view.signature(reader)
+        for second in range(1, 50):
+            writer.add("tpcb", "tps", float(second), 100.0)
+        writer._flush()
+        with view.connect() as reader:
+            assert view.signature(reader) == before
+        store.add_event(1, kind="stall", message="x")
+        with view.connect() as reader:
+            assert view.signature(reader) == before
+        store.interrupt_run(1)
+        with view.connect() as reader:
+            after = view.signature(reader)
+        assert after != before
+        writer.close()
+    finally:
+        store.close()
+
+
 def _running_store(tmp_path: Path) -> tuple[Path, Store]:
     """A store with a plan of two runs, the first running, open for writing as a runner holds it."""
     out = tmp_path / "out"

@@ -153,20 +153,26 @@ class StoreView:
     def connect(self) -> _Reader:
         return _Reader(self.path)
 
-    def signature(self) -> tuple[Any, ...]:
-        """Changes whenever the store does: its file's and its log's size and time."""
-        out: list[Any] = []
-        for p in (self.path, Path(f"{self.path}-wal")):
-            try:
-                st = p.stat()
-                out += [st.st_size, st.st_mtime_ns]
-            except OSError:
-                out += [None, None]
-        return tuple(out)
+    @staticmethod
+    def signature(store: Store) -> tuple[Any, ...]:
+        """Changes whenever what the report reads does (the experiment, the
+        runs, their attempts, effects and figures), and not when a running
+        run adds a second's samples: the report's reading of the store is
+        built again when a run ends, not at every poll. (A signature of the
+        file's size and time changed every second during a run, and the
+        page's polls then cost a reading of every run each time: serve's
+        CPU grew with the number of runs.)"""
+        row = store.conn.execute(
+            "SELECT (SELECT group_concat(created_at || seed || length(spec_text) || factors_json) FROM experiment), "
+            "(SELECT group_concat(id || status || attempts || ifnull(ended_at, '') || flags_json, ';') FROM run), "
+            "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM attempt), "
+            "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM effect), "
+            "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM metric)").fetchone()
+        return tuple(row)
 
     def cached(self, name: str, build: Callable[[Store], T], store: Store) -> T:
-        """`build(store)`, read again only when the store changed."""
-        sig = self.signature()
+        """`build(store)`, read again only when what it reads changed."""
+        sig = self.signature(store)
         with self._lock:
             hit = self._cache.get(name)
         if hit is not None and hit[0] == sig:
