@@ -134,7 +134,8 @@ class FsSettings(StrictModel):
     """One scratch filesystem of [target.storage] (`data_fs`, `wal_fs`)."""
 
     # The filesystem perflab makes (mkfs on a loop device in the target's directory; tmpfs in memory;
-    # sshfs or nfs: a server's directory over a shaped link, hostctl.netfs).
+    # sshfs: the directory of an sshd perflab starts, over a shaped link, hostctl.netfs). nfs is refused at
+    # check on every machine: perflab serves no NFS yet, and sshfs stands in for it.
     type: FsType
     # Striped over several loop devices (RAID-0; hostctl.stripe).
     raid: RaidSettings | None = None
@@ -146,9 +147,9 @@ class FsSettings(StrictModel):
     # Where the backing file goes (None: the caller's choice); with raid, one per device as a list
     # (devices on different disks), or one for all.
     backing_dir: OsText | list[OsText] | None = None
-    # sshfs, nfs: the link's one-way delay, each direction.
+    # sshfs: the link's one-way delay, each direction.
     delay: Duration = Field(default=0.0, ge=0, le=10.0)
-    # sshfs, nfs: the link's rate, each direction ("1gbit"; default: unlimited).
+    # sshfs: the link's rate, each direction ("1gbit"; default: unlimited).
     rate: Rate | None = None
 
     @field_validator("raid")
@@ -226,7 +227,7 @@ class FsSettings(StrictModel):
     def _link_on_network(self) -> FsSettings:
         if self.type not in NETWORK_TYPES and (self.delay or self.rate):
             raise ValueError(f"got delay or rate for {self.type}; allowed: delay and rate on a network filesystem "
-                             '(type = "sshfs" or "nfs")')
+                             '(type = "sshfs")')
         return self
 
     def backing_dirs(self) -> list[str | None]:
