@@ -236,3 +236,102 @@ def test_blocks_stop_where_the_budget_is_spent(tmp_path: Path) -> None:
     assert ran == added[:2]
     assert [r["id"] for r in store.runs()] == list(range(1, 9)) and set(table) == set(range(1, 9))
     assert [e["kind"] for e in store.events()] == ["precision", "precision"]
+
+
+# --------------------------------------------------------------------- within a run and between runs
+
+
+def ar1_runs(rng: np.random.Generator, runs: int, seconds: int, phi: float, sd: float,
+             level: np.ndarray | float = 1000.0) -> np.ndarray:
+    """Per-second rates: a stationary AR(1) around each run's `level` (one
+    second's SD `sd`, autocorrelation `phi`), `runs` rows of `seconds`."""
+    e = rng.normal(0.0, sd * math.sqrt(1 - phi * phi), (runs, seconds + 100))
+    x = np.zeros_like(e)
+    x[:, 0] = rng.normal(0.0, sd, runs)
+    for i in range(1, x.shape[1]):
+        x[:, i] = phi * x[:, i - 1] + e[:, i]
+    return np.asarray(level).reshape(-1, 1) + x[:, 100:]
+
+
+def ar1_mean_variance(seconds: int, phi: float, sd: float) -> float:
+    """The exact variance of an AR(1) series' mean over `seconds`."""
+    lags = np.arange(1, seconds)
+    return sd * sd / seconds * (1 + 2 * float(np.sum((1 - lags / seconds) * phi ** lags)))
+
+
+def test_batch_means_give_the_variance_of_an_autocorrelated_runs_mean() -> None:
+    """Per-second rates are autocorrelated: their plain standard error
+    (scipy's sem) misses two thirds of the variance of the run's mean at
+    phi 0.5; batch means find it, and their t interval (scipy's t, k - 1
+    df) covers the run's true rate about 95% of the time."""
+    from scipy import stats
+
+    rng = np.random.default_rng(43)
+    x = ar1_runs(rng, 2000, 120, phi=0.5, sd=20.0)
+    truth = ar1_mean_variance(120, 0.5, 20.0) / 1000.0**2
+    rse = np.array([precision.run_mean_rse(r) for r in x])
+    plain = np.array([stats.sem(r) / r.mean() for r in x])
+    assert 0.8 <= float(np.mean(rse**2)) / truth <= 1.05
+    assert float(np.mean(plain**2)) / truth < 0.4
+    covered = np.abs(x.mean(axis=1) / 1000.0 - 1.0) <= stats.t.ppf(0.975, precision.BATCHES - 1) * rse
+    assert 0.91 <= covered.mean() <= 0.97, covered.mean()
+    # one second a batch is the plain standard error
+    assert precision.run_mean_rse(x[0], batches=120) == pytest.approx(stats.sem(x[0]) / x[0].mean())
+    assert precision.run_mean_rse([5.0]) is None and precision.run_mean_rse([0.0, 0.0, 0.0]) is None
+
+
+def test_the_pilots_variance_is_taken_apart_within_and_between_runs() -> None:
+    """Simulated pilots of 3 blocks: each run's level varies between runs
+    (SD 1.5% of log rate) and its seconds within (AR(1)); over 2,000 pilots
+    the mean within-run part is the true one and the between part twice a
+    run's between variance (a block's ratio has two runs)."""
+    rng = np.random.default_rng(44)
+    pilots, seconds, sigma_b = 2000, 120, 0.015
+    levels = 1000.0 * np.exp(rng.normal(0.0, sigma_b, (pilots, PILOT, 2)))
+    x = ar1_runs(rng, pilots * PILOT * 2, seconds, phi=0.5, sd=40.0, level=levels.ravel())
+    rse = np.array([precision.run_mean_rse(r) for r in x]).reshape(pilots, PILOT, 2)
+    logs = np.log(x.mean(axis=1)).reshape(pilots, PILOT, 2)
+    parts = [precision.components(logs[i, :, 1] - logs[i, :, 0], rse[i, :, 0], rse[i, :, 1], seconds)
+             for i in range(pilots)]
+    true_within = 2 * ar1_mean_variance(seconds, 0.5, 40.0) / 1000.0**2
+    assert 0.8 <= np.mean([p.within for p in parts]) / true_within <= 1.05
+    total = np.mean([p.total for p in parts])
+    assert total == pytest.approx(2 * sigma_b**2 + true_within, rel=0.08)
+    # the between part, on average (it is clipped at 0 in a pilot where the within part exceeds the total)
+    assert np.mean([p.total - p.within for p in parts]) == pytest.approx(2 * sigma_b**2, rel=0.15)
+    assert all(0.0 <= p.within_share <= 1.0 and p.between >= 0.0 for p in parts)
+
+
+def test_the_best_run_length_needs_the_least_wall_time() -> None:
+    """Kalibera & Jones's optimum against a numerical minimum (scipy) of
+    the wall time a precision needs: (blocks ~ variance) x (cost a block)."""
+    from scipy import optimize
+
+    parts = precision.Components(total=0.0009, within=0.0004, run_s=20.0)
+    overhead = 12.0
+
+    def wall(t: float) -> float:
+        return (parts.between + parts.within * parts.run_s / t) * (overhead + t)
+
+    best = precision.best_run_length(parts, overhead)
+    found = optimize.minimize_scalar(wall, bounds=(0.1, 10_000.0), method="bounded", options={"xatol": 1e-6})
+    assert best == pytest.approx(found.x, rel=1e-3)
+    assert precision.best_run_length(precision.Components(0.0004, 0.0005, 20.0), overhead) is None
+    assert "within the runs" in precision.within_text(parts, overhead)
+
+
+def test_the_decision_says_how_much_of_the_noise_is_within_the_runs(tmp_path: Path) -> None:
+    """The pilot's runs carry their within-run standard error (rate_rse)
+    and measured time: the precision decision takes the variance apart."""
+    exp = spec.load(_file(tmp_path, 'precision = "3%"\nbudget = "10m"'))
+    store = _pilot_store(tmp_path, exp, ratio_noise=0.03)
+    for r in store.runs():
+        store.conn.execute("INSERT INTO metric (run_id, name, value, unit) VALUES (?, 'rate_rse', 0.01, 'ratio'), "
+                           "(?, 'measured_s', 2.0, 's')", (r["id"], r["id"]))
+    store.conn.commit()
+    decided = plan.precision_blocks(exp, store)
+    assert decided is not None
+    d = [math.log(m["value"] / 1000.0) for m in store.metrics() if m["name"] == "tps" and m["value"] != 1000.0]
+    share = min(1.0, 2 * 0.01**2 / float(np.var(d, ddof=1)))
+    assert f"{share:.0%} is within the runs" in decided[1]
+    assert "pilot's run length" in decided[1]

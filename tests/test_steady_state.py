@@ -127,3 +127,29 @@ def test_the_report_marks_where_the_rate_settled(tmp_path) -> None:
     db.close()
     html = write_report(out).read_text()
     assert "Dotted: where the run&#x27;s rate settled (MSER-5" in html
+
+
+def test_a_harness_run_stores_its_within_run_noise_over_the_steady_window() -> None:
+    """rate_rse: the relative standard error of the run's mean rate by batch
+    means, over the seconds from where the rate settled (a warm-up's ramp
+    left in would count as noise), the measured window's when none was found."""
+    from types import SimpleNamespace
+
+    from perflab.analysis.precision import run_mean_rse
+    from perflab.model import RunResult
+    from perflab.workloads.harness import steady_window
+
+    rng = np.random.default_rng(12)
+    t, x = series(90, 30, rng)
+    result = RunResult()
+    steady_window(result, [SimpleNamespace(t_s=ti, tps=xi, warmup=False)  # type: ignore[misc]
+                           for ti, xi in zip(t, x, strict=True)])
+    cut = int(result.metrics["steady_start_s"].value)
+    assert cut >= 25
+    assert result.metrics["rate_rse"].value == pytest.approx(run_mean_rse(x[cut:]))
+    assert result.metrics["rate_rse"].value < 0.5 * run_mean_rse(x)  # type: ignore[operator]
+    short = RunResult()  # too short for MSER-5, long enough for batch means
+    steady_window(short, [SimpleNamespace(t_s=float(i), tps=v, warmup=False)  # type: ignore[misc]
+                          for i, v in enumerate(x[40:52])])
+    assert "steady_start_s" not in short.metrics
+    assert short.metrics["rate_rse"].value == pytest.approx(run_mean_rse(x[40:52]))

@@ -215,6 +215,7 @@ def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
             values.setdefault((r["repetition"], r["combination"]), {})[m["name"]] = m["value"]
     headline = list(dict.fromkeys(name for r in runs for name in r["headline"]))
     needs = []
+    within: list[tuple[int, precision.Components]] = []  # the rate's comparisons, taken apart
     for factor, a, b in headline_pairs(exp):
         for name in headline:
             d = [math.log(values[(k, b)][name] / values[(k, a)][name]) for k in range(1, pilot + 1)
@@ -222,6 +223,9 @@ def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
             if len(d) == pilot:
                 sd = float(np.std(d, ddof=1))
                 needs.append((precision.stein_blocks(sd, pilot, fraction), sd, f"{name}, {factor} #{b} against #{a}"))
+                parts = _components(values, d, a, b, pilot) if name == headline[0] else None
+                if parts is not None:
+                    within.append((needs[-1][0], parts))
     started = [r["started_at"] for r in runs if r["started_at"]]
     ended = [r["ended_at"] for r in runs if r["ended_at"]]
     if not needs or not started or not ended:
@@ -236,7 +240,24 @@ def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
             f"blocks; the budget ({exp.meta.budget:.0f} s) holds {most}: {blocks} blocks in all")
     if blocks < need:
         text += f" (the budget ends first: the target needs {need})"
+    if within:
+        parts = max(within, key=lambda w: w[0])[1]
+        overhead = pilot_s / (pilot * len(exp.combinations())) - parts.run_s
+        text += f"; {headline[0]}: " + precision.within_text(parts, overhead)
     return blocks, text
+
+
+def _components(values: dict[tuple[int, int], dict[str, float]], d: list[float], a: int, b: int,
+                pilot: int) -> precision.Components | None:
+    """The pilot's variance of one comparison's log ratios `d` of the rate
+    (combination b against a), taken apart with each run's within-run
+    standard error (the harness's rate_rse over its steady window). None
+    when a run has none."""
+    runs = [values.get((k, c), {}) for k in range(1, pilot + 1) for c in (a, b)]
+    if not all("rate_rse" in v and "measured_s" in v for v in runs):
+        return None
+    run_s = float(np.mean([v["measured_s"] - v.get("steady_start_s", 0.0) for v in runs]))
+    return precision.components(d, [v["rate_rse"] for v in runs[0::2]], [v["rate_rse"] for v in runs[1::2]], run_s)
 
 
 def add_blocks(exp: Experiment, store: Store, plan: dict[int, PlannedRun]) -> list[int]:

@@ -26,7 +26,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from perflab import _engine
-from perflab.analysis import steady
+from perflab.analysis import precision, steady
 from perflab.context import RunContext
 from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, Histogram, RunResult
@@ -49,7 +49,9 @@ MAX_DEFAULT_THREADS = 64
 METRICS = ("measured_s", "retries", "retried", "lag_mean_ms", "lag_p99_ms", "lag_max_ms", "late", "skipped",
            "lost_connections", "connect_time_mean_ms", "connect_phase_s", "driver_cpu_s", "driver_cpu_per_*_us",
            "driver_cpu_share", "process_cpu_s", "io_enters_per_*", "server_off_cpu_share", "clients", "threads",
-           "stall.longest_s", "steady_start_s")
+           "stall.longest_s", "steady_start_s", "rate_rse")
+# The fewest seconds a run's within-run standard error is estimated from.
+MIN_RSE_SECONDS = 5
 
 
 class HarnessSettings(WorkloadSettings):
@@ -180,9 +182,19 @@ def steady_window(result: RunResult, seconds: list[_engine.Interval]) -> None:
     (seconds after the warm-up's end) and a "steady-state" event at that
     time; a rate that had not settled by half the measured window flags the
     run no-steady-state. Nothing with fewer than 20 measured seconds. The
-    run's figures stay those of the whole measured window."""
+    run's figures stay those of the whole measured window. With
+    MIN_RSE_SECONDS or more seconds from the steady start (the measured
+    window's start when none was found), the relative standard error of
+    the mean rate over them by batch means (analysis.precision.run_mean_rse):
+    `rate_rse`, the within-run part of the noise."""
     measured = [iv for iv in seconds if not iv.warmup]
     found = steady.steady_state([iv.t_s for iv in measured], [iv.tps for iv in measured])
+    window = [iv.tps for iv in measured if found is None or iv.t_s >= found.start_s]
+    rse = precision.run_mean_rse(window) if len(window) >= MIN_RSE_SECONDS else None
+    if rse is not None:
+        result.add_metric("rate_rse", rse, "ratio", "relative standard error of the run's mean rate from its "
+                          f"per-second rates over {len(window)} s (batch means; the within-run noise that "
+                          "precision takes apart from the between-run noise)", higher_is_better=False)
     if found is None:
         return
     after = max(0.0, found.start_s - measured[0].t_s)
