@@ -363,3 +363,33 @@ def test_mariadb_redo_log_on_sshfs_is_served_as_its_user(workdir: Path, namespac
     assert mount_entry(workdir / "target" / "perflab-redo-fs") is None
     from perflab.hostctl import netns
     assert set(netns.leftovers()) <= namespaces_as_found
+
+
+@pytest.mark.skipif(not _has_mariadb(), reason="MariaDB is not installed (Debian: mariadb-server)")
+def test_mariadb_data_directory_on_sshfs_commits_and_reads_back(workdir: Path, namespaces_as_found: set[str]) -> None:
+    # InnoDB's data files, doublewrite buffer and redo log all through sshfs: its fsync reaches the
+    # server as fsync@openssh.com; a committed row is read back after a restart from the server's files
+    from perflab.hostctl.mounts import mount_entry
+    from perflab.targets.mariadb import MariadbSettings, MariadbTarget
+
+    target = MariadbTarget(MariadbSettings(kind="mariadb", storage={"data_fs": {"type": "sshfs"}}), workdir / "target")
+    try:
+        endpoint = target.provision()
+        data = next(fc.directory for fc in target.file_classes() if fc.name == "data")
+        entry = mount_entry(data.parent)
+        assert entry is not None and entry["type"] == "fuse.sshfs"
+        described = target.describe()["scratch_fs"]["data"]
+        assert described["fsync"] == netfs.FSYNC_EXTENSION
+        with endpoint.connect() as conn:
+            conn.execute("create table perflab_sshfs (id int primary key, v varchar(20)) engine=innodb")
+            conn.execute("insert into perflab_sshfs values (1, 'through sshfs')")
+            conn.execute("commit")
+        target.teardown()
+        endpoint = target.provision()  # the same files, mounted again through a new sshd and sshfs
+        with endpoint.connect() as conn:
+            assert list(conn.execute("select v from perflab_sshfs where id = 1").fetchall()) == [("through sshfs",)]
+    finally:
+        target.teardown()
+    assert mount_entry(data.parent) is None
+    from perflab.hostctl import netns
+    assert set(netns.leftovers()) <= namespaces_as_found

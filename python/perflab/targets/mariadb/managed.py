@@ -22,6 +22,7 @@ from perflab.endpoints import Endpoint
 from perflab.errors import RunFailure, SpecError, UserError
 from perflab.guardian import journal, start_time
 from perflab.hostctl.cgroups import ServerCgroup, cgroup_to_start_in, oom_cause, resource_problems
+from perflab.hostctl.netfs import NetFs
 from perflab.hostctl.scratchfs import ScratchFs
 from perflab.hostctl.shareddir import write_file
 from perflab.model import not_setup
@@ -352,7 +353,7 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         # redo and undo directories recorded as they are made (clean trusts this, not the stored experiment)
         mark = "created by perflab (mariadb-install-db); perflab may remove it\n" + "".join(
             f"{role}_dir: {d}\n" for role in ("redo", "undo") if (d := self._dir(role)) is not None and d != data)
-        write_file(data / CREATED_MARK, mark)
+        self._write_mark(data, mark)
         argv = [str(self.install), f"--defaults-file={self._option_file()}", f"--datadir={data}",
                 "--auth-root-authentication-method=normal", "--skip-test-db", "--skip-name-resolve"]
         if self.settings.bin_dir:
@@ -366,8 +367,14 @@ class MariadbTarget(LoggedServer, Target[MariadbSettings, MysqlEndpoint]):
         if proc.returncode != 0:
             raise RunFailure(f"{INSTALL_BIN} failed (exit {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-1500:]}", log_tail=self.log_tail(40))
-        write_file(data / CREATED_MARK, f"{mark}{MADE}\n")
+        self._write_mark(data, f"{mark}{MADE}\n")
         return True
+
+    def _write_mark(self, data: Path, text: str) -> None:
+        write_file(data / CREATED_MARK, text)
+        for fs in self.mounted.values():  # on sshfs, written as the server's user: made root's at the server
+            if isinstance(fs, NetFs) and data.is_relative_to(fs.mountpoint):
+                fs.own(data / CREATED_MARK)
 
     def _enter_cgroup(self) -> None:
         assert self.data_dir is not None
