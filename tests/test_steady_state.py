@@ -153,3 +153,26 @@ def test_a_harness_run_stores_its_within_run_noise_over_the_steady_window() -> N
                           for i, v in enumerate(x[40:52])])
     assert "steady_start_s" not in short.metrics
     assert short.metrics["rate_rse"].value == pytest.approx(run_mean_rse(x[40:52]))
+
+
+def test_a_rate_that_settles_later_than_steady_max_is_no_steady_state() -> None:
+    """The workload's steady_max bounds the warm-up the rule may find: a
+    rate still ramping 30 s after the warm-up is flagged at steady_max 10 s,
+    not at 60 s (nor without one: the half of a 120-s window)."""
+    from types import SimpleNamespace
+
+    from perflab.model import Flag, RunResult
+    from perflab.workloads.harness import steady_window
+    from perflab.workloads.tpcb import TpcbSettings
+
+    rng = np.random.default_rng(14)
+    t, x = series(120, 30, rng)
+    seconds = [SimpleNamespace(t_s=ti, tps=xi, warmup=False) for ti, xi in zip(t, x, strict=True)]
+    flagged = {}
+    for max_s in (None, 60.0, 10.0):
+        result = RunResult()
+        steady_window(result, seconds, max_s)  # type: ignore[arg-type]
+        flagged[max_s] = Flag.NO_STEADY_STATE in result.flags
+        assert result.metrics["steady_start_s"].value >= 25
+    assert flagged == {None: False, 60.0: False, 10.0: True}
+    assert TpcbSettings.model_validate({"kind": "tpcb", "steady_max": "90s"}).steady_max == 90.0

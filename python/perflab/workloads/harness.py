@@ -62,6 +62,10 @@ class HarnessSettings(WorkloadSettings):
     # Run length (each workload says its default), and the warm-up before it.
     duration: Duration | None = Field(default=None, gt=0)
     warmup: Duration = Field(default=0.0, ge=0)
+    # The longest the per-second rate may take to settle after the warm-up
+    # (MSER-5; the warm-up is the minimum): a run whose rate settles later is
+    # flagged no-steady-state. Default: half the measured window.
+    steady_max: Duration | None = Field(default=None, gt=0)
     # Total transactions (requests) per second, open loop: latency from each intended start.
     rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
     # Spacing of the intended starts under a rate: exponential gaps (a Poisson
@@ -153,7 +157,7 @@ def engine_errors(name: str, *, failed: str | None = None, settings: str | None 
 
 
 def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, clients: int, lost: str,
-             seed: int | None = None, any_loss_fails: bool = False) -> None:
+             seed: int | None = None, any_loss_fails: bool = False, steady_max_s: float | None = None) -> None:
     """What every harness run hands on, in one place: the measured window on
     the run's clock (collectors use it too), the seed and io events and the
     engine's own, the client-bound flag. The run fails when every client was
@@ -173,22 +177,23 @@ def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, c
         result.flags.append(Flag.LOST_CONNECTIONS)
     if out.client_bound:
         result.flags.append(Flag.CLIENT_BOUND)
-    steady_window(result, out.series)
+    steady_window(result, out.series, steady_max_s)
 
 
-def steady_window(result: RunResult, seconds: list[_engine.Interval]) -> None:
+def steady_window(result: RunResult, seconds: list[_engine.Interval], max_s: float | None = None) -> None:
     """Where the run's per-second rate settled after the configured warm-up
     (the minimum), by MSER-5 (analysis.steady): stored as `steady_start_s`
     (seconds after the warm-up's end) and a "steady-state" event at that
-    time; a rate that had not settled by half the measured window flags the
-    run no-steady-state. Nothing with fewer than 20 measured seconds. The
+    time; a rate that had not settled by half the measured window, or by
+    `max_s` after the warm-up (the workload's steady_max), flags the run
+    no-steady-state. Nothing with fewer than 20 measured seconds. The
     run's figures stay those of the whole measured window. With
     MIN_RSE_SECONDS or more seconds from the steady start (the measured
     window's start when none was found), the relative standard error of
     the mean rate over them by batch means (analysis.precision.run_mean_rse):
     `rate_rse`, the within-run part of the noise."""
     measured = [iv for iv in seconds if not iv.warmup]
-    found = steady.steady_state([iv.t_s for iv in measured], [iv.tps for iv in measured])
+    found = steady.steady_state([iv.t_s for iv in measured], [iv.tps for iv in measured], max_s)
     window = [iv.tps for iv in measured if found is None or iv.t_s >= found.start_s]
     rse = precision.run_mean_rse(window) if len(window) >= MIN_RSE_SECONDS else None
     if rse is not None:
@@ -201,6 +206,8 @@ def steady_window(result: RunResult, seconds: list[_engine.Interval]) -> None:
     result.add_metric("steady_start_s", after, "s", f"where the per-second rate settled, after the warm-up "
                       f"({found.method})")
     said = (f"steady from {after:g} s after the warm-up ({found.method})" if found.reached else
+            f"no steady state: {found.method} puts the end of the warm-up at {after:g} s, beyond steady_max "
+            f"({max_s:g} s)" if max_s is not None and after > max_s else
             f"no steady state: {found.method} puts the end of the warm-up in the second half of the window")
     result.events.append(Event(found.start_s, "steady-state", said))
     if not found.reached:

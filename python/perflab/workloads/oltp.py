@@ -194,7 +194,7 @@ class OltpWorkload(Workload[Endpoint]):
                 transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
                 max_tries=s.max_tries, seed=seed, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
             )
-        harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
                          lost=f"oltp: all {s.clients} client connections were lost (server down?)")
         if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
             result.events.append(Event(out.measure_start_t_s, "threads", why))

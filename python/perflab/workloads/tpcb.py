@@ -258,7 +258,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 io=s.io, pin=s.pin, follow=s.follow,
                 progress=progress,
             )
-        harness.take_run(ctx, result, out, clients=s.clients, seed=seed,
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
                          lost=f"tpcb: all {s.clients} client connections were lost (server down?)")
         self._metrics(out, result, scale)
         stalls.annotate(result)
