@@ -176,3 +176,55 @@ def test_a_rate_that_settles_later_than_steady_max_is_no_steady_state() -> None:
         assert result.metrics["steady_start_s"].value >= 25
     assert flagged == {None: False, 60.0: False, 10.0: True}
     assert TpcbSettings.model_validate({"kind": "tpcb", "steady_max": "90s"}).steady_max == 90.0
+
+
+def _driver_result(t: np.ndarray, x: np.ndarray, warm: int = 0) -> object:
+    """What the engine hands a workload, as far as the window reads it: its
+    seconds (two transaction types, a third of them the second; one failure
+    a second) and its totals over them."""
+    from types import SimpleNamespace
+
+    counts = np.rint(x).astype(int)
+    seconds = [SimpleNamespace(t_s=10.5 - warm + i, tps=50.0, transactions=50, failed=0, interval_s=1.0, warmup=True,
+                               transactions_by_type=[40, 10]) for i in range(warm)]
+    seconds += [SimpleNamespace(t_s=float(ti), tps=float(n), transactions=int(n), failed=1, interval_s=1.0,
+                                warmup=False, transactions_by_type=[int(n) - int(n) // 3, int(n) // 3])
+                for ti, n in zip(t, counts, strict=True)]
+    total = int(counts.sum())
+    return SimpleNamespace(series=seconds, measured_s=float(len(t)), transactions=total, failed=len(t),
+                           tps=total / len(t), by_type=[SimpleNamespace(name="a", committed=sum(
+                               s.transactions_by_type[0] for s in seconds if not s.warmup)), SimpleNamespace(
+                               name="b", committed=sum(s.transactions_by_type[1] for s in seconds if not s.warmup))])
+
+
+def test_a_runs_rates_are_over_the_window_from_where_it_settled() -> None:
+    """Issue 43, item 3: the rate and counts of a run whose rate ramped
+    for 30 s after the warm-up are those of the seconds from the steady
+    start, not of the whole measured window (which the ramp pulls down);
+    a run with nothing to cut, or no steady state, keeps the engine's own."""
+    from perflab.model import RunResult
+    from perflab.workloads.harness import steady_window, window
+
+    rng = np.random.default_rng(15)
+    t, x = series(120, 30, rng)
+    out = _driver_result(t, x, warm=5)
+    found = steady_window(RunResult(), out.series)  # type: ignore[attr-defined]
+    assert found is not None and found.reached and found.truncated >= 25
+    w = window(out, found)  # type: ignore[arg-type]
+    kept = np.rint(x[found.truncated:]).astype(int)
+    assert w.cut_s == found.truncated and w.seconds == len(kept)
+    assert w.transactions == kept.sum() and w.rate == pytest.approx(kept.mean())
+    assert w.failed == len(kept)
+    assert w.per_type(out) == {"a": int(sum(n - n // 3 for n in kept)), "b": int(sum(n // 3 for n in kept))}  # type: ignore[arg-type]
+    assert w.rate > 1.05 * out.tps  # type: ignore[attr-defined]
+    # steady from the start: the engine's figures, exactly
+    t, x = series(120, 0, rng)
+    flat = _driver_result(t, x)
+    w = window(flat, steady_window(RunResult(), flat.series))  # type: ignore[arg-type, attr-defined]
+    assert (w.cut_s, w.rate, w.transactions) == (0.0, flat.tps, flat.transactions)  # type: ignore[attr-defined]
+    # no steady state: the whole window (the run is flagged)
+    t = np.arange(120, dtype=float)
+    falling = _driver_result(t, 1000 - 3.0 * t + rng.normal(0, 10, 120))
+    found = steady_window(RunResult(), falling.series)  # type: ignore[attr-defined]
+    assert found is not None and not found.reached
+    assert window(falling, found).rate == falling.tps  # type: ignore[arg-type, attr-defined]

@@ -7,7 +7,8 @@
   are the user's (exit 2), a target or engine failure fails the run.
 - `take_run()`: the measured window on the run's clock, the seed, io and the
   engine's events, the client-bound flag, and the run failed when its clients
-  were lost.
+  were lost; where its rate settled (MSER-5), and the `Window` from there that
+  a workload's rates and counts are over.
 - `harness_metrics()`: the harness's own figures, the same for every workload:
   the measured window, retries, late and skipped transactions, schedule lag,
   connection set-up, lost clients, driver CPU and its share, io_uring enters,
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -157,12 +159,13 @@ def engine_errors(name: str, *, failed: str | None = None, settings: str | None 
 
 
 def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, clients: int, lost: str,
-             seed: int | None = None, any_loss_fails: bool = False, steady_max_s: float | None = None) -> None:
+             seed: int | None = None, any_loss_fails: bool = False, steady_max_s: float | None = None) -> Window:
     """What every harness run hands on, in one place: the measured window on
     the run's clock (collectors use it too), the seed and io events and the
     engine's own, the client-bound flag. The run fails when every client was
     lost (or any, with `any_loss_fails`): `lost` is the message, followed by
-    the first loss; a partial loss flags the run."""
+    the first loss; a partial loss flags the run. Returned: the window the
+    run's rates and counts are over (from its steady start)."""
     ctx.measure_start_s = out.measure_start_t_s
     ctx.measure_end_s = out.measure_start_t_s + out.measured_s
     if seed is not None:
@@ -177,17 +180,62 @@ def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, c
         result.flags.append(Flag.LOST_CONNECTIONS)
     if out.client_bound:
         result.flags.append(Flag.CLIENT_BOUND)
-    steady_window(result, out.series, steady_max_s)
+    return window(out, steady_window(result, out.series, steady_max_s))
 
 
-def steady_window(result: RunResult, seconds: list[_engine.Interval], max_s: float | None = None) -> None:
+@dataclass(frozen=True)
+class Window:
+    """What a run's rate figures are over: the measured window from where
+    its per-second rate settled (steady_window), or the whole measured
+    window when the rule cut nothing or found no steady state (then the
+    engine's own figures, exactly). Latency percentiles stay the whole
+    measured window's: the engine keeps one histogram a run."""
+
+    cut_s: float  # measured seconds left out at the start (0: none)
+    seconds: float  # from the window's start to the last completion
+    transactions: int
+    failed: int
+    by_type: tuple[int, ...]  # committed per transaction type, in out.by_type's order
+    rate: float  # transactions per second of the window
+
+    def per_type(self, out: _engine.DriverResult) -> dict[str, int]:
+        """Committed per transaction type by name, over the window."""
+        return {t.name: n for t, n in zip(out.by_type, self.by_type, strict=True)}
+
+
+# Said of a rate or count over the window (metric descriptions).
+OVER_WINDOW = "from where the per-second rate settled (MSER-5, steady_start_s) to the end of the measured window"
+
+
+def window(out: _engine.DriverResult, found: steady.SteadyState | None) -> Window:
+    """The run's window: its seconds before a steady start that was reached
+    taken out of the engine's totals (each completion is in one second)."""
+    whole = Window(0.0, out.measured_s, out.transactions, out.failed, tuple(t.committed for t in out.by_type),
+                   out.tps)
+    if found is None or not found.reached or found.truncated == 0:
+        return whole
+    cut = [iv for iv in out.series if not iv.warmup and iv.t_s < found.start_s]
+    cut_s = sum(iv.interval_s for iv in cut)
+    seconds = out.measured_s - cut_s
+    if not cut or seconds <= 0:
+        return whole
+    transactions = out.transactions - sum(iv.transactions for iv in cut)
+    by_type = tuple(n - sum(iv.transactions_by_type[i] for iv in cut if i < len(iv.transactions_by_type))
+                    for i, n in enumerate(whole.by_type))
+    return Window(cut_s, seconds, transactions, out.failed - sum(iv.failed for iv in cut), by_type,
+                  transactions / seconds)
+
+
+def steady_window(result: RunResult, seconds: list[_engine.Interval],
+                  max_s: float | None = None) -> steady.SteadyState | None:
     """Where the run's per-second rate settled after the configured warm-up
     (the minimum), by MSER-5 (analysis.steady): stored as `steady_start_s`
     (seconds after the warm-up's end) and a "steady-state" event at that
     time; a rate that had not settled by half the measured window, or by
     `max_s` after the warm-up (the workload's steady_max), flags the run
-    no-steady-state. Nothing with fewer than 20 measured seconds. The
-    run's figures stay those of the whole measured window. With
+    no-steady-state. Nothing (None) with fewer than 20 measured seconds.
+    What it found is returned: the run's rates are over the window from
+    the steady start (`window`). With
     MIN_RSE_SECONDS or more seconds from the steady start (the measured
     window's start when none was found), the relative standard error of
     the mean rate over them by batch means (analysis.precision.run_mean_rse):
@@ -201,7 +249,7 @@ def steady_window(result: RunResult, seconds: list[_engine.Interval], max_s: flo
                           f"per-second rates over {len(window)} s (batch means; the within-run noise that "
                           "precision takes apart from the between-run noise)", higher_is_better=False)
     if found is None:
-        return
+        return None
     after = max(0.0, found.start_s - measured[0].t_s)
     result.add_metric("steady_start_s", after, "s", f"where the per-second rate settled, after the warm-up "
                       f"({found.method})")
@@ -212,6 +260,7 @@ def steady_window(result: RunResult, seconds: list[_engine.Interval], max_s: flo
     result.events.append(Event(found.start_s, "steady-state", said))
     if not found.reached:
         result.flags.append(Flag.NO_STEADY_STATE)
+    return found
 
 
 def ms(us: float) -> float:

@@ -194,27 +194,28 @@ class OltpWorkload(Workload[Endpoint]):
                 transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
                 max_tries=s.max_tries, seed=seed, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
             )
-        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
-                         lost=f"oltp: all {s.clients} client connections were lost (server down?)")
+        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
+                                  lost=f"oltp: all {s.clients} client connections were lost (server down?)")
         if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
             result.events.append(Event(out.measure_start_t_s, "threads", why))
         self._committed = out.transactions
-        self._metrics(out, result, "error" if server == "mysql" else "SQLSTATE")
+        self._metrics(out, window, result, "error" if server == "mysql" else "SQLSTATE")
         stalls.annotate(result)
         return result
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult, code: str) -> None:
+    def _metrics(self, out: _engine.DriverResult, window: harness.Window, result: RunResult, code: str) -> None:
         s = self.settings
         add = result.add_metric
-        add("tps", out.tps, "tx/s", "committed events per second over the measured window (sysbench: "
+        add("tps", window.rate, "tx/s", f"committed events per second {harness.OVER_WINDOW} (sysbench: "
             "transactions/s)", higher_is_better=True)
         mix = STATEMENTS[s.script]
-        add("qps", out.tps * sum(mix.values()), "queries/s", "statements per second of committed events, "
-            "BEGIN and COMMIT included (sysbench: queries/s)", higher_is_better=True)
-        add("transactions", out.transactions, "tx", "committed events in the measured window")
-        add("failed", out.failed, "tx", "events ended by an error (after retries)", higher_is_better=False)
+        add("qps", window.rate * sum(mix.values()), "queries/s", "statements per second of committed events, "
+            f"BEGIN and COMMIT included (sysbench: queries/s), {harness.OVER_WINDOW}", higher_is_better=True)
+        add("transactions", window.transactions, "tx", f"committed events {harness.OVER_WINDOW}")
+        add("failed", window.failed, "tx", f"events ended by an error (after retries) {harness.OVER_WINDOW}",
+            higher_is_better=False)
         for kind, per_tx in mix.items():
-            add(f"statements.{kind}", per_tx * out.transactions, "statements",
+            add(f"statements.{kind}", per_tx * window.transactions, "statements",
                 f"{kind.replace('_', ' ')} of committed events ({per_tx} per event)")
         base = s.latency_origin()
         for key, name in (("mean_us", "mean"), ("p50_us", "p50"), ("p95_us", "p95"), ("p99_us", "p99"),

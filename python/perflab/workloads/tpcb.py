@@ -258,20 +258,21 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 io=s.io, pin=s.pin, follow=s.follow,
                 progress=progress,
             )
-        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
-                         lost=f"tpcb: all {s.clients} client connections were lost (server down?)")
-        self._metrics(out, result, scale)
+        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
+                                  lost=f"tpcb: all {s.clients} client connections were lost (server down?)")
+        self._metrics(out, window, result, scale)
         stalls.annotate(result)
         return result
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult, scale: int) -> None:
+    def _metrics(self, out: _engine.DriverResult, window: harness.Window, result: RunResult, scale: int) -> None:
         s = self.settings
         add = result.add_metric
-        add("tps", out.tps, "tx/s",
-            "committed transactions per second over the measured window, excluding connection set-up "
+        add("tps", window.rate, "tx/s",
+            f"committed transactions per second {harness.OVER_WINDOW}, excluding connection set-up "
             "(pgbench: tps without initial connection time)", higher_is_better=True)
-        add("transactions", out.transactions, "tx", "committed transactions in the measured window")
-        add("failed", out.failed, "tx", "transactions ended by an error (after retries)", higher_is_better=False)
+        add("transactions", window.transactions, "tx", f"committed transactions {harness.OVER_WINDOW}")
+        add("failed", window.failed, "tx", f"transactions ended by an error (after retries) {harness.OVER_WINDOW}",
+            higher_is_better=False)
         lat = out.latency
         base = s.latency_origin()
         for key, name in (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),

@@ -574,9 +574,9 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             raise RunFailure(f"tpcc: {str(exc).strip()}") from None
         result.events.append(Event(out.measure_start_t_s, "constants", "NURand constants: "
                                    + consts.describe(meta.c_last_load) + "; clause 2.1.6.1's delta rule holds"))
-        harness.take_run(ctx, result, out, clients=clients, seed=seed, steady_max_s=s.steady_max,
-                         lost=f"tpcc: all {clients} client connections were lost (server down?)")
-        self._metrics(out, result, warehouses, meta)
+        window = harness.take_run(ctx, result, out, clients=clients, seed=seed, steady_max_s=s.steady_max,
+                                  lost=f"tpcc: all {clients} client connections were lost (server down?)")
+        self._metrics(out, window, result, warehouses, meta)
         self._database_metrics(out, result, sampler, tx_before, tx_after, wall_s, dialect)
         stalls.annotate(result)
         return result
@@ -592,19 +592,20 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
                                             connect_timeout=10)
         return conn
 
-    def _metrics(self, out: _engine.DriverResult, result: RunResult, warehouses: int, meta: Meta) -> None:
+    def _metrics(self, out: _engine.DriverResult, window: harness.Window, result: RunResult, warehouses: int,
+                 meta: Meta) -> None:
         s = self.settings
         add = result.add_metric
-        minutes = out.measured_s / 60.0
+        minutes = window.seconds / 60.0  # the rates and counts: from where the rate settled (harness.Window)
         by_type = {t.name: t for t in out.by_type}
-        counts = {name: int(t.committed) for name, t in by_type.items()}
+        counts = window.per_type(out)
         new_orders = counts.get("new_order", 0)
         rollbacks = counts.get("new_order_rollback", 0)
         add("tpmC", (new_orders + rollbacks) / minutes if minutes else 0.0, "tx/min",
-            "New-Order transactions completed per minute of the measured window, the intended 1% rollbacks "
+            f"New-Order transactions completed per minute {harness.OVER_WINDOW}, the intended 1% rollbacks "
             "included (clause 5.4.1), as the driver counted them", higher_is_better=True)
         add("new_orders_per_min", new_orders / minutes if minutes else 0.0, "tx/min",
-            "New-Orders committed per minute of the measured window, as the driver counted them "
+            f"New-Orders committed per minute {harness.OVER_WINDOW}, as the driver counted them "
             "(what NOPM counts in the database)", higher_is_better=True)
         if s.keying:
             add("efficiency", (new_orders + rollbacks) / minutes / (mix.MAX_TPMC_PER_WAREHOUSE * warehouses)
@@ -615,10 +616,11 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
         total_no = new_orders + rollbacks
         add("rollback_pct", 100.0 * rollbacks / total_no if total_no else 0.0, "%",
             "rolled-back New-Orders in percent of all New-Orders (the spec: about 1%)")
-        add("transactions", out.transactions, "tx", "transactions completed in the measured window")
-        add("tps", out.tps, "tx/s", "transactions completed per second of the measured window",
+        add("transactions", window.transactions, "tx", f"transactions completed {harness.OVER_WINDOW}")
+        add("tps", window.rate, "tx/s", f"transactions completed per second {harness.OVER_WINDOW}",
             higher_is_better=True)
-        add("failed", out.failed, "tx", "transactions ended by an error (after retries)", higher_is_better=False)
+        add("failed", window.failed, "tx", f"transactions ended by an error (after retries) {harness.OVER_WINDOW}",
+            higher_is_better=False)
         # The mix achieved (clause 5.2.3).
         shares = mix.shares_pct(counts)
         for t in mix.TYPES:
