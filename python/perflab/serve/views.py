@@ -164,7 +164,9 @@ class StoreView:
         CPU grew with the number of runs.)"""
         row = store.conn.execute(
             "SELECT (SELECT group_concat(created_at || seed || length(spec_text) || factors_json) FROM experiment), "
-            "(SELECT group_concat(id || status || attempts || ifnull(ended_at, '') || flags_json, ';') FROM run), "
+            "(SELECT count(*) || ':' || total(attempts) || ':' || ifnull(max(started_at), '') || ':' "
+            "|| ifnull(max(ended_at), '') || ':' || sum(status = 'done') || ':' || sum(status = 'failed') || ':' "
+            "|| sum(status = 'running') || ':' || total(length(flags_json)) FROM run), "
             "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM attempt), "
             "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM effect), "
             "(SELECT count(*) || ':' || ifnull(max(rowid), 0) FROM metric)").fetchone()
@@ -190,22 +192,29 @@ class StoreView:
     # ------------------------------------------------------------ state
 
     def state(self) -> dict[str, Any]:
+        """The plan, each run's state and figures, the degradation so far:
+        built again only when what the report reads changed (a run started
+        or ended), as a long plan's thousands of runs were listed afresh at
+        every poll; whether the writer is alive and a report exists, always."""
         with self.connect() as store:
-            d = self.data(store)
-            deg = self.cached("degradation", lambda s: degradation_so_far(d), store)
-            started = {r["id"]: (r["started_at"], r["ended_at"], r["attempts"], r["error"])
-                       for r in store.conn.execute("SELECT id, started_at, ended_at, attempts, error FROM run")}
-            earlier: dict[int, list[dict[str, Any]]] = {}
-            for a in store.attempts():
-                earlier.setdefault(a["run_id"], []).append(self._attempt(a))
+            built = self.cached("state", self._state, store)
+        return {**built, "writing": writer_alive(self.dir), "report": (self.dir / "report.html").is_file()}
+
+    def _state(self, store: Store) -> dict[str, Any]:
+        d = self.data(store)
+        deg = self.cached("degradation", lambda s: degradation_so_far(d), store)
+        started = {r["id"]: (r["started_at"], r["ended_at"], r["attempts"], r["error"])
+                   for r in store.conn.execute("SELECT id, started_at, ended_at, attempts, error FROM run")}
+        earlier: dict[int, list[dict[str, Any]]] = {}
+        for a in store.attempts():
+            earlier.setdefault(a["run_id"], []).append(self._attempt(a))
         counts = {s: 0 for s in RUN_STATUSES}
         for r in d.runs:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         current = current_run(d.runs)
-        return finite({
+        out: dict[str, Any] = finite({
             "experiment": {"name": d.experiment["name"], "created_at": d.experiment["created_at"],
                            "factors": d.experiment["factors"]},
-            "writing": writer_alive(self.dir),
             "counts": counts,
             "current": current,
             "headline": d.headline,
@@ -219,8 +228,8 @@ class StoreView:
                 "earlier_attempts": earlier.get(r["id"], []),
             } for r in d.runs],
             "degradation": deg,
-            "report": (self.dir / "report.html").is_file(),
         })
+        return out
 
     def _attempt(self, a: dict[str, Any]) -> dict[str, Any]:
         """An earlier attempt and what it measured before it stopped (its kept
