@@ -12,7 +12,11 @@ while the server is idle (the collector starts before the workload's run):
 - sequential write, 1 MiB blocks, fsync at the end (end_fsync): MB/s;
 - sequential read of that file, 1 MiB blocks, its page cache dropped first
   (fio's invalidate: posix_fadvise DONTNEED, no host change): MB/s;
-- random 8 KiB writes over the file for `runtime`: IOPS;
+- random 8 KiB writes over the file for `runtime`, fsync at the end
+  (counted): IOPS. Without the fsync the job left up to `size` of dirty
+  pages in that same file, and the fdatasync job's first call wrote them
+  all back, so its mean and p99 depended on how much writeback had
+  happened in between (benchmarks/fio_vs_plain.py);
 - 8 KiB sequential writes each followed by fdatasync() for `runtime`, as
   the WAL does: the fdatasync latency, mean and p99 (fio's "sync" latency).
 
@@ -69,7 +73,8 @@ def _jobs(s: StorageSettings) -> list[tuple[str, list[str]]]:
     return [
         ("seq_write", ["--rw=write", "--bs=1M", f"--size={s.size}", "--end_fsync=1"]),
         ("seq_read", ["--rw=read", "--bs=1M", f"--size={s.size}", "--invalidate=1"]),
-        ("randwrite", ["--rw=randwrite", "--bs=8k", f"--size={s.size}", "--time_based", f"--runtime={runtime}"]),
+        ("randwrite", ["--rw=randwrite", "--bs=8k", f"--size={s.size}", "--time_based", f"--runtime={runtime}",
+                       "--end_fsync=1"]),
         ("fdatasync", ["--rw=write", "--bs=8k", f"--size={s.size}", "--fdatasync=1", "--time_based",
                        f"--runtime={runtime}"]),
     ]
@@ -169,7 +174,7 @@ class StorageCollector(Collector):
             return []
         return [Section("Raw storage per layout (fio)", [
             Text("fio on the filesystem of each role, once per layout before its runs, the server idle: sequential "
-                 "write (1 MiB, fsync at the end) and read (page cache dropped), random 8 KiB writes, and the "
+                 "write (1 MiB, fsync at the end) and read (page cache dropped), random 8 KiB writes (fsync at the end), and the "
                  "latency of fdatasync() after each 8 KiB write (as the WAL does)."),
             Table(["layout", "role", *(label for _, label, _, _ in FIGURES), "runs"], rows,
                   "Raw storage per layout (fio), beside the workload's figures"),
