@@ -156,13 +156,18 @@ def main() -> int:
     parser.add_argument("--no-browser", action="store_true", help="no Chromium with the page open")
     parser.add_argument("--no-prometheus", action="store_true", help="no Prometheus scraping /metrics")
     args = parser.parse_args()
+    # started in the background (`cmd &`), a process inherits SIGINT ignored, and so would perflab run:
+    # the soak's own SIGINT at the end would then not stop it; SIGTERM to the soak stops it as Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     work = args.keep or Path(tempfile.mkdtemp(prefix="perflab-soak-"))
     work.mkdir(parents=True, exist_ok=True)
     out = work / "out"
     spec = experiment(work, args.scale, args.duration)
     log = (work / "run.log").open("w")
     run = subprocess.Popen([str(PERFLAB), "run", str(spec), "--out", str(out), "--quiet", "--no-report"],
-                           stdout=log, stderr=subprocess.STDOUT)
+                           stdout=log, stderr=subprocess.STDOUT,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509
     serve: subprocess.Popen[str] | None = None
     rows: list[dict[str, Any]] = []
     polls = failures = 0
