@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 
 from conftest import start_run_until
-from perflab.hostctl import netfs, stripe
+from perflab.hostctl import netfs, nfsserve, stripe
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices, mounts and namespaces need root")
 
 GONE_WITHIN_S = 60.0
 NO_MD = stripe.md_missing()
 HAS_NFS = netfs._kernel_has_nfs()
+NFS_MISSING = nfsserve.client_missing() or nfsserve.server_missing()
 
 STRIPE = 'type = "btrfs"\nsize = "512MB"\nraid = { level = 0, devices = 2 }\n'
 
@@ -94,15 +95,38 @@ def test_a_stripe_of_another_type_without_md_is_refused(tmp_path: Path, run_cli:
     assert proc.returncode == 2 and "target.storage.wal_fs.type" in proc.stdout + proc.stderr
 
 
-def test_nfs_is_refused_on_every_machine_naming_the_stand_in(tmp_path: Path, run_cli: Any) -> None:
-    # perflab serves no NFS yet (no nfsd or nfs-ganesha of its own): refused whether or not the kernel has a client,
-    # and the missing client named where it is missing
-    path = experiment(tmp_path, wal_fs='type = "nfs"\ndelay = "1ms"\n')
+@pytest.mark.skipif(NFS_MISSING is None, reason="this machine has an NFS client and nfs-ganesha: nfs is served")
+def test_nfs_without_a_client_or_a_server_is_refused_naming_the_lack_and_the_stand_in(tmp_path: Path,
+                                                                                     run_cli: Any) -> None:
+    path = experiment(tmp_path, wal_fs='type = "nfs"\ndelay = "1ms"\nnfsvers = "4.2"\nrsize = "1MB"\n')
     proc = run_cli("check", path, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2, said
     assert "target.storage.wal_fs.type" in said and 'type = "sshfs"' in said
-    assert ("NFS client" in said) == (not HAS_NFS)
+    assert ("NFS client" in said) == (not HAS_NFS) and ("nfs-ganesha" in said) == (nfsserve.server_missing() is not None)
+    assert "Traceback" not in said
+
+
+def test_nfs_mount_options_only_on_nfs(tmp_path: Path, run_cli: Any) -> None:
+    proc = run_cli("check", experiment(tmp_path, wal_fs='type = "sshfs"\nwsize = "64KB"\n'), check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "target.storage.wal_fs" in said and "wsize" in said and "Traceback" not in said
+
+
+@pytest.mark.skipif(NFS_MISSING is not None, reason=f"the NFS path is not testable here: {NFS_MISSING}")
+def test_nfs_layout_made_used_and_removed(tmp_path: Path, run_cli: Any, namespaces_as_found: set[str]) -> None:
+    out = tmp_path / "out"
+    layout = 'type = "nfs"\ndelay = "1ms"\nnfsvers = "4.1"\nrsize = "256KB"\nwsize = "256KB"\n'
+    run_cli("run", experiment(tmp_path, data_fs=layout, wal_fs=layout), "--out", out, "--quiet", "--no-report")
+    status, tps, described = run_description(out)
+    assert status == "done" and tps and tps > 0
+    for role in ("data", "wal"):
+        assert described[role]["served_by"] == "nfs-ganesha" and described[role]["nfsvers"] == "4.1"
+        assert "rsize=262144" in described[role]["mounted_options"]
+    assert not mounts_under(tmp_path) and not [line for line in open("/proc/mounts") if " nfs" in line
+                                               and "/perflab" in line.split()[0]]
+    from perflab.hostctl import netns
+    assert set(netns.leftovers()) <= namespaces_as_found
 
 
 def test_the_database_on_the_network_with_its_wal_local(tmp_path: Path, namespaces_as_found: set[str]) -> None:

@@ -11,10 +11,12 @@ joined to this one by a veth pair; the client mounts its directory here:
     sshfs -> [relay] -> 198.18.x.2:2222 -->  sshd (the server's user), internal-sftp
     [perflabTAGc, shaped]                    [perflabTAGs, shaped]
 
-- NFS: perflab serves no NFS yet (neither nfs-ganesha nor the kernel's
-  nfsd in the namespace), so `check` refuses `type = "nfs"` on every
-  machine, naming the stand-in, sshfs, and also the missing NFS client
-  where the kernel has none (no "nfs" in /proc/filesystems nor a module).
+- NFS where the kernel has a client (hostctl.nfsserve): nfs-ganesha and its
+  rpcbind in the namespace, exporting the server's user's directory, the
+  kernel's client mounting it with the study's options (nfsvers, rsize,
+  wsize). Where the kernel has no NFS client, or nfs-ganesha is not
+  installed, `check` refuses `type = "nfs"` (exit 2) naming what is
+  missing and the stand-in, sshfs.
 - sshfs (FUSE) to an sshd perflab starts as the database server's user
   (never root: sshd runs unprivileged on a port of its own namespace, with
   its own host key and authorized_keys in a directory of that user's made for
@@ -59,7 +61,7 @@ from typing import Any
 from perflab import _engine
 from perflab.errors import UserError
 from perflab.guardian import TOKEN_VAR, journal, new_token
-from perflab.hostctl import netns, scratchfs
+from perflab.hostctl import netns, nfsserve, scratchfs
 from perflab.hostctl.mounts import mount_entry
 from perflab.hostctl.scratchfs import FsSettings, ScratchFs, undo_mount
 from perflab.model import not_setup
@@ -78,20 +80,22 @@ def _kernel_has_nfs() -> bool:
 
 def netfs_note(key: str, settings: FsSettings) -> str:
     how = "netem" if netns.netem_status() else "tbf (rate) and perflab's delay relay (delay)"
-    return (f"{key}: sshfs to an sshd of perflab's in a network namespace, over a veth link shaped by {how}: "
+    what = (f"NFSv{settings.nfsvers} from an nfs-ganesha of perflab's" if settings.type == "nfs"
+            else "sshfs to an sshd of perflab's")
+    return (f"{key}: {what} in a network namespace, over a veth link shaped by {how}: "
             f"delay {settings.delay * 1e3:g} ms each way, rate {_rate(settings.rate)}")
 
 
 def netfs_problems(key: str, settings: FsSettings) -> list[tuple[str, str]]:
     """What would stop `NetFs.mount()`, found without changing anything."""
-    if settings.type == "nfs":
-        # perflab serves no NFS on any machine: neither the kernel's nfsd nor nfs-ganesha is started in a namespace
-        client = ("" if _kernel_has_nfs() else f"; nor has this kernel ({os.uname().release}) an NFS client (no nfs "
-                  "in /proc/filesystems nor a module of it)")
-        return [(f"{key}.type", f"perflab serves no NFS yet, on any machine (no nfsd or nfs-ganesha of its own in a "
-                 f"namespace){client}; its stand-in is sshfs (FUSE) to an sshd of perflab's over the same shaped "
-                 'link; fix: type = "sshfs"')]
     problems = [(key, p) for p in netns.problems()]
+    if settings.type == "nfs":
+        missing = [m for m in (nfsserve.client_missing(), nfsserve.server_missing()) if m]
+        if missing:
+            problems.append((f"{key}.type", f"NFS cannot run here: {'; '.join(missing)}; its stand-in is sshfs "
+                             "(FUSE) to an sshd of perflab's over the same shaped link; fix: type = \"sshfs\", or "
+                             "a kernel with an NFS client and nfs-ganesha installed"))
+        return problems
     for tool, package in (("sshfs", "sshfs"), ("ssh-keygen", "openssh-client"), ("fusermount3", "fuse3")):
         if shutil.which(tool) is None:
             problems.append((f"{key}.type", f"sshfs needs {tool}, which is not on PATH; fix: install {package} "
@@ -163,7 +167,7 @@ class NetFs(ScratchFs):
         self.tag = ""
         self.ns = ""
         self.link: netns.Link | None = None
-        self.sshd: subprocess.Popen[bytes] | None = None
+        self.server: subprocess.Popen[bytes] | None = None
         self.client: subprocess.Popen[bytes] | None = None
         self.relay: _engine.DelayRelay | None = None
         self.state: Path | None = None
@@ -187,8 +191,6 @@ class NetFs(ScratchFs):
         return pwd.getpwnam(self.run_as)
 
     def mount(self) -> bool:
-        if self.settings.type != "sshfs":
-            raise UserError(f"{self.settings.type}: not served by perflab here", 'type = "sshfs"')
         if mount_entry(self.mountpoint) is not None:
             raise UserError(f"{self.mountpoint}: something is mounted there already",
                             f"unmount it (`umount {self.mountpoint}`) or choose another directory")
@@ -197,8 +199,12 @@ class NetFs(ScratchFs):
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         try:
             self._namespace()
-            self._start_sshd(user)
-            self._mount_sshfs(user)
+            if self.settings.type == "nfs":
+                self._start_ganesha()
+                self._mount_nfs()
+            else:
+                self._start_sshd(user)
+                self._mount_sshfs(user)
         except BaseException:
             self.unmount()
             raise
@@ -250,24 +256,65 @@ class NetFs(ScratchFs):
         for path in (server_dir, *server_dir.iterdir()):
             os.chown(path, user.pw_uid, user.pw_gid)
         os.chmod(self.state, 0o711)  # the server's user passes through to its own directory only
-        token = new_token()
         argv = ["ip", "netns", "exec", self.ns, "setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}",
                 "--clear-groups", "--", SSHD, "-D", "-e", "-f", str(server_dir / "sshd_config")]
-        with open(self.state / "sshd.log", "wb") as sshd_log:  # the child keeps its own copy of the fd
-            self.sshd = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=sshd_log, cwd="/",
-                                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", TOKEN_VAR: token})
-        journal().add("kill-process", f"kill-process:{self.sshd.pid}", pid=self.sshd.pid,
-                      start=start_time(self.sshd.pid), token=token)
-        self._keys.append(f"kill-process:{self.sshd.pid}")
+        self.server = self._serve("sshd", argv, self.state / "sshd.log", self.state / "sshd.log", SSHD_PORT)
+
+    def _serve(self, what: str, argv: list[str], log: Path, see: Path, port: int) -> subprocess.Popen[bytes]:
+        """Start the file server (journaled by its token) and wait until it accepts on `port` in the namespace."""
+        assert self.link is not None
+        token = new_token()
+        with open(log, "ab") as server_log:  # the child keeps its own copy of the fd
+            server = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=server_log, cwd="/",
+                                      env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", TOKEN_VAR: token})
+        journal().add("kill-process", f"kill-process:{server.pid}", pid=server.pid,
+                      start=start_time(server.pid), token=token)
+        self._keys.append(f"kill-process:{server.pid}")
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            with contextlib.suppress(OSError), socket.create_connection((str(self.link.b.v4.ip), SSHD_PORT), 1.0):
-                break
-            if self.sshd.poll() is not None or time.monotonic() > deadline:
-                raise UserError(f"sshd in {self.ns} did not start: {_tail(self.state / 'sshd.log')}",
-                                f"see {self.state / 'sshd.log'}")
+            with contextlib.suppress(OSError), socket.create_connection((str(self.link.b.v4.ip), port), 1.0):
+                return server
+            if server.poll() is not None or time.monotonic() > deadline:
+                said = " / ".join(dict.fromkeys(_tail(f) for f in (log, see)))
+                raise UserError(f"{what} in {self.ns} did not start: {said}", f"see {see}")
             time.sleep(0.05)
+
+    def _start_ganesha(self) -> None:
+        """nfs-ganesha and its rpcbind in the namespace (hostctl.nfsserve), its state in a directory of perflab's."""
+        assert self.link is not None
+        self.state = self.mountpoint.parent / f"perflab-{self.tag}-nfs"
+        journal().add("remove-dir", f"remove-dir:{self.state}", path=str(self.state))
+        self._keys.append(f"remove-dir:{self.state}")
+        os.mkdir(self.state, 0o700)
+        os.mkdir(self.state / "recovery", 0o700)
+        (self.state / "ganesha.conf").write_text(
+            nfsserve.ganesha_config(self.state, str(self.link.b.v4.ip), self.export_dir))
+        self.version = nfsserve.ganesha_version()
+        self.server = self._serve("nfs-ganesha", nfsserve.server_argv(self.ns, self.state), self.state / "start.log",
+                                self.state / "ganesha.log", nfsserve.NFS_PORT)
+
+    def _mount_nfs(self) -> None:
+        """The kernel's NFS client mounts the export here, through the delay relay where netem is missing."""
+        assert self.link is not None and self.state is not None
+        host, port = str(self.link.b.v4.ip), nfsserve.NFS_PORT
+        if self.settings.delay and not self.netem:
+            self.relay = _engine.DelayRelay("127.0.0.1:0", f"{host}:{port}", self.settings.delay, 0.0, seed=1)
+            host, port = "127.0.0.1", self.relay.port
+        self._source = f"{host}:{nfsserve.PSEUDO}"
+        options = nfsserve.mount_options(self.settings.nfsvers, self.settings.rsize, self.settings.wsize, port)
+        argv = ["mount", "-t", "nfs", "-o", ",".join(options + self.settings.mount_option_list() + ["nosuid", "nodev"]),
+                self._source, str(self.mountpoint)]
+        journal().add("mount", self._mount_key, **self._mount_args())
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(argv, 1, "", "no answer within 60 s")
+        if proc.returncode != 0 or mount_entry(self.mountpoint) is None:
+            raise UserError(f"{shlex.join(argv)} failed: {scratchfs._last_lines(proc.stderr or proc.stdout)}; "
+                            f"the server said: {_tail(self.state / 'ganesha.log')}",
+                            f"see {self.state / 'ganesha.log'}")
+        self.fsync = True  # fsync() is the client's COMMIT to the server, which writes through to its disk
 
     def _mount_sshfs(self, user: pwd.struct_passwd) -> None:
         assert self.link is not None and self.state is not None
@@ -312,7 +359,7 @@ class NetFs(ScratchFs):
     def unmount(self) -> None:
         undo_mount(self._mount_args())
         journal().remove(self._mount_key)
-        for proc in (self.client, self.sshd):
+        for proc in (self.client, self.server):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:
@@ -331,7 +378,7 @@ class NetFs(ScratchFs):
             shutil.rmtree(self.state, ignore_errors=True)
         for key in self._keys:
             journal().remove(key)
-        self._keys, self.client, self.sshd, self.relay, self.link, self.ns, self.state = [], None, None, None, None, "", None
+        self._keys, self.client, self.server, self.relay, self.link, self.ns, self.state = [], None, None, None, None, "", None
 
     def own(self, path: Path) -> None:
         """Make `path`, a file perflab wrote through the mount, root's on the
@@ -365,15 +412,22 @@ class NetFs(ScratchFs):
 
     def describe(self) -> dict[str, Any]:
         entry = mount_entry(self.mountpoint)
-        return not_setup({
-            "name": self.name,
-            "type": self.settings.type,
+        nfs = self.settings.type == "nfs"
+        server: dict[str, Any] = {
+            "served_by": "nfs-ganesha", "ganesha_version": self.version, "nfsvers": self.settings.nfsvers,
+            "rsize": self.settings.rsize, "wsize": self.settings.wsize, "fsync": "NFS COMMIT",
+        } if nfs else {
             "served_by": STAND_IN if not _kernel_has_nfs() else "sshfs",
-            "network": True,
-            "loop_backed": False,
             "sshfs_version": self.version,
             "fsync": FSYNC_EXTENSION if self.fsync else "not offered",
             "sshd_version": sshd_version(),
+        }
+        return not_setup({
+            "name": self.name,
+            "type": self.settings.type,
+            **server,
+            "network": True,
+            "loop_backed": False,
             "delay_ms": self.settings.delay * 1e3,
             "rate": _rate(self.settings.rate),
             "delay_by": "netem" if self.netem else "perflab's relay" if self.settings.delay else "none",
@@ -384,7 +438,8 @@ class NetFs(ScratchFs):
             "mount_options": self.settings.mount_options,
             "mounted": entry is not None,
             "mounted_options": entry["options"] if entry is not None else None,
-        }, "name", "namespace", "export_dir", "mountpoint", "sshfs_version", "sshd_version")
+        }, "name", "namespace", "export_dir", "mountpoint", *(("ganesha_version",) if nfs else ("sshfs_version",
+                                                                                            "sshd_version")))
 
 
 def _sshd_config(state: Path, address: str, user: str) -> str:

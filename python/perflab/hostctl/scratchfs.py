@@ -134,8 +134,8 @@ class FsSettings(StrictModel):
     """One scratch filesystem of [target.storage] (`data_fs`, `wal_fs`)."""
 
     # The filesystem perflab makes (mkfs on a loop device in the target's directory; tmpfs in memory;
-    # sshfs: the directory of an sshd perflab starts, over a shaped link, hostctl.netfs). nfs is refused at
-    # check on every machine: perflab serves no NFS yet, and sshfs stands in for it.
+    # sshfs: the directory of an sshd perflab starts, over a shaped link, hostctl.netfs; nfs: of an
+    # nfs-ganesha perflab starts, where the kernel has an NFS client; elsewhere refused at check, sshfs standing in).
     type: FsType
     # Striped over several loop devices (RAID-0; hostctl.stripe).
     raid: RaidSettings | None = None
@@ -147,10 +147,16 @@ class FsSettings(StrictModel):
     # Where the backing file goes (None: the caller's choice); with raid, one per device as a list
     # (devices on different disks), or one for all.
     backing_dir: OsText | list[OsText] | None = None
-    # sshfs: the link's one-way delay, each direction.
+    # sshfs, nfs: the link's one-way delay, each direction.
     delay: Duration = Field(default=0.0, ge=0, le=10.0)
-    # sshfs: the link's rate, each direction ("1gbit"; default: unlimited).
+    # sshfs, nfs: the link's rate, each direction ("1gbit"; default: unlimited).
     rate: Rate | None = None
+    # nfs: the NFS version mounted (NFSv3 is not served: it needs MOUNT, NLM and statd beside the server).
+    nfsvers: Literal["4.0", "4.1", "4.2"] = "4.1"
+    # nfs: the client's read size, 4KB to 1MB (default: what the client and the server agree).
+    rsize: Size | None = Field(default=None, ge=4096, le=2**20)
+    # nfs: the client's write size, 4KB to 1MB (default: what the client and the server agree).
+    wsize: Size | None = Field(default=None, ge=4096, le=2**20)
 
     @field_validator("raid")
     @classmethod
@@ -227,7 +233,10 @@ class FsSettings(StrictModel):
     def _link_on_network(self) -> FsSettings:
         if self.type not in NETWORK_TYPES and (self.delay or self.rate):
             raise ValueError(f"got delay or rate for {self.type}; allowed: delay and rate on a network filesystem "
-                             '(type = "sshfs")')
+                             '(type = "sshfs" or "nfs")')
+        if self.type != "nfs" and (given := sorted(self.model_fields_set & {"nfsvers", "rsize", "wsize"})):
+            raise ValueError(f"got {', '.join(given)} for {self.type}; allowed: {', '.join(given)} on "
+                             'type = "nfs" (the NFS client\'s mount options)')
         return self
 
     def backing_dirs(self) -> list[str | None]:
@@ -364,8 +373,12 @@ def undo_mount(args: dict[str, Any]) -> None:
         return
     mountpoint = str(args["mountpoint"])
     umount = _tool("umount") or "umount"
-    if _run_bounded([umount, mountpoint], UNDO_STEP_TIMEOUT_S) != 0 and mount_entry(mountpoint) is not None:
-        _run_bounded([umount, "-l", mountpoint], UNDO_STEP_TIMEOUT_S)
+    entry = mount_entry(mountpoint)
+    # NFS whose server is gone (perflab's delay relay died with it): -f ends the client's retries first
+    retries = [["-f"]] if entry is not None and entry["type"].startswith("nfs") else []
+    for options in ([], *retries, ["-l"]):
+        if _run_bounded([umount, *options, mountpoint], UNDO_STEP_TIMEOUT_S) == 0 or mount_entry(mountpoint) is None:
+            return
 
 
 register_undo("mount", undo_mount)  # a scratch filesystem (or tracefs): unmount it (lazily if busy)
