@@ -108,6 +108,9 @@ def test_nfs_without_a_client_or_a_server_is_refused_naming_the_lack_and_the_sta
 
 
 def test_nfs_mount_options_only_on_nfs(tmp_path: Path, run_cli: Any) -> None:
+    from perflab.hostctl.scratchfs import FsSettings
+    nfs = FsSettings.model_validate({"type": "nfs", "nfsvers": "4.2", "rsize": "64KB", "wsize": "1MB"})
+    assert (nfs.nfsvers, nfs.rsize, nfs.wsize) == ("4.2", 65536, 2**20)
     proc = run_cli("check", experiment(tmp_path, wal_fs='type = "sshfs"\nwsize = "64KB"\n'), check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "target.storage.wal_fs" in said and "wsize" in said and "Traceback" not in said
