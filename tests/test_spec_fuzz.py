@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -59,18 +60,8 @@ TARGET_NEEDS = {"process": {"kind": "process", "command": "true {port} {root}"},
                 "http": {"kind": "http", "url": "http://127.0.0.1:8080/"},
                 "mysql": {"kind": "mysql", "dsn": "mysql://perflab@127.0.0.1:1/"}}
 TARGET_BASES = {kind: TARGET_NEEDS.get(kind, {"kind": kind}) for kind in TARGET_KEYS}
-WORKLOAD_NEEDS = {
-    "tpcb": {"kind": "tpcb", "duration": "1s"},
-    "sql": {"kind": "sql", "statements": ["SELECT 1"]},
-    "tpch": {"kind": "tpch"},
-    "tpcc": {"kind": "tpcc", "duration": "1s"},
-    "oltp": {"kind": "oltp", "duration": "1s"},
-    "http": {"kind": "http", "duration": "1s"},
-    "ssb": {"kind": "ssb"},
-    "queries": {"kind": "queries", "queries": {"q1": "select 1"}},
-    "stream": {"kind": "stream", "duration": "1s"},
-}
-WORKLOAD_BASES = {kind: WORKLOAD_NEEDS.get(kind, {"kind": kind}) for kind in WORKLOAD_KEYS}
+# A workload's starting point is its own: its class's `example` (perflab.workloads.base).
+WORKLOAD_BASES = {kind: {"kind": kind, **WORKLOADS.get(kind).example} for kind in WORKLOAD_KEYS}
 # [host], [target.resources] and [target.storage]'s scratch filesystems:
 # their keys, fuzzed like the rest (check reads /proc and /sys; it changes nothing).
 HOST_KEYS = _keys(HostSettings)
@@ -115,13 +106,18 @@ def section(draw: Any, base: dict[str, Any], keys: list[str]) -> dict[str, Any]:
     return out
 
 
-# A factor each workload takes, with values from its range.
-GOOD_FACTORS = {"tpcb": ("workload.clients", 1, 10_000), "sql": ("workload.iterations", 1, 10**9),
-                "tpch": ("workload.streams", 1, 100), "tpcc": ("workload.warehouses", 1, 100_000),
-                "http": ("workload.clients", 1, 10_000),
-                "ssb": ("workload.rounds", 1, 1000), "queries": ("workload.repetitions", 1, 100_000),
-                "stream": ("workload.flows", 1, 256), "oltp": ("workload.clients", 1, 10_000)}
-assert set(GOOD_FACTORS) == set(WORKLOAD_KEYS)  # a new workload must name its factor here
+# A factor each workload takes, with values from its range: its class's
+# `sample_factor`, an integer setting whose bounds its model states.
+def _factor(kind: str) -> tuple[str, int, int]:
+    name = WORKLOADS.get(kind).sample_factor
+    assert name, f"workload {kind} names no sample_factor"  # a new workload must name its factor
+    field = WORKLOADS.get(kind).Settings.model_fields[name]
+    (lo,) = [m.ge for m in field.metadata if isinstance(m, annotated_types.Ge)]
+    (hi,) = [m.le for m in field.metadata if isinstance(m, annotated_types.Le)]
+    return f"workload.{name}", lo, hi
+
+
+GOOD_FACTORS = {kind: _factor(kind) for kind in WORKLOAD_KEYS}
 
 
 def valid_document(draw: Any, target_kind: str, workload_kind: str) -> dict[str, Any]:

@@ -236,13 +236,21 @@ def ssb_write_text(
     """Part `part` of `parts` of an SSB table as text rows written to `path`,
     as tpch_write_text (`insert_rows` too); the rows written."""
 
-# ---- TPC-B driver and HDR histograms (crates/engine-py/src/tpcb.rs).
-# Runs and loads release the GIL (crates/engine-py/src/glue.rs); every ~200 ms
-# they check signals (and `cancel.is_set()`), stopping every client or loader
-# within about a second.
+# ---- Declared workloads (crates/engine-py/src/workloads.rs): each engine
+# module with a `pub static WORKLOAD` (crates/engine/src/harness/registry.rs)
+# is `NAME_run` (the harness keywords, then its own) and, with a loader,
+# `NAME_load`; its stubs follow here. Runs and loads release the GIL
+# (crates/engine-py/src/glue.rs); every ~200 ms they check signals (and
+# `cancel.is_set()`), stopping every client or loader within about a second.
+# A bad own setting (missing, wrong type, out of range) is a ConfigError.
+
+def workloads() -> list[str]:
+    """The workloads the engine declares, by name."""
 
 class _Cancel(Protocol):
     def is_set(self) -> bool: ...
+
+# TPC-B (crates/engine/src/tpcb/mod.rs's WORKLOAD).
 
 def tpcb_load(
     conninfo: str,
@@ -293,6 +301,8 @@ def tpcb_run(
     `on_connected()` (the shared barrier), which returns the CLOCK_MONOTONIC ns
     to start at; seconds are cut from that instant and each keeps its encoded
     latency histogram."""
+
+# ---- HDR histograms and the clock (crates/engine-py/src/measure.rs).
 
 def hdr_merge(parts: list[bytes]) -> bytes:
     """Merge V2-encoded HDR histograms exactly (same bucket layout)."""

@@ -41,8 +41,10 @@
 
 use crate::errors::{config_error, engine_error, EngineError, Interrupted};
 use crate::results::{DriverResult, Interval};
-use perflab_engine::harness::{HarnessConfig, Progress, Protocol, Run};
+use perflab_engine::harness::registry::{self, Running};
+use perflab_engine::harness::{HarnessConfig, Progress, Protocol};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -59,6 +61,18 @@ pub(crate) fn check_stop(py: Python<'_>, cancel: Option<&Bound<'_, PyAny>>) -> P
         }
         _ => Ok(()),
     }
+}
+
+/// `key` taken out of `kwargs` (None when absent or None).
+pub(crate) fn take<'py>(
+    kwargs: &Bound<'py, PyDict>,
+    key: &str,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let value = kwargs.get_item(key)?;
+    if value.is_some() {
+        kwargs.del_item(key)?;
+    }
+    Ok(value.filter(|v| !v.is_none()))
 }
 
 /// The harness settings every driver binding takes from Python, by name.
@@ -80,6 +94,49 @@ pub(crate) struct HarnessArgs<'a> {
 }
 
 impl HarnessArgs<'_> {
+    /// The harness keywords taken out of a binding's `kwargs` (what is left
+    /// is the workload's own), with `harness_binding!`'s defaults; their
+    /// config. TypeError names a missing required one.
+    pub(crate) fn take(kwargs: &Bound<'_, PyDict>) -> PyResult<HarnessConfig> {
+        let required = |key: &str| {
+            take(kwargs, key)?.ok_or_else(|| {
+                pyo3::exceptions::PyTypeError::new_err(format!("missing keyword argument {key}"))
+            })
+        };
+        let (clients, threads, t0_ns) = (
+            required("clients")?,
+            required("threads")?,
+            required("t0_ns")?,
+        );
+        let schedule: Option<String> =
+            take(kwargs, "schedule")?.map(|v| v.extract()).transpose()?;
+        let io: Option<String> = take(kwargs, "io")?.map(|v| v.extract()).transpose()?;
+        let pin: Option<String> = take(kwargs, "pin")?.map(|v| v.extract()).transpose()?;
+        HarnessArgs {
+            clients: clients.extract()?,
+            threads: threads.extract()?,
+            t0_ns: t0_ns.extract()?,
+            duration_s: take(kwargs, "duration_s")?
+                .map(|v| v.extract())
+                .transpose()?,
+            transactions: take(kwargs, "transactions")?
+                .map(|v| v.extract())
+                .transpose()?,
+            warmup_s: take(kwargs, "warmup_s")?.map_or(Ok(0.0), |v| v.extract())?,
+            rate_tps: take(kwargs, "rate_tps")?.map(|v| v.extract()).transpose()?,
+            schedule: schedule.as_deref().unwrap_or("poisson"),
+            latency_limit_ms: take(kwargs, "latency_limit_ms")?
+                .map(|v| v.extract())
+                .transpose()?,
+            max_tries: take(kwargs, "max_tries")?.map_or(Ok(1), |v| v.extract())?,
+            seed: take(kwargs, "seed")?.map_or(Ok(0), |v| v.extract())?,
+            io: io.as_deref().unwrap_or("epoll"),
+            pin: pin.as_deref().unwrap_or("off"),
+            follow: take(kwargs, "follow")?.map_or(Ok(false), |v| v.extract())?,
+        }
+        .config()
+    }
+
     /// The harness's config; ConfigError names a bad schedule, io or pin.
     pub(crate) fn config(&self) -> PyResult<HarnessConfig> {
         Ok(HarnessConfig {
@@ -230,11 +287,19 @@ pub(crate) fn drive<P: Protocol>(
     cancel: Option<Bound<'_, PyAny>>,
     on_connected: Option<Bound<'_, PyAny>>,
 ) -> PyResult<DriverResult> {
-    let run = match on_connected {
-        Some(_) => Run::start_gated(cfg, protocol),
-        None => Run::start(cfg, protocol),
-    }
-    .map_err(engine_error)?;
+    let run = registry::start(cfg, protocol, on_connected.is_some()).map_err(engine_error)?;
+    poll(py, run, progress, cancel, on_connected)
+}
+
+/// Poll a started run to its end (`drive`): progress each second, the gate,
+/// signals and `cancel`; the run's figures, or the error that stopped it.
+pub(crate) fn poll(
+    py: Python<'_>,
+    run: Box<dyn Running>,
+    progress: Option<Bound<'_, PyAny>>,
+    cancel: Option<Bound<'_, PyAny>>,
+    on_connected: Option<Bound<'_, PyAny>>,
+) -> PyResult<DriverResult> {
     let mut gate = on_connected;
     loop {
         let step = py.detach(|| run.next_progress(POLL_INTERVAL));
@@ -256,14 +321,14 @@ pub(crate) fn drive<P: Protocol>(
             });
         if let Err(err) = stop {
             run.abort();
-            let _ = py.detach(|| run.join());
+            let _ = py.detach(move || run.join());
             return Err(err);
         }
         if matches!(step, Progress::Finished) {
             break;
         }
     }
-    let summary = py.detach(|| run.join()).map_err(engine_error)?;
+    let summary = py.detach(move || run.join()).map_err(engine_error)?;
     DriverResult::new(py, &summary)
 }
 

@@ -11,9 +11,9 @@ mod relay;
 mod results;
 mod ssb;
 mod stream;
-mod tpcb;
 mod tpcc;
 mod tpch;
+mod workloads;
 
 /// Seconds in a duration string ("90s", "1h30m"); ValueError names what is allowed.
 #[pyfunction]
@@ -31,11 +31,11 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     measure::register(m)?;
     relay::register(m)?;
     stream::register(m)?;
-    tpcb::register(m)?;
     tpcc::register(m)?;
     tpch::register(m)?;
     http::register(m)?;
     ssb::register(m)?;
     oltp::register(m)?;
+    workloads::register(m)?;
     Ok(())
 }

@@ -26,12 +26,15 @@ pub mod rowtable;
 pub mod ssb;
 pub mod stream;
 pub mod sys;
-pub mod tpcb;
 pub mod tpcc;
 pub mod tpch;
 pub mod transport;
 pub mod units;
 pub mod uring;
+
+// The workloads' modules (each declares `WORKLOAD`; see harness::registry),
+// declared by build.rs.
+include!(concat!(env!("OUT_DIR"), "/workloads.rs"));
 
 /// Version of the engine crate, checked against the Python package at import.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

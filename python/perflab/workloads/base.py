@@ -46,6 +46,11 @@ class Workload(abc.ABC, Generic[EndpointT]):
     # Its run phase is the engine's load harness, called through
     # perflab.drivers.engine_run: it can run on a distributed driver ([driver] kind = "ray").
     distributable: ClassVar[bool] = False
+    # The settings of the smallest valid [workload] table besides its kind (a
+    # short run), and an integer setting with a range that it takes as a
+    # factor: what tests/test_spec_fuzz.py starts each kind's documents from.
+    example: ClassVar[dict[str, Any]] = {}
+    sample_factor: ClassVar[str] = ""
     # How figures name its per-second series where the stored name is the
     # engine's ("tps" of an HTTP run is requests per second: {"tps": "req/s"}).
     series_labels: ClassVar[dict[str, str]] = {}

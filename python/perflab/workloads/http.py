@@ -64,7 +64,7 @@ from perflab.model import Event, Flag, Histogram, LoadResult, RunResult
 from perflab.section import Section
 from perflab.settings_model import StrictModel
 from perflab.units import Duration, Size, format_size
-from perflab.workloads import harness
+from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
 
@@ -388,8 +388,14 @@ def error_classes(out: _engine.DriverResult, result: RunResult) -> None:
                                    f"{ERROR_FLAG_SHARE:.0%}): {parts}"))
 
 
+@WORKLOADS.declare(
+    "http",
+    "HTTP/1.1 GETs of a SPECweb99-like file set from a Rust driver: req/s, Mb/s, latency per class",
+)
 class HttpWorkload(Workload[HttpEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = HttpSettings
+    example: ClassVar[dict[str, Any]] = {"duration": "1s"}
+    sample_factor: ClassVar[str] = "clients"
     data_fields: ClassVar[tuple[str, ...]] = ("fileset",)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.HTTP})
     headline: ClassVar[tuple[str, ...]] = ("req_per_s", "throughput_mbps", "latency_p95_ms")

@@ -28,7 +28,7 @@ from perflab.drivers import engine_run
 from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult, fmt_factors
-from perflab.workloads import harness
+from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
 
@@ -108,10 +108,16 @@ def _wire(endpoint: Endpoint) -> tuple[str, str]:
                     "use a postgres, mariadb or mysql target")
 
 
+@WORKLOADS.declare(
+    "oltp",
+    "sysbench's OLTP scripts (point_select, read_only, read_write, ...) on its sbtest tables from a Rust driver",
+)
 class OltpWorkload(Workload[Endpoint]):
     metrics = ("tps", "qps", "transactions", "failed", "statements.*", "latency_mean_ms", "latency_p50_ms",
                "latency_p95_ms", "latency_p99_ms", "latency_max_ms", "errors.*", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = OltpSettings
+    example: ClassVar[dict[str, Any]] = {"duration": "1s"}
+    sample_factor: ClassVar[str] = "clients"
     data_fields: ClassVar[tuple[str, ...]] = ("tables", "table_size", "rand_type")
     # a PostgreSQL or a MySQL server
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})

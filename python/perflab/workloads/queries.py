@@ -61,6 +61,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, natural_key
 from perflab.settings_model import OsText, StrictModel
 from perflab.units import Duration
+from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.timed import per_query_stats, short_error, timed_query
 
@@ -328,8 +329,14 @@ def stream_executions(queries: list[QuerySource], settings: QueriesSettings, str
     return out
 
 
+@WORKLOADS.declare(
+    "queries",
+    "a user's own query set (a directory of .sql files or inline), seeded parameters, streams, per-query times",
+)
 class QueriesWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = QueriesSettings
+    example: ClassVar[dict[str, Any]] = {"queries": {"q1": "select 1"}}
+    sample_factor: ClassVar[str] = "repetitions"
     data_fields: ClassVar[tuple[str, ...]] = ("dataset", "scale_factor", "prepare", "queries")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("elapsed_s", "query_geomean_s", "queries_failed")

@@ -13,7 +13,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -24,6 +24,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import Event, Flag, LoadResult, QueryTime, RunResult, SeriesPoint
 from perflab.settings_model import OsText, StrictModel
 from perflab.units import Duration
+from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload, WorkloadSettings
 
 # Beyond this many executions per run, per-execution rows are not stored (the
@@ -81,8 +82,11 @@ def _read(base_dir: Path, name: str, what: str) -> str:
                         "give a path relative to the experiment file, or an absolute one") from None
 
 
+@WORKLOADS.declare("sql", "given SQL statements or files: setup once, then a timed body; per-statement times")
 class SqlWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = SqlSettings
+    example: ClassVar[dict[str, Any]] = {"statements": ["SELECT 1"]}
+    sample_factor: ClassVar[str] = "iterations"
     data_fields: ClassVar[tuple[str, ...]] = ("setup", "setup_files")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("statements_per_s", "statement_mean_ms")

@@ -50,7 +50,7 @@ from perflab.proc import CLOCK_TICKS_PER_S, parse_stat, read_text
 from perflab.section import Section
 from perflab.targets.router import NetworkEndpoint
 from perflab.units import Duration
-from perflab.workloads import harness
+from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 
 if TYPE_CHECKING:
@@ -111,11 +111,14 @@ def _tx_packets(ns: str, dev: str) -> int:
     return int(json.loads(out)[0]["stats64"]["tx"]["packets"])
 
 
+@WORKLOADS.declare("stream", "TCP streams or UDP datagrams across a router, goodput counted by the receiver (Rust)")
 class StreamWorkload(Workload[NetworkEndpoint]):
     metrics = ("rules.*", "goodput_mbps", "pps", "udp_sent", "udp_received", "udp_loss_pct", "tcp_retransmits",
                "router_pps", "frame_size", "payload_bytes", "mss_bytes", "flows", "receiver_cpu_s", "cpu.*", "sends",
                "errors.*", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = StreamSettings
+    example: ClassVar[dict[str, Any]] = {"duration": "1s"}
+    sample_factor: ClassVar[str] = "flows"
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.NETWORK})
     headline: ClassVar[tuple[str, ...]] = ("goodput_mbps", "pps")
 

@@ -30,7 +30,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
 from perflab.section import Section
 from perflab.units import Duration
-from perflab.workloads import harness
+from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
 
@@ -83,11 +83,17 @@ class TpcbSettings(harness.HarnessSettings):
         return self
 
 
+@WORKLOADS.declare(
+    "tpcb",
+    "pgbench's TPC-B-like transactions (tpcb-like, simple-update, select-only) from a Rust driver",
+)
 class TpcbWorkload(Workload[PgWireEndpoint]):
     metrics = ("tps", "transactions", "failed", "latency_mean_ms", "latency_stddev_ms", "latency_p50_ms",
                "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms", "latency_max_ms",
                "rate_target_tps", "errors.*", "scale", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
+    example: ClassVar[dict[str, Any]] = {"duration": "1s"}
+    sample_factor: ClassVar[str] = "clients"
     data_fields: ClassVar[tuple[str, ...]] = ("scale", "fillfactor")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.POSTGRES_WIRE})
     headline: ClassVar[tuple[str, ...]] = ("tps", "latency_p99_ms")

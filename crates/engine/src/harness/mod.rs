@@ -20,6 +20,7 @@
 //! no virtual calls on the hot path).
 
 mod config;
+pub mod registry;
 mod run;
 mod schedule;
 mod shared;

@@ -12,9 +12,54 @@ pub mod protocol;
 
 pub use protocol::TpcbProtocol;
 
+use crate::error::EngineError;
+use crate::harness::registry::{self, Loaded, Params, Running, Workload};
+use crate::harness::HarnessConfig;
 use crate::random::Prng;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
+
+/// tpcb on the harness (`harness::registry`): `tpcb_run(conninfo, script,
+/// scale, protocol, <harness>)` and `tpcb_load(conninfo, scale, fillfactor)`.
+pub static WORKLOAD: Workload = Workload {
+    name: "tpcb",
+    run,
+    load: Some(load_data),
+};
+
+fn run(
+    conninfo: &str,
+    p: &Params,
+    cfg: HarnessConfig,
+    gated: bool,
+) -> Result<Box<dyn Running>, EngineError> {
+    let protocol = TpcbProtocol::new(
+        conninfo,
+        p.parse("script")?,
+        p.int("scale")?,
+        p.parse("protocol")?,
+    )?;
+    registry::start(cfg, protocol, gated)
+}
+
+fn load_data(
+    conninfo: &str,
+    p: &Params,
+    abort: &AtomicBool,
+    on_step: &mut dyn FnMut(&str),
+) -> Result<Loaded, EngineError> {
+    let cfg = load::LoadConfig {
+        conninfo: conninfo.to_string(),
+        scale: p.int("scale")?,
+        fillfactor: p.int_or("fillfactor", 100)?,
+    };
+    let report = load::load(&cfg, abort, on_step)?;
+    Ok(Loaded {
+        steps: report.steps,
+        rows: report.rows,
+    })
+}
 
 /// Rows per scale unit, as in pgbench.c (`nbranches`, `ntellers`, `naccounts`).
 pub const BRANCHES_PER_SCALE: i64 = 1;

@@ -33,7 +33,7 @@ from perflab.endpoints import Capability, Sessionlike, SqlEndpoint
 from perflab.errors import RunFailure
 from perflab.model import Event, Flag, LoadResult, RunResult
 from perflab.units import Duration
-from perflab.workloads import generated
+from perflab.workloads import WORKLOADS, generated
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.ssb import queries, schema
 from perflab.workloads.timed import per_query_stats, short_error, timed_query
@@ -69,8 +69,10 @@ class SsbSettings(WorkloadSettings):
         return value
 
 
+@WORKLOADS.declare("ssb", "the Star Schema Benchmark: generated star schema, the 13 queries in power-style rounds")
 class SsbWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = SsbSettings
+    sample_factor: ClassVar[str] = "rounds"
     data_fields: ClassVar[tuple[str, ...]] = ("scale_factor",)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("round_mean_s", "query_geomean_s", "load.total_s")

@@ -66,7 +66,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.section import Section
 from perflab.units import Duration
-from perflab.workloads import harness
+from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.generated import run_step
 from perflab.workloads.stalls import StallWatch
@@ -334,8 +334,14 @@ def _tpcc_data(seed: int, c_last_load: int) -> GeneratedData:
                          write_text=write_text)
 
 
+@WORKLOADS.declare(
+    "tpcc",
+    "TPC-C: the five order-entry transactions from a Rust driver, tpmC and NOPM, the 12 consistency checks",
+)
 class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpccSettings
+    example: ClassVar[dict[str, Any]] = {"duration": "1s"}
+    sample_factor: ClassVar[str] = "warehouses"
     data_fields: ClassVar[tuple[str, ...]] = ("warehouses", "load_seed")
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     # PostgreSQL or MySQL/MariaDB: the engine speaks both; DuckDB is refused at check

@@ -45,7 +45,7 @@ from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, LoadResult, QueryTime, RunResult
 from perflab.settings_model import OsText
 from perflab.units import Duration
-from perflab.workloads import generated
+from perflab.workloads import WORKLOADS, generated
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.timed import per_query_stats as _per_query_stats
 from perflab.workloads.timed import short_error as _short_error
@@ -138,8 +138,13 @@ def _answers_dir(settings: TpchSettings, base_dir: Path) -> Path | None:
     return path
 
 
+@WORKLOADS.declare(
+    "tpch",
+    "TPC-H-derived decision support (DBT-3): load, power and throughput tests with refresh functions",
+)
 class TpchWorkload(Workload[SqlEndpoint]):
     Settings: ClassVar[type[WorkloadSettings]] = TpchSettings
+    sample_factor: ClassVar[str] = "streams"
     data_fields: ClassVar[tuple[str, ...]] = ("scale_factor",)
     needs: ClassVar[frozenset[Capability]] = frozenset({Capability.SQL})
     headline: ClassVar[tuple[str, ...]] = ("qphh_at_size", "power_at_size", "throughput_at_size", "load.total_s")
