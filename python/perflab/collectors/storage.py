@@ -5,9 +5,10 @@ WAL) lives on, once per layout, before the run's workload starts.
     [collect]
     storage = {}          # or { size = "64MB", runtime = "3s" }
 
-Four jobs per role, each on its own file in a directory perflab makes on
-that filesystem (perflab-fio-<token>, removed afterwards), one at a time,
-while the server is idle (the collector starts before the workload's run):
+Four jobs per role, one fio run of them one after the other (stonewall, as
+a job file of them runs) on one file in a directory perflab makes on that
+filesystem (perflab-fio-<token>, removed afterwards), while the server is
+idle (the collector starts before the workload's run):
 
 - sequential write, 1 MiB blocks, fsync at the end (end_fsync): MB/s;
 - sequential read of that file, 1 MiB blocks, its page cache dropped first
@@ -86,26 +87,23 @@ def run_fio(directory: Path, settings: StorageSettings) -> dict[str, float]:
     work.mkdir(mode=0o700)
     out: dict[str, float] = {}
     try:
+        # one fio, the jobs one after the other (stonewall), as a job file of them runs
+        argv = ["fio", "--output-format=json", f"--filename={work / 'perflab-fio.dat'}", "--ioengine=psync"]
         for name, args in _jobs(settings):
-            argv = ["fio", "--name=perflab", f"--filename={work / 'perflab-fio.dat'}", "--ioengine=psync",
-                    "--output-format=json", *args]
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                raise RuntimeError(f"fio {name} failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-            job = json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]
-            if name == "seq_write":
-                out["seq_write_MBps"] = job["write"]["bw_bytes"] / 1e6
-            elif name == "seq_read":
-                out["seq_read_MBps"] = job["read"]["bw_bytes"] / 1e6
-            elif name == "randwrite":
-                out["randwrite_8k_iops"] = job["write"]["iops"]
-            else:
-                lat = job["sync"]["lat_ns"]
-                out["fdatasync_8k_mean_us"] = lat["mean"] / 1e3
-                pct = lat.get("percentile") or {}
-                p99 = next((v for k, v in pct.items() if k.startswith("99.000")), None)
-                if p99 is not None:
-                    out["fdatasync_8k_p99_us"] = p99 / 1e3
+            argv += [f"--name={name}", "--stonewall", *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise RuntimeError(f"fio failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
+        jobs = {j["jobname"]: j for j in json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"]}
+        out["seq_write_MBps"] = jobs["seq_write"]["write"]["bw_bytes"] / 1e6
+        out["seq_read_MBps"] = jobs["seq_read"]["read"]["bw_bytes"] / 1e6
+        out["randwrite_8k_iops"] = jobs["randwrite"]["write"]["iops"]
+        lat = jobs["fdatasync"]["sync"]["lat_ns"]
+        out["fdatasync_8k_mean_us"] = lat["mean"] / 1e3
+        pct = lat.get("percentile") or {}
+        p99 = next((v for k, v in pct.items() if k.startswith("99.000")), None)
+        if p99 is not None:
+            out["fdatasync_8k_p99_us"] = p99 / 1e3
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
