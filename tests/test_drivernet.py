@@ -101,6 +101,7 @@ def _sink(address: str) -> tuple[socket.socket, threading.Thread, list[int]]:
     return server, thread, got
 
 
+@pytest.mark.serial  # it times a transfer: the suite's serial half runs it alone
 def test_tbf_really_limits_the_rate_of_the_namespaces_link(namespaces_as_found: set[str]) -> None:
     with _link() as link:
         shape = netns.Shape(rate_bps=20e6)
@@ -117,7 +118,8 @@ def test_tbf_really_limits_the_rate_of_the_namespaces_link(namespaces_as_found: 
         elapsed = time.monotonic() - started
         server.close()
         assert got[0] == len(payload)
-        assert 0.8 < elapsed < 1.6, f"{elapsed:.2f} s for 20 Mbit at 20 Mbit/s"
+        # at least the shaped time (the limit holds); the upper bound only catches a link shaped far too slow
+        assert 0.8 < elapsed < 2.5, f"{elapsed:.2f} s for 20 Mbit at 20 Mbit/s"
     assert _leftovers_of_this_test(namespaces_as_found) == []
 
 
