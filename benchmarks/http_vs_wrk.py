@@ -64,6 +64,7 @@ from perflab import _engine
 from perflab.endpoints import HttpEndpoint
 from perflab.targets.nginx import NginxSettings, NginxTarget
 from perflab.units import parse_size_bytes
+from perflab.workloads.harness import engine_settings_of
 from perflab.workloads.http import default_cache_dir
 
 RAW_FILE = (0, 1, 0)  # dir00000/class1_0: 1024 bytes
@@ -155,9 +156,9 @@ def run_http_floor(floor: str, hostport: str, connections: int, threads: int, se
 def run_perflab(ep: HttpEndpoint, dirs: int, connections: int, threads: int, seconds: int,
                 only: tuple[int, int, int] | None, client: str = "own", io: str = "auto") -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_SELF)
-    out = _engine.http_run(ep.address, host=ep.host_header, dirs=dirs, clients=connections, threads=threads,
-                           t0_ns=time.monotonic_ns(), duration_s=float(seconds), seed=int(time.time()),
-                           only=only, client=client, io=io)
+    out = _engine.http_run(ep.address, host=ep.host_header, dirs=dirs, t0_ns=time.monotonic_ns(), only=only, client=client,
+                           harness=engine_settings_of(clients=connections, threads=threads, duration=float(seconds),
+                                                      seed=int(time.time()), io=io, pin="off", follow=False))
     after = resource.getrusage(resource.RUSAGE_SELF)
     whole = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     n = max(1, out.transactions)

@@ -146,13 +146,15 @@ def check_counts(result: dict[str, Any], history_rows: int) -> str:
 
 def child(spec: dict[str, Any]) -> int:
     from perflab import _engine
+    from perflab.workloads.harness import engine_settings_of
 
     print("go", flush=True)
     try:
         out = _engine.tpcb_run(
-            spec["conninfo"], script="tpcb-like", scale=1, clients=spec["clients"], threads=spec["threads"],
-            protocol=spec["protocol"], t0_ns=time.monotonic_ns(), duration_s=spec["duration"],
-            seed=spec["seed"], io=spec["io"], pin=spec["pin"], follow=spec.get("follow", False),
+            spec["conninfo"], script="tpcb-like", scale=1, protocol=spec["protocol"], t0_ns=time.monotonic_ns(),
+            harness=engine_settings_of(clients=spec["clients"], threads=spec["threads"], duration=spec["duration"],
+                                       seed=spec["seed"], io=spec["io"], pin=spec["pin"],
+                                       follow=spec.get("follow", False)),
         )
     except _engine.EngineConnectionError as exc:
         print(json.dumps({"outcome": "connect-error", "message": str(exc)}), flush=True)

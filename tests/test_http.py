@@ -24,6 +24,7 @@ from perflab import _engine
 from perflab.context import RunContext
 from perflab.endpoints import HttpEndpoint
 from perflab.targets.nginx import NginxSettings, NginxTarget
+from perflab.workloads.harness import engine_settings_of
 from perflab.workloads.http import HttpSettings, HttpWorkload
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx", path=os.environ.get("PATH", "") + ":/usr/sbin") is None,
@@ -131,8 +132,8 @@ def test_a_404_and_a_short_body_are_counted_not_ignored(nginx, cache, tmp_path) 
     target, endpoint, root = nginx
     t0 = time.monotonic_ns()
     # A set of 60 directories asked of a server holding 3: most requests are 404s.
-    out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=60, clients=2, threads=1,
-                           t0_ns=t0, transactions=300, seed=5)
+    out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=60, t0_ns=t0,
+                           harness=engine_settings_of(clients=2, threads=1, transactions=300, seed=5, io="epoll", pin="off", follow=False))
     assert out.errors_by_kind.get("4xx", 0) > 300 and out.lost_clients == 0
     assert out.transactions + out.errors_by_kind["4xx"] == 600
     # A copy of the set with one file cut short, on a server without a file
@@ -148,13 +149,13 @@ def test_a_404_and_a_short_body_are_counted_not_ignored(nginx, cache, tmp_path) 
         plain = other.provision()
         assert isinstance(plain, HttpEndpoint) and plain.publish is not None
         plain.publish(damaged)
-        out = _engine.http_run(plain.address, host=plain.host_header, dirs=DIRS, clients=1, threads=1,
-                               t0_ns=t0, transactions=50, only=(0, 0, 4))
+        out = _engine.http_run(plain.address, host=plain.host_header, dirs=DIRS, t0_ns=t0, only=(0, 0, 4),
+                               harness=engine_settings_of(clients=1, threads=1, transactions=50, io="epoll", pin="off", follow=False))
         assert out.errors_by_kind == {"short-body": 50} and out.transactions == 0
         # The same file of the right size is served without error.
         (damaged / "dir00000/class0_4").write_bytes(b"x" * _engine.fileset_file_size(0, 4))
-        out = _engine.http_run(plain.address, host=plain.host_header, dirs=DIRS, clients=1, threads=1,
-                               t0_ns=t0, transactions=50, only=(0, 0, 4))
+        out = _engine.http_run(plain.address, host=plain.host_header, dirs=DIRS, t0_ns=t0, only=(0, 0, 4),
+                               harness=engine_settings_of(clients=1, threads=1, transactions=50, io="epoll", pin="off", follow=False))
         assert out.errors_by_kind == {} and out.transactions == 50
         assert out.body_bytes == 50 * _engine.fileset_file_size(0, 4)
     finally:
@@ -177,8 +178,8 @@ def test_the_process_target_runs_any_server_from_a_command_line_and_stops_it(roo
         token = target.token
         assert token is not None and target.processes()
         # Python's server answers HTTP/1.0 and closes: the client re-connects each time.
-        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=2, threads=1,
-                               t0_ns=time.monotonic_ns(), transactions=20)
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                               harness=engine_settings_of(clients=2, threads=1, transactions=20, io="epoll", pin="off", follow=False))
         assert out.failed == 0 and out.transactions == 40, out.errors_by_kind
     finally:
         target.teardown()
@@ -227,8 +228,8 @@ def test_no_server_process_that_answers_requests_runs_as_root(kind, tmp_path) ->
         # The served files are the cache's own inodes (sendfile and the page cache as before).
         served = Path(described["root"]) / "dir00000" / "class1_0"
         assert served.stat().st_ino == (source / "dir00000" / "class1_0").stat().st_ino
-        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=2, threads=1,
-                               t0_ns=time.monotonic_ns(), transactions=50)
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                               harness=engine_settings_of(clients=2, threads=1, transactions=50, io="epoll", pin="off", follow=False))
         assert out.failed == 0 and out.transactions == 100, out.errors_by_kind
         processes = target.processes()
         if kind == "nginx":
@@ -327,8 +328,9 @@ def test_requests_per_connection_opens_a_new_connection_every_n_requests(nginx, 
     _, endpoint, _ = nginx
     port = int(endpoint.address.rsplit(":", 1)[1])
     before = _time_wait_to(port)
-    out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=1, threads=1,
-                           t0_ns=time.monotonic_ns(), transactions=100, requests_per_connection=5, io=io)
+    out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                           harness=engine_settings_of(clients=1, threads=1, transactions=100, io=io, pin="off",
+                                                      follow=False), requests_per_connection=5)
     assert out.transactions == 100 and out.failed == 0
     assert out.io.startswith("epoll" if io == "epoll" else "io_uring"), out.io
     # 100 requests, 5 a connection: 20 connections closed by the client.

@@ -16,6 +16,7 @@ import pytest
 
 from perflab import _engine
 from perflab.drivers import merge
+from perflab.workloads.harness import engine_settings_of
 
 
 def test_every_field_of_the_engine_record_has_a_merge_rule() -> None:
@@ -56,8 +57,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_one_worker_merged_is_the_run_itself(server: str, tmp_path: Path) -> None:
-    out = _engine.http_run(server, host="127.0.0.1", dirs=1, clients=2, threads=1, t0_ns=time.monotonic_ns(),
-                           duration_s=1.0, only=(0, 1, 0), seed=1)
+    out = _engine.http_run(server, host="127.0.0.1", dirs=1, t0_ns=time.monotonic_ns(), only=(0, 1, 0),
+                           harness=engine_settings_of(clients=2, threads=1, duration=1.0, seed=1, io="epoll", pin="off", follow=False))
     assert out.transactions > 0, out.errors_by_kind
     merged = merge.merge([merge.WorkerResult.of(0, "here", out)])
     for name in merge.RECORD:

@@ -21,6 +21,7 @@ from perflab import _engine
 from perflab.context import RunContext
 from perflab.errors import UserError
 from perflab.workloads import WORKLOADS
+from perflab.workloads.harness import engine_settings_of
 from perflab.workloads.oltp import STATEMENTS, OltpSettings, OltpWorkload
 
 TABLES, ROWS = 2, 10_000
@@ -219,7 +220,8 @@ def test_two_drivers_statement_histograms_merge(loaded) -> None:
 
     db, _ = loaded
     outs = [_engine.oltp_run(db.conninfo, script="read_only", tables=TABLES, table_size=ROWS, rand_type="special",
-                             clients=1, threads=1, t0_ns=time.monotonic_ns(), transactions=n, io="epoll", seed=n)
+                             t0_ns=time.monotonic_ns(), harness=engine_settings_of(
+                                 clients=1, threads=1, transactions=n, io="epoll", seed=n, pin="off", follow=False))
             for n in (5, 7)]
     merged = merge.merge([merge.WorkerResult.of(i, "here", out) for i, out in enumerate(outs)])
     counts = {op.name: (op.committed, op.latency.count) for op in merged.operations if op.committed}

@@ -37,6 +37,7 @@ from test_guardian import _alive, _guardians_of
 pytest.importorskip("ray", reason='the Ray driver needs the extra: pip install "perflab[ray]"')
 
 from perflab.drivers.ray import CLUSTER_ENV, RayDriver, cluster_processes  # noqa: E402
+from perflab.workloads.harness import engine_settings_of
 
 pytestmark = pytest.mark.slow
 APPLICATION = "perflab-tpcb"
@@ -96,10 +97,12 @@ def context(tmp_path: Path, driver: RayDriver, sink: SeriesSink | None = None) -
                       driver=driver)
 
 
-def tpcb(ctx: RunContext, endpoint: PostgresEndpoint, **kw: Any) -> MergedResult:
-    args: dict[str, Any] = {"script": "select-only", "scale": 1, "clients": 4, "threads": 2, "protocol": "simple",
-                            "duration_s": 3.0, "seed": 5, "io": "epoll"} | kw
-    out = engine_run(ctx, _engine.tpcb_run, endpoint.wire_conninfo(APPLICATION), t0_ns=ctx.t0_ns, **args)
+def tpcb(ctx: RunContext, endpoint: PostgresEndpoint, script: str = "select-only", **kw: Any) -> MergedResult:
+    """A tpcb run on the driver; `kw`: harness settings by their names."""
+    harness = engine_settings_of(**{"clients": 4, "threads": 2, "duration": 3.0, "seed": 5, "io": "epoll",
+                                    "pin": "off", "follow": False} | kw)
+    out = engine_run(ctx, _engine.tpcb_run, endpoint.wire_conninfo(APPLICATION), t0_ns=ctx.t0_ns,
+                     script=script, scale=1, protocol="simple", harness=harness)
     assert isinstance(out, MergedResult)
     return out
 
@@ -173,7 +176,7 @@ def test_transactions_equal_the_servers_commit_count(driver, tcp_pg, tmp_path) -
 
     assert wait_no_sessions(tcp_pg) == 0
     before = commits()
-    out = tpcb(context(tmp_path, driver), tcp_pg, script="tpcb-like", duration_s=3.0)
+    out = tpcb(context(tmp_path, driver), tcp_pg, script="tpcb-like", duration=3.0)
     assert wait_no_sessions(tcp_pg) == 0
     # A backend's statistics reach pg_stat_database when it exits.
     deadline = time.monotonic() + 10
@@ -190,7 +193,7 @@ def test_the_series_line_up_second_by_second(driver, tcp_pg, tmp_path) -> None:
     clock: each second of the run is there once, with both workers' counts
     in it, no gap, and nothing counted twice at the edges."""
     ctx = context(tmp_path, driver)
-    out = tpcb(ctx, tcp_pg, duration_s=4.0, warmup_s=1.0)
+    out = tpcb(ctx, tcp_pg, duration=4.0, warmup=1.0)
     series = out.series
     start = out.measure_start_t_s  # after the 1 s warm-up, on the run's clock
     assert [round(i.t_s - start, 6) for i in series] == [1.0, 2.0, 3.0, 4.0][: len(series)]
@@ -218,7 +221,7 @@ def test_the_rate_is_shared_and_lag_merged_in_open_loop(driver, tcp_pg, tmp_path
     """rate = 400 tx/s over 2 workers: each schedules 200 tx/s for its
     clients (a constant schedule, so the count is exact up to the edges);
     their lag histograms merge like the latency's."""
-    out = tpcb(context(tmp_path, driver), tcp_pg, duration_s=3.0, rate_tps=400.0, schedule="constant")
+    out = tpcb(context(tmp_path, driver), tcp_pg, duration=3.0, rate=400.0, schedule="constant")
     workers = out.workers
     for w in workers:
         assert abs(w.transactions - 200 * 3) <= 2 * w.clients + 2, w.transactions
@@ -330,7 +333,7 @@ def test_killing_a_worker_fails_the_run_naming_it_and_leaves_nothing(driver, tcp
 
     def run() -> None:
         try:
-            tpcb(ctx, tcp_pg, duration_s=30.0)
+            tpcb(ctx, tcp_pg, duration=30.0)
         except BaseException as exc:  # the test asserts on it
             outcome["error"] = exc
 
@@ -361,7 +364,7 @@ def test_killing_a_worker_fails_the_run_naming_it_and_leaves_nothing(driver, tcp
         time.sleep(0.1)
     assert not [p for p in pids if Path(f"/proc/{p}").exists()], "no actor process is left"
     # The next run starts new workers.
-    again = tpcb(context(tmp_path, driver), tcp_pg, duration_s=1.0)
+    again = tpcb(context(tmp_path, driver), tcp_pg, duration=1.0)
     assert again.transactions > 0 and len(driver.actors) == WORKERS
 
 
@@ -369,8 +372,9 @@ def test_a_worker_that_cannot_connect_fails_the_run_naming_it(driver, tcp_pg, tm
     bad = tcp_pg.wire_conninfo(APPLICATION).replace(f"port={tcp_pg.port}", "port=1")
     ctx = context(tmp_path, driver)
     with pytest.raises(_engine.EngineConnectionError, match=r"driver worker \d on \S+ \(.*node"):
-        engine_run(ctx, _engine.tpcb_run, bad, t0_ns=ctx.t0_ns, script="select-only", scale=1, clients=2, threads=2,
-                   protocol="simple", duration_s=1.0, seed=1)
+        engine_run(ctx, _engine.tpcb_run, bad, t0_ns=ctx.t0_ns, script="select-only", scale=1, protocol="simple",
+                   harness=engine_settings_of(clients=2, threads=2, duration=1.0, seed=1, io="epoll", pin="off",
+                                              follow=False))
     assert driver.actors == []
 
 

@@ -29,6 +29,7 @@ from perflab.runner import interrupt_on_signals
 from perflab.store import Store
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
 from perflab.workloads import WORKLOADS
+from perflab.workloads.harness import engine_settings_of
 from perflab.workloads.tpcb import TpcbSettings, TpcbWorkload
 
 APPLICATION = "perflab-tpcb"
@@ -448,8 +449,8 @@ def test_unreachable_server_is_a_clear_run_failure(scratch_db, tmp_path) -> None
     # The engine's own message names where it tried and what the server said (its SQLSTATE:
     # on the managed server's socket, peer authentication refuses a role it does not map)
     with pytest.raises(ConnectionError, match='FATAL 28000: .*"no_such_role"'):
-        _engine.tpcb_run(wrong.conninfo, script="select-only", scale=1, clients=2, threads=1,
-                         protocol="prepared", t0_ns=ctx.t0_ns, duration_s=1.0)
+        _engine.tpcb_run(wrong.conninfo, script="select-only", scale=1, protocol="prepared", t0_ns=ctx.t0_ns,
+                         harness=engine_settings_of(clients=2, threads=1, duration=1.0, io="epoll", pin="off", follow=False))
 
 
 @pytest.mark.parametrize("io", IO_METHODS)

@@ -26,6 +26,7 @@ from perflab.endpoints import HttpEndpoint
 from perflab.section import Figure, Table
 from perflab.targets import TARGETS
 from perflab.targets.serverproc import server_processes
+from perflab.workloads.harness import engine_settings_of
 
 DIRS = 2  # about 10 MB
 BINARIES = {"apache": "apache2", "lighttpd": "lighttpd", "h2o": "h2o"}
@@ -109,8 +110,8 @@ def test_each_server_serves_the_set_as_run_as_with_no_error_and_stops(kind, opti
         assert isinstance(endpoint, HttpEndpoint) and endpoint.publish is not None
         endpoint.publish(root_set)
         token = target.token
-        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=4, threads=1,
-                               t0_ns=time.monotonic_ns(), transactions=100)
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                               harness=engine_settings_of(clients=4, threads=1, transactions=100, io="epoll", pin="off", follow=False))
         assert out.failed == 0 and out.transactions == 400, out.errors_by_kind
         processes = target.processes()
         assert processes
@@ -150,8 +151,8 @@ def test_a_server_started_again_in_its_directory_after_a_tree_of_links_was_serve
         assert second.check_alive() is None
         assert endpoint.publish is not None
         endpoint.publish(root_set)
-        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=2, threads=1,
-                               t0_ns=time.monotonic_ns(), transactions=20)
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                               harness=engine_settings_of(clients=2, threads=1, transactions=20, io="epoll", pin="off", follow=False))
         assert out.failed == 0, out.errors_by_kind
     finally:
         second.teardown()
@@ -180,8 +181,8 @@ def test_the_process_collector_follows_the_workers_apache_prefork_forks_under_lo
         collector.sample()
         clients = known + 12  # more connections at once than processes it had
         # (for some seconds: prefork forks at most 1, 2, 4, ... processes a second)
-        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, clients=clients, threads=2,
-                               t0_ns=time.monotonic_ns(), duration_s=4.0)
+        out = _engine.http_run(endpoint.address, host=endpoint.host_header, dirs=DIRS, t0_ns=time.monotonic_ns(),
+                               harness=engine_settings_of(clients=clients, threads=2, duration=4.0, io="epoll", pin="off", follow=False))
         assert out.failed == 0, out.errors_by_kind
         values = collector.sample()  # its idle workers linger past the load (MaxSpareServers trims one a second)
         assert values["worker.count"] + values["master.count"] > known, (values, known)

@@ -17,6 +17,7 @@ from perflab import _engine
 from perflab.registry import Registry
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload
+from perflab.workloads.harness import engine_settings_of
 
 STUB = Path(_engine.__file__).with_name("_engine.pyi")
 
@@ -79,15 +80,16 @@ def test_the_engine_declares_its_workloads_and_binds_each_without_a_file_of_its_
 
 
 def test_a_declared_workloads_bad_own_settings_are_a_config_error_before_connecting() -> None:
-    harness = {"clients": 1, "threads": 1, "t0_ns": time.monotonic_ns(), "duration_s": 1.0}
+    run = {"harness": engine_settings_of(clients=1, duration=1.0), "t0_ns": time.monotonic_ns()}
     conninfo = "host=127.0.0.1 port=1 user=nobody dbname=none"  # never reached
     with pytest.raises(_engine.ConfigError, match="script"):
-        _engine.tpcb_run(conninfo, script="nope", scale=1, protocol="simple", **harness)
+        _engine.tpcb_run(conninfo, script="nope", scale=1, protocol="simple", **run)
     with pytest.raises(_engine.ConfigError, match="scale"):
-        _engine.tpcb_run(conninfo, script="tpcb-like", protocol="simple", **harness)
+        _engine.tpcb_run(conninfo, script="tpcb-like", protocol="simple", **run)
     with pytest.raises(_engine.ConfigError, match="scale"):
-        _engine.tpcb_run(conninfo, script="tpcb-like", scale=-1, protocol="simple", **harness)
+        _engine.tpcb_run(conninfo, script="tpcb-like", scale=-1, protocol="simple", **run)
     with pytest.raises(_engine.ConfigError, match="io"):
-        _engine.tpcb_run(conninfo, script="tpcb-like", scale=1, protocol="simple", io="nope", **harness)
-    with pytest.raises(TypeError, match="clients"):
-        _engine.tpcb_run(conninfo, script="tpcb-like", scale=1, protocol="simple", threads=1, t0_ns=0)
+        _engine.tpcb_run(conninfo, script="tpcb-like", scale=1, protocol="simple", t0_ns=0,
+                         harness=engine_settings_of(clients=1, duration=1.0) | {"io": "nope"})
+    with pytest.raises(TypeError, match="harness"):
+        _engine.tpcb_run(conninfo, script="tpcb-like", scale=1, protocol="simple", t0_ns=0)

@@ -1,7 +1,7 @@
 """Typed stub of perflab._engine, the Rust extension (crates/engine-py)."""
 
 from collections.abc import Callable
-from typing import Protocol, final
+from typing import Protocol, TypedDict, final
 
 __version__: str
 build_profile: str
@@ -250,6 +250,30 @@ def workloads() -> list[str]:
 class _Cancel(Protocol):
     def is_set(self) -> bool: ...
 
+class _HarnessSettings(TypedDict):
+    """The harness's settings, one object, as every driver binding takes it
+    (`harness`; crates/engine-py/src/harness.rs): each by its one name, the
+    field of HarnessSettings (python/perflab/workloads/harness.py, which
+    declares each default once), durations in seconds. Every key is given:
+    the engine has no defaults; a missing or unknown key is a ConfigError."""
+
+    clients: int
+    threads: int
+    duration: float | None
+    transactions: int | None  # per client; http's `requests`
+    warmup: float
+    rate: float | None  # transactions (requests) per second, all clients
+    schedule: str  # "poisson" or "constant"
+    latency_limit: float | None
+    max_tries: int
+    seed: int
+    io: str  # "epoll", "uring" or "auto"
+    pin: str  # "auto", "on" or "off"
+    follow: bool
+
+def harness_settings() -> list[tuple[str, str]]:
+    """The harness settings the engine reads from `harness`: (name, unit)."""
+
 # TPC-B (crates/engine/src/tpcb/mod.rs's WORKLOAD).
 
 def tpcb_load(
@@ -270,30 +294,19 @@ def tpcb_run(
     *,
     script: str,
     scale: int,
-    clients: int,
-    threads: int,
     protocol: str,
+    harness: _HarnessSettings,
     t0_ns: int,
-    duration_s: float | None = None,
-    transactions: int | None = None,
-    warmup_s: float = 0.0,
-    rate_tps: float | None = None,
-    schedule: str = "poisson",
-    latency_limit_ms: float | None = None,
-    max_tries: int = 1,
-    seed: int = 0,
-    io: str = "epoll",
-    pin: str = "off",
-    follow: bool = False,
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,
 ) -> DriverResult:
     """Drive pgbench's `script` ("tpcb-like", "simple-update", "select-only")
     with `protocol` ("simple", "extended", "prepared") through the engine's
-    load harness. `progress` gets one Interval per second. Under `rate_tps`
-    the `schedule` ("poisson" or "constant") spaces the intended starts and
-    latency runs from them. `io`: "epoll", "uring" (ConfigError when io_uring
+    load harness, under the harness's settings (`harness`). `progress` gets
+    one Interval per second. Under a `rate` the `schedule` ("poisson" or
+    "constant") spaces the intended starts and latency runs from them. `io`:
+    "epoll", "uring" (ConfigError when io_uring
     is unavailable) or "auto" (io_uring where available, else epoll; the
     result's `io` says which, and why epoll). EngineConnectionError: a client could not
     connect or prepare; Interrupted: a signal or `cancel`. With `on_connected`
@@ -355,20 +368,8 @@ def oltp_run(
     table_size: int,
     rand_type: str,
     server: str = "postgres",
-    clients: int,
-    threads: int,
+    harness: _HarnessSettings,
     t0_ns: int,
-    duration_s: float | None = None,
-    transactions: int | None = None,
-    warmup_s: float = 0.0,
-    rate_tps: float | None = None,
-    schedule: str = "poisson",
-    latency_limit_ms: float | None = None,
-    max_tries: int = 1,
-    seed: int = 0,
-    io: str = "epoll",
-    pin: str = "off",
-    follow: bool = False,
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,
@@ -441,26 +442,14 @@ def tpcc_run(
     conninfo: str,
     *,
     warehouses: int,
-    clients: int,
-    threads: int,
+    harness: _HarnessSettings,
     t0_ns: int,
     mode: str = "statements",
-    duration_s: float | None = None,
-    transactions: int | None = None,
-    warmup_s: float = 0.0,
-    rate_tps: float | None = None,
-    schedule: str = "poisson",
-    latency_limit_ms: float | None = None,
-    max_tries: int = 1,
-    seed: int = 0,
     c_last: int,
     c_id: int,
     ol_i_id: int,
     keying: bool = False,
     weights: list[float] | None = None,
-    io: str = "epoll",
-    pin: str = "off",
-    follow: bool = False,
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,
@@ -483,26 +472,14 @@ def tpcc_mysql_run(
     conninfo: str,
     *,
     warehouses: int,
-    clients: int,
-    threads: int,
+    harness: _HarnessSettings,
     t0_ns: int,
     isolation: str = "read committed",
-    duration_s: float | None = None,
-    transactions: int | None = None,
-    warmup_s: float = 0.0,
-    rate_tps: float | None = None,
-    schedule: str = "poisson",
-    latency_limit_ms: float | None = None,
-    max_tries: int = 1,
-    seed: int = 0,
     c_last: int,
     c_id: int,
     ol_i_id: int,
     keying: bool = False,
     weights: list[float] | None = None,
-    io: str = "epoll",
-    pin: str = "off",
-    follow: bool = False,
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,
@@ -552,28 +529,17 @@ def http_run(
     address: str,
     *,
     host: str,
-    clients: int,
-    threads: int,
+    harness: _HarnessSettings,
     t0_ns: int,
     dirs: int | None = None,
     request_mix: list[tuple[str, str, list[tuple[str, str]], bytes, float]] | None = None,
     prefix: str = "/",
-    duration_s: float | None = None,
-    transactions: int | None = None,
-    warmup_s: float = 0.0,
-    rate_tps: float | None = None,
-    schedule: str = "poisson",
-    latency_limit_ms: float | None = None,
-    seed: int = 0,
     requests_per_connection: int | None = None,
     connect_timeout_s: float = 5.0,
     request_timeout_s: float = 30.0,
     think_time_s: float | None = None,
     only: tuple[int, int, int] | None = None,
     client: str = "own",
-    io: str = "epoll",
-    pin: str = "off",
-    follow: bool = False,
     progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
     on_connected: Callable[[], int] | None = None,

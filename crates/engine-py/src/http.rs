@@ -3,7 +3,8 @@
 //! `HttpProtocol`). Glue only; see `perflab_engine::http`.
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{harness_binding, run_blocking};
+use crate::glue::run_blocking;
+use crate::harness::harness_binding;
 use crate::results::{DriverEvent, DriverResult};
 use perflab_engine::http::fileset::{self, Prepared};
 use perflab_engine::http::{Churn, HttpConfig, HttpProtocol, MixEntry, RequestMix, Requests};
@@ -145,7 +146,7 @@ harness_binding! {
         think_time_s: Option<f64>,
         only: Option<(u32, usize, usize)>,
         client: &str,
-    ) with harness(max_tries = 1) -> PyResult<DriverResult> {
+    ) with harness -> PyResult<DriverResult> {
         let addr = address.parse().map_err(|_| {
             config_error(format!(
                 "address {address:?} is not allowed; allowed: IP:port"

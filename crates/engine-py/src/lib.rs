@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod glue;
+mod harness;
 mod http;
 mod measure;
 mod oltp;
@@ -27,6 +28,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("build_profile", perflab_engine::build_profile())?;
     m.add_function(wrap_pyfunction!(parse_duration_s, m)?)?;
     errors::register(m)?;
+    harness::register(m)?;
     results::register(m)?;
     measure::register(m)?;
     relay::register(m)?;

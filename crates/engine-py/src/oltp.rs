@@ -3,7 +3,8 @@
 //! (`server`: which client, and which form `conninfo` takes).
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{harness_binding, run_blocking};
+use crate::glue::run_blocking;
+use crate::harness::harness_binding;
 use crate::results::{DriverResult, LoadReport};
 use perflab_engine::oltp::load::{self, LoadConfig};
 use perflab_engine::oltp::{LoadMethod, MysqlOltpProtocol, OltpProtocol, RandType, Script, Server};

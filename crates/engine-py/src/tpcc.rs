@@ -3,7 +3,8 @@
 //! `perflab_engine::tpcc`.
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{harness_binding, run_blocking};
+use crate::glue::run_blocking;
+use crate::harness::harness_binding;
 use crate::results::{DriverResult, LoadReport};
 use crate::tpch::write_part;
 use perflab_engine::bulk::{parts_biggest_first, CopyTable};

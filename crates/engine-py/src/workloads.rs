@@ -2,19 +2,22 @@
 //! a `pub static WORKLOAD` in its own module) as `NAME_run` and, when it has
 //! a loader, `NAME_load`, with no binding file of its own:
 //!
-//! - `NAME_run(conninfo, *, <harness keywords>, progress=None, cancel=None,
-//!   on_connected=None, **own)`: the harness keywords as every driver binding
-//!   takes them (`glue::HarnessArgs`), the rest are the workload's own
-//!   settings (`Params`); through `glue::poll` as any binding's run.
+//! - `NAME_run(conninfo, *, harness, t0_ns, progress=None, cancel=None,
+//!   on_connected=None, **own)`: the harness's settings as one object, as
+//!   every driver binding takes them (`harness::config`); the other keywords
+//!   are the workload's own settings (`Params`); through `glue::poll` as any
+//!   binding's run.
 //! - `NAME_load(conninfo, *, on_step=None, cancel=None, **own)`: through
 //!   `glue::run_blocking`.
 //!
 //! `workloads()` names them. `_engine.pyi` states each function.
 
 use crate::errors::{config_error, engine_error};
-use crate::glue::{poll, run_blocking, take, HarnessArgs};
+use crate::glue::{poll, run_blocking};
+use crate::harness;
 use crate::results::{DriverResult, LoadReport};
 use perflab_engine::harness::registry::{Params, Value, Workload, WORKLOADS};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCFunction, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use std::ffi::CString;
@@ -23,6 +26,15 @@ use std::ffi::CString;
 #[pyfunction]
 fn workloads() -> Vec<&'static str> {
     WORKLOADS.iter().map(|w| w.name).collect()
+}
+
+/// `key` taken out of `kwargs` (None when absent or None).
+fn take<'py>(kwargs: &Bound<'py, PyDict>, key: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let value = kwargs.get_item(key)?;
+    if value.is_some() {
+        kwargs.del_item(key)?;
+    }
+    Ok(value.filter(|v| !v.is_none()))
 }
 
 /// The workload's own settings: every keyword left (None: not given).
@@ -74,7 +86,12 @@ fn run(
     let progress = take(&kwargs, "progress")?;
     let cancel = take(&kwargs, "cancel")?;
     let on_connected = take(&kwargs, "on_connected")?;
-    let config = HarnessArgs::take(&kwargs)?;
+    let required = |key: &str| {
+        take(&kwargs, key)?
+            .ok_or_else(|| PyTypeError::new_err(format!("missing keyword argument {key}")))
+    };
+    let settings = required("harness")?;
+    let config = harness::config(settings.cast::<PyDict>()?, required("t0_ns")?.extract()?)?;
     let own = params(&kwargs)?;
     let started = (workload.run)(&conninfo, &own, config, on_connected.is_some());
     poll(

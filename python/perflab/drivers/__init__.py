@@ -5,8 +5,8 @@ perflab.drivers.ray), each driving its share of the clients and of the rate.
 A workload calls its harness binding through `engine_run(ctx, _engine.tpcb_run,
 conninfo, **kwargs)` rather than `_engine.tpcb_run(...)`, its arguments checked
 against the binding's own signature (the stub): the local driver makes exactly
-that call; a distributed one splits `clients`, `threads` and
-`rate_tps` over its workers, gives each its own `seed`, starts them on one
+that call; a distributed one splits the harness settings' (`harness`)
+`clients`, `threads` and `rate` over its workers, gives each its own `seed`, starts them on one
 barrier and returns the merged result (perflab.drivers.merge), which has the
 fields of `_engine.DriverResult` (so both are typed as one). The runner holds one driver per experiment
 (`Drivers`), so a Ray cluster is started once, and adds each run's driver
@@ -25,9 +25,8 @@ from perflab import _engine
 from perflab.context import RunContext
 from perflab.model import RunResult
 
-# The harness arguments a distributed driver splits over its workers (every
-# harness binding names them so: tpcb_run, tpcc_run).
-SPLIT_ARGS = ("clients", "threads", "rate_tps", "seed")
+# The harness settings (`harness=`) a distributed driver splits over its workers.
+SPLIT_ARGS = ("clients", "threads", "rate", "seed")
 RAY_EXTRA_HINT = 'install the extra: pip install "perflab[ray]" (./dev setup installs it)'
 
 

@@ -339,22 +339,23 @@ class RayDriver(EngineDriver):
         return figures
 
     def shares(self, kwargs: dict[str, Any]) -> list[dict[str, Any]]:
-        """Each worker's arguments: its clients, threads and rate, its own seed."""
-        clients = int(kwargs["clients"])
+        """Each worker's arguments: its clients, threads and rate, its own seed
+        (in the harness's settings, `harness`)."""
+        whole = kwargs["harness"]
+        clients = int(whole["clients"])
         if clients < self.n:
             raise UserError(f"driver.workers = {self.n} is more than the run's {clients} client(s)",
                             "give each worker at least one client: fewer workers or more clients")
         counts = split_evenly(clients, self.n)
-        threads = split_evenly(max(int(kwargs.get("threads") or clients), self.n), self.n)
+        threads = split_evenly(max(int(whole.get("threads") or clients), self.n), self.n)
         out = []
         for i, c in enumerate(counts):
-            share = dict(kwargs)
+            harness = dict(whole, clients=c, threads=max(1, min(c, threads[i])),
+                           seed=(int(whole.get("seed") or 0) + i * SEED_STRIDE) % 2**63)
+            if whole.get("rate") is not None:
+                harness["rate"] = whole["rate"] * c / clients
+            share = dict(kwargs, harness=harness)
             share.pop("t0_ns", None)
-            share["clients"] = c
-            share["threads"] = max(1, min(c, threads[i]))
-            if kwargs.get("rate_tps") is not None:
-                share["rate_tps"] = kwargs["rate_tps"] * c / clients
-            share["seed"] = (int(kwargs.get("seed") or 0) + i * SEED_STRIDE) % 2**63
             out.append(share)
         return out
 
@@ -364,7 +365,7 @@ class RayDriver(EngineDriver):
         shares = self.shares(kwargs)
         self._ensure_actors()
         fixed_started = time.monotonic()
-        ctx.status(f"ray: {self.n} driver worker(s) connecting {kwargs['clients']} clients")
+        ctx.status(f"ray: {self.n} driver worker(s) connecting {kwargs['harness']['clients']} clients")
         refs = [a.run.remote(function, conninfo, share, self._node(i))
                 for i, (a, share) in enumerate(zip(self.actors, shares, strict=True))]
         try:

@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import Field, model_validator
 
@@ -35,6 +35,9 @@ from perflab.model import Event, Flag, Histogram, RunResult
 from perflab.units import Duration
 from perflab.workloads.base import WorkloadSettings
 from perflab.workloads.stalls import interval_value
+
+if TYPE_CHECKING:
+    from perflab._engine import _HarnessSettings
 
 # Bounds past any real run, below the engine's 32-bit counts: 10,000 clients
 # is 10,000 server backends.
@@ -51,9 +54,15 @@ MAX_DEFAULT_THREADS = 64
 METRICS = ("measured_s", "retries", "retried", "lag_mean_ms", "lag_p99_ms", "lag_max_ms", "late", "skipped",
            "lost_connections", "connect_time_mean_ms", "connect_phase_s", "driver_cpu_s", "driver_cpu_per_*_us",
            "driver_cpu_share", "process_cpu_s", "io_enters_per_*", "server_off_cpu_share", "clients", "threads",
-           "stall.longest_s", "steady_start_s", "rate_rse")
+           "stall.longest_s", "steady_start_s", "rate_rse", "rate_target")
 # The fewest seconds a run's within-run standard error is estimated from.
 MIN_RSE_SECONDS = 5
+
+# The settings the engine's harness reads, by their one name: HarnessSettings'
+# fields, and `transactions` (a workload's count per client). The engine's
+# list is _engine.harness_settings(); tests/test_settings_layers.py holds them equal.
+ENGINE_SETTINGS = ("clients", "threads", "duration", "transactions", "warmup", "rate", "schedule", "latency_limit",
+                   "max_tries", "seed", "io", "pin", "follow")
 
 
 class HarnessSettings(WorkloadSettings):
@@ -94,6 +103,13 @@ class HarnessSettings(WorkloadSettings):
     # on another CPU wherever the scheduler puts the backends (benchmarks/README.md,
     # "A driver that follows its backends"). Recorded as the run's "follow" event.
     follow: bool = True
+    # A transaction later than this counts as late; under a rate, a slot already
+    # later is skipped (pgbench -L).
+    latency_limit: Duration | None = Field(default=None, gt=0)
+    # Tries of a transaction after a retryable error (PostgreSQL: serialization
+    # failure or deadlock; pgbench --max-tries); a protocol that never retries
+    # (http) tries once whatever it says.
+    max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)
 
     @model_validator(mode="after")
     def _threads_have_clients(self) -> HarnessSettings:
@@ -104,6 +120,19 @@ class HarnessSettings(WorkloadSettings):
                 "allowed: 1..clients (each thread drives at least one client)"
             )
         return self
+
+    def engine_settings(self, **effective: Any) -> _HarnessSettings:
+        """The harness's settings as the engine takes them: one object
+        (`harness=`), each setting by its one name, durations in seconds,
+        every one given (the engine has no defaults of its own,
+        crates/engine-py/src/harness.rs). `effective` are the values this run
+        derived (clients, threads, seed, duration) and the count per client
+        (`transactions`, http's `requests`)."""
+        given = {name: getattr(self, name, None) for name in ENGINE_SETTINGS}
+        unknown = set(effective) - set(ENGINE_SETTINGS)
+        if unknown:
+            raise ValueError(f"not harness settings: {sorted(unknown)}")
+        return cast("_HarnessSettings", given | effective)
 
     def effective_clients(self) -> int:
         """The clients a run drives (a workload may derive them from its data set)."""
@@ -141,6 +170,16 @@ class HarnessSettings(WorkloadSettings):
         if self.rate is None:
             return closed
         return f"from the intended start (open loop, {'Poisson' if self.schedule == 'poisson' else 'constant'} schedule)"
+
+
+def engine_settings_of(**given: Any) -> _HarnessSettings:
+    """The harness object for a direct call of a binding (tests, benchmarks):
+    HarnessSettings' defaults and checks, then `given` by the same names;
+    threads min(clients, cores) and seed 0 unless given."""
+    fields = {k: v for k, v in given.items() if k in HarnessSettings.model_fields}
+    s = HarnessSettings(kind="harness", **fields)
+    derived = {"threads": s.effective_threads(), "seed": 0 if s.seed is None else s.seed}
+    return s.engine_settings(**derived | {k: v for k, v in given.items() if k not in fields})
 
 
 @contextmanager
@@ -268,15 +307,34 @@ def ms(us: float) -> float:
     return us / 1000.0
 
 
+# A run's latency summary (LatencySummary) as figures: its field, and the label
+# of the metric (`latency_p99_9_ms`). Each workload stores the labels it names.
+LATENCY_FIGURES = (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),
+                   ("p95_us", "p95"), ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max"))
+
+
+def latency_metrics(result: RunResult, summary: _engine.LatencySummary, *, what: str, base: str,
+                    labels: tuple[str, ...], prefix: str = "latency") -> None:
+    """The `labels` of LATENCY_FIGURES of `summary` as `{prefix}_{label}_ms`,
+    described "{what} {label}, {base}" (base: where latency runs from)."""
+    for key, label in LATENCY_FIGURES:
+        if label in labels:
+            result.add_metric(f"{prefix}_{label}_ms", ms(getattr(summary, key)), "ms", f"{what} {label}, {base}",
+                              higher_is_better=False)
+
+
 def harness_metrics(result: RunResult, out: _engine.DriverResult, *, per: tuple[str, str] = ("tx", "committed transaction"),
-                    scheduled: bool = False, latency_limit_s: float | None = None) -> None:
+                    scheduled: bool = False, latency_limit_s: float | None = None, rate: float | None = None) -> None:
     """The harness's own figures of a run, named and described alike for every
     workload. `per` names what one unit of work is ("tx", "committed
     transaction"): CPU and io_uring enters are per unit; `scheduled`: a rate set
     the intended starts (then lag is stored); `latency_limit_s`: late and
-    skipped transactions are stored."""
+    skipped transactions are stored; `rate`: the requested rate (stored as
+    `rate_target`, per second of `per`'s unit)."""
     add = result.add_metric
     unit, what = per
+    if rate is not None:
+        add("rate_target", rate, f"{unit}/s", "requested rate (open loop)")
     add("measured_s", out.measured_s, "s", "measured window: end of warm-up to the last completion")
     add("retries", out.retries, "tries", "retries after a retryable error (PostgreSQL: serialization failure "
         "or deadlock)")

@@ -247,9 +247,9 @@ class HttpSettings(harness.HarnessSettings):
     # With a mix, the directory a managed server (nginx, process) serves;
     # default: the file set.
     root: str | None = Field(default=None, min_length=1)
-    # A request later than this (from its intended start) counts as late; under
-    # a rate, a request whose slot is already later than it is skipped, not sent.
-    latency_limit: Duration | None = Field(default=None, gt=0)
+    # A request is never tried again (HarnessSettings' latency_limit counts one late
+    # from its intended start; under a rate, a request whose slot is already later is skipped, not sent).
+    max_tries: int = Field(default=1, ge=1, le=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> HttpSettings:
@@ -402,7 +402,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
     metrics: ClassVar[tuple[str, ...]] = (
         "req_per_s", "throughput_mbps", "requests", "body_bytes", "errors", "latency_p5_ms", "latency_p50_ms",
         "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms", "latency_mean_ms", "latency_max_ms", "latency.*",
-        "errors.*", "errors_class.*", "error_share.*", "requests.*", "mix.*", "throughput_mbps.*", "rate_target",
+        "errors.*", "errors_class.*", "error_share.*", "requests.*", "mix.*", "throughput_mbps.*",
         "fileset_dirs", "fileset_bytes", "connections_opened", "connect_mean_ms", "connections_per_req",
         "closed_by_server", "closed_silently", "server_closed_share", "http10_share", *harness.METRICS)
     distributable: ClassVar[bool] = True
@@ -552,12 +552,10 @@ class HttpWorkload(Workload[HttpEndpoint]):
         with harness.engine_errors("http"):
             out = engine_run(
                 ctx, _engine.http_run, endpoint.address, host=endpoint.host_header, **what,
-                clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
-                transactions=s.requests, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
-                latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000,
-                seed=seed, requests_per_connection=s.requests_per_connection,
+                harness=s.engine_settings(threads=threads, duration=duration, transactions=s.requests, seed=seed),
+                t0_ns=ctx.t0_ns, requests_per_connection=s.requests_per_connection,
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
-                think_time_s=s.think_time, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
+                think_time_s=s.think_time, progress=progress,
             )
         harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True, steady_max_s=s.steady_max,
                          lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")
@@ -618,14 +616,12 @@ class HttpWorkload(Workload[HttpEndpoint]):
                     f"{CLASS_SHARE[CLASSES.index(t.name)]:.0%})")
             add(f"throughput_mbps.{t.name}", t.body_bytes * 8 / measured / 1e6 if measured > 0 else 0.0, "Mb/s",
                 f"body bytes of {t.name} per second, in megabits")
-        if s.rate is not None:
-            add("rate_target", s.rate, "req/s", "requested rate (open loop)")
         if not mix:
             add("fileset_dirs", s.dirs(), "dirs")
             add("fileset_bytes", s.dirs() * _engine.fileset_dir_bytes(), "B")
         # the harness's own figures, and its lag and failed-latency histograms after the workload's
         harness.harness_metrics(result, out, per=("req", "good response"), scheduled=s.rate is not None,
-                                latency_limit_s=s.latency_limit)
+                                latency_limit_s=s.latency_limit, rate=s.rate)
 
     # ------------------------------------------------------------ report
 

@@ -83,7 +83,7 @@ class OltpSettings(harness.HarnessSettings):
     transactions: int | None = Field(default=None, ge=1, le=10**12)
     # Tries of an event after a deadlock, serialization failure or duplicate key on
     # PostgreSQL, a deadlock (1213), lock wait timeout (1205) or error 1020 on MySQL
-    # (sysbench's drivers restart the event on these).
+    # (sysbench's drivers restart the event on these); oltp's default is 10, the harness's 1.
     max_tries: int = Field(default=10, ge=1, le=harness.MAX_TRIES)
     # Connections loading tables at once.
     load_jobs: int = Field(default=2, ge=1, le=64)
@@ -196,9 +196,8 @@ class OltpWorkload(Workload[Endpoint]):
             out = engine_run(
                 ctx, _engine.oltp_run, conninfo, server=server,
                 script=s.script, tables=s.tables, table_size=s.table_size, rand_type=s.rand_type,
-                clients=s.clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
-                transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
-                max_tries=s.max_tries, seed=seed, io=s.io, pin=s.pin, follow=s.follow, progress=progress,
+                harness=s.engine_settings(threads=threads, duration=duration, transactions=s.transactions, seed=seed),
+                t0_ns=ctx.t0_ns, progress=progress,
             )
         window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
                                   lost=f"oltp: all {s.clients} client connections were lost (server down?)")
@@ -223,11 +222,8 @@ class OltpWorkload(Workload[Endpoint]):
         for kind, per_tx in mix.items():
             add(f"statements.{kind}", per_tx * window.transactions, "statements",
                 f"{kind.replace('_', ' ')} of committed events ({per_tx} per event)")
-        base = s.latency_origin()
-        for key, name in (("mean_us", "mean"), ("p50_us", "p50"), ("p95_us", "p95"), ("p99_us", "p99"),
-                          ("max_us", "max")):
-            add(f"latency_{name}_ms", harness.ms(getattr(out.latency, key)), "ms", f"event latency {name}, {base}",
-                higher_is_better=False)
+        harness.latency_metrics(result, out.latency, what="event latency", base=s.latency_origin(),
+                                labels=("mean", "p50", "p95", "p99", "max"))
         for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"events failed with {code} {state}", higher_is_better=False)
         result.histograms.append(Histogram(f"latency.{s.script}", "us", out.histogram_encoding,
@@ -236,7 +232,8 @@ class OltpWorkload(Workload[Endpoint]):
         result.histograms.extend(Histogram(f"{STATEMENT_HISTOGRAM}{op.name}", "us", out.histogram_encoding,
                                            bytes(op.histogram))
                                  for op in out.operations if op.committed)
-        harness.harness_metrics(result, out, scheduled=s.rate is not None)
+        harness.harness_metrics(result, out, scheduled=s.rate is not None, latency_limit_s=s.latency_limit,
+                                rate=s.rate)
 
     def _rows(self, endpoint: Endpoint) -> list[int]:
         try:

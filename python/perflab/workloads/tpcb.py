@@ -29,7 +29,6 @@ from perflab.endpoints import Capability, PgWireEndpoint, Sessionlike
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult
 from perflab.section import Section
-from perflab.units import Duration
 from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
@@ -49,7 +48,6 @@ SERIES_SOURCE = "tpcb"
 # 10^10 accounts (about 1.5 TB).
 MAX_SCALE = 100_000
 MAX_TRANSACTIONS = 10**12
-MAX_TRIES = 1_000
 
 
 class TpcbSettings(harness.HarnessSettings):
@@ -67,12 +65,8 @@ class TpcbSettings(harness.HarnessSettings):
     fillfactor: int = Field(default=100, ge=10, le=100)
     # pgbench -t (transactions per client), instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
-    # pgbench -L.
-    latency_limit: Duration | None = Field(default=None, gt=0)
     # pgbench -M.
     protocol: Literal["simple", "extended", "prepared"] = "simple"
-    # pgbench --max-tries: tries of a transaction after serialization failures or deadlocks.
-    max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)
     # pgbench without -n: vacuum branches and tellers, empty history before each run.
     vacuum: bool = True
 
@@ -90,7 +84,7 @@ class TpcbSettings(harness.HarnessSettings):
 class TpcbWorkload(Workload[PgWireEndpoint]):
     metrics = ("tps", "transactions", "failed", "latency_mean_ms", "latency_stddev_ms", "latency_p50_ms",
                "latency_p90_ms", "latency_p95_ms", "latency_p99_ms", "latency_p99_9_ms", "latency_max_ms",
-               "rate_target_tps", "errors.*", "scale", *harness.METRICS)
+               "errors.*", "scale", *harness.METRICS)
     Settings: ClassVar[type[WorkloadSettings]] = TpcbSettings
     example: ClassVar[dict[str, Any]] = {"duration": "1s"}
     sample_factor: ClassVar[str] = "clients"
@@ -249,19 +243,9 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 ctx, _engine.tpcb_run, endpoint.wire_conninfo("perflab-tpcb"),
                 script=s.script,
                 scale=scale,
-                clients=s.clients,
-                threads=threads,
                 protocol=s.protocol,
+                harness=s.engine_settings(threads=threads, duration=duration, transactions=s.transactions, seed=seed),
                 t0_ns=ctx.t0_ns,
-                duration_s=duration,
-                transactions=s.transactions,
-                warmup_s=s.warmup,
-                rate_tps=s.rate,
-                schedule=s.schedule,
-                latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
-                max_tries=s.max_tries,
-                seed=seed,
-                io=s.io, pin=s.pin, follow=s.follow,
                 progress=progress,
             )
         window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
@@ -279,21 +263,16 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
         add("transactions", window.transactions, "tx", f"committed transactions {harness.OVER_WINDOW}")
         add("failed", window.failed, "tx", f"transactions ended by an error (after retries) {harness.OVER_WINDOW}",
             higher_is_better=False)
-        lat = out.latency
-        base = s.latency_origin()
-        for key, name in (("mean_us", "mean"), ("stddev_us", "stddev"), ("p50_us", "p50"), ("p90_us", "p90"),
-                          ("p95_us", "p95"), ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
-            add(f"latency_{name}_ms", harness.ms(getattr(lat, key)), "ms", f"transaction latency {name}, {base}",
-                higher_is_better=False)
-        if s.rate is not None:
-            add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
+        harness.latency_metrics(result, out.latency, what="transaction latency", base=s.latency_origin(),
+                                labels=("mean", "stddev", "p50", "p90", "p95", "p99", "p99_9", "max"))
         for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"transactions failed with SQLSTATE {state}", higher_is_better=False)
         add("scale", scale, "scale")
         result.histograms.append(Histogram(f"latency.{s.script}", "us", out.histogram_encoding,
                                            bytes(out.latency_histogram)))
         # the harness's own figures, and its lag and failed-latency histograms after the workload's
-        harness.harness_metrics(result, out, scheduled=s.rate is not None, latency_limit_s=s.latency_limit)
+        harness.harness_metrics(result, out, scheduled=s.rate is not None, latency_limit_s=s.latency_limit,
+                                rate=s.rate)
 
     # ------------------------------------------------------------ report
 

@@ -65,7 +65,6 @@ from perflab.endpoints import (
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Flag, Histogram, LoadResult, RunResult
 from perflab.section import Section
-from perflab.units import Duration
 from perflab.workloads import WORKLOADS, harness
 from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.generated import run_step
@@ -81,7 +80,6 @@ SERIES_SOURCE = "tpcc"
 DEFAULT_DURATION_S = 60.0
 MAX_WAREHOUSES = 100_000
 MAX_TRANSACTIONS = 10**12
-MAX_TRIES = 1_000
 # Terminals per warehouse (clause 4.2.2), the most keying allows.
 TERMINALS_PER_WAREHOUSE = 10
 # How often the sampler reads sum(d_next_o_id) for NOPM.
@@ -103,15 +101,11 @@ class TpccSettings(harness.HarnessSettings):
     clients: int | None = Field(default=None, ge=1, le=harness.MAX_CLIENTS)  # type: ignore[assignment]
     # Transactions per client, instead of a duration; default: 60 s.
     transactions: int | None = Field(default=None, ge=1, le=MAX_TRANSACTIONS)
-    # A transaction later than this counts as late; under a rate, one already later is skipped.
-    latency_limit: Duration | None = Field(default=None, gt=0)
     # The spec's keying and think times per terminal (clause 5.2.5); then at
     # most 10 clients per warehouse and tpmC at most 12.86 per warehouse.
     keying: bool = False
     # The transactions' isolation level.
     isolation: Literal["read committed", "repeatable read", "serializable"] = "read committed"
-    # Tries of a transaction after serialization failures or deadlocks.
-    max_tries: int = Field(default=1, ge=1, le=MAX_TRIES)
     # Each transaction as pipelined prepared statements, or one PL/pgSQL call.
     mode: Literal["statements", "procedures"] = "statements"
     # Percent of each transaction (new_order, payment, order_status, delivery,
@@ -193,25 +187,13 @@ class _RunKeys(TypedDict):
     """The keywords tpcc_run and tpcc_mysql_run share (mypy holds both calls to the stub)."""
 
     warehouses: int
-    clients: int
-    threads: int
+    harness: _engine._HarnessSettings
     t0_ns: int
-    duration_s: float | None
-    transactions: int | None
-    warmup_s: float
-    rate_tps: float | None
-    schedule: str
-    latency_limit_ms: float | None
-    max_tries: int
-    seed: int
     c_last: int
     c_id: int
     ol_i_id: int
     keying: bool
     weights: list[float] | None
-    io: str
-    pin: str
-    follow: bool
     progress: Callable[[_engine.Interval], object]
 
 
@@ -350,7 +332,7 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
     metrics: ClassVar[tuple[str, ...]] = (
         "tpmC", "nopm", "nopm_orders", "tpm_server", "new_orders_per_min", "efficiency", "rollbacks", "rollback_pct",
         "transactions", "tps", "failed", "mix.*_pct", "*.committed", "*.failed", "*.latency_*_ms", "limit.*_p90_ok",
-        "rate_target_tps", "errors.*", "driver_cpu_per_new_order_us", "warehouses", "keying", "procedures",
+        "errors.*", "driver_cpu_per_new_order_us", "warehouses", "keying", "procedures",
         "constants.*", *harness.METRICS)
     distributable: ClassVar[bool] = True
 
@@ -541,11 +523,11 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             harness.store_second(ctx, SERIES_SOURCE, interval, scheduled=s.rate is not None)
 
         harness_keys = _RunKeys(
-            warehouses=warehouses, clients=clients, threads=threads, t0_ns=ctx.t0_ns, duration_s=duration,
-            transactions=s.transactions, warmup_s=s.warmup, rate_tps=s.rate, schedule=s.schedule,
-            latency_limit_ms=None if s.latency_limit is None else s.latency_limit * 1000.0,
-            max_tries=s.max_tries, seed=seed, c_last=consts.c_last, c_id=consts.c_id, ol_i_id=consts.ol_i_id,
-            keying=s.keying, weights=mix.weights_list(s.weights), io=s.io, pin=s.pin, follow=s.follow, progress=progress)
+            warehouses=warehouses, t0_ns=ctx.t0_ns,
+            harness=s.engine_settings(clients=clients, threads=threads, duration=duration,
+                                      transactions=s.transactions, seed=seed),
+            c_last=consts.c_last, c_id=consts.c_id, ol_i_id=consts.ol_i_id,
+            keying=s.keying, weights=mix.weights_list(s.weights), progress=progress)
 
         def drive() -> _engine.DriverResult:
             with harness.engine_errors("tpcc"):
@@ -648,11 +630,8 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
                 continue
             add(f"{name}.committed", one.committed, "tx", f"{name} transactions completed in the window")
             add(f"{name}.failed", one.failed, "tx", f"{name} transactions ended by an error")
-            lat = one.latency
-            for key, label in (("mean_us", "mean"), ("p50_us", "p50"), ("p90_us", "p90"), ("p95_us", "p95"),
-                               ("p99_us", "p99"), ("p999_us", "p99_9"), ("max_us", "max")):
-                add(f"{name}.latency_{label}_ms", harness.ms(getattr(lat, key)), "ms", f"{name} latency {label}, {base}",
-                    higher_is_better=False)
+            harness.latency_metrics(result, one.latency, prefix=f"{name}.latency", what=f"{name} latency", base=base,
+                                    labels=("mean", "p50", "p90", "p95", "p99", "p99_9", "max"))
             result.histograms.append(Histogram(f"latency.{name}", "us", encoding, bytes(one.histogram)))
         parts = [bytes(by_type[n].histogram) for n in ("new_order", "new_order_rollback")
                  if n in by_type and by_type[n].committed]
@@ -674,8 +653,6 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             result.flags.append(Flag.INVALID_METRICS)
             result.events.append(Event(out.measure_start_t_s + out.measured_s, "response-time-limit",
                                        "90th percentiles over clause 5.2.5.4's limits: " + ", ".join(over)))
-        if s.rate is not None:
-            add("rate_target_tps", s.rate, "tx/s", "requested rate (open loop)")
         for state, n in out.errors_by_kind.items():
             add(f"errors.{state}", n, "tx", f"transactions failed with error {state} (PostgreSQL: its SQLSTATE; "
                 "MySQL: its error code)", higher_is_better=False)
@@ -695,7 +672,7 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             add("constants.ol_i_id", self.constants.ol_i_id, "C", "NURand C of OL_I_ID in this run")
         # the harness's own figures, and its lag and failed-latency histograms after the workload's
         harness.harness_metrics(result, out, per=("tx", "completed transaction"), scheduled=s.rate is not None,
-                                latency_limit_s=s.latency_limit)
+                                latency_limit_s=s.latency_limit, rate=s.rate)
 
     @staticmethod
     def _database_metrics(out: _engine.DriverResult, result: RunResult, sampler: _NewOrderSampler, tx_before: int,
