@@ -259,15 +259,16 @@ def test_the_report_pairs_within_blocks_and_says_what_they_removed(tmp_path: Pat
 
 
 def test_an_incomplete_block_falls_back_to_welch(tmp_path: Path) -> None:
-    from perflab.report.builder import ReportBuilder
     from perflab.report.data import load
+    from perflab.report.sections.base import ReportContext
+    from perflab.report.sections.effects import effect_rows
     from perflab.store import Store
 
     out = blocked_store(tmp_path / "out", fail=(5,))
     store = Store.open(out)
     try:
         data = load(store)
-        rows = ReportBuilder(store, data, tmp_path / "figures").effect_rows()
+        rows = effect_rows(ReportContext(store, data, tmp_path / "figures"))
     finally:
         store.close()
     failed = next(r for r in data.runs if r["id"] == 5)

@@ -483,7 +483,7 @@ def test_tpcc_tables_without_a_flags_column_mark_a_resumed_run_in_its_status(tmp
 
 
 def test_every_run_mark_the_store_gives_has_its_meaning_in_the_report() -> None:
-    from perflab.report.builder import MARK_MEANING
+    from perflab.report.sections.base import MARK_MEANING
     from perflab.store import RUN_MARKS
 
     assert list(MARK_MEANING) == list(RUN_MARKS)

@@ -109,8 +109,9 @@ def test_a_wal_dir_factor_on_a_real_server_is_tested_as_an_effect(workdir: Path,
     wal_dir levels are two set-ups, and their comparison is tested; the two
     spellings of one synchronous_commit are one set-up, across server
     restarts (a new pid, port and socket directory each start)."""
-    from perflab.report.builder import ReportBuilder
     from perflab.report.data import load
+    from perflab.report.sections.base import ReportContext
+    from perflab.report.sections.effects import effect_rows
     from perflab.store import Store
 
     wal = workdir / "wal"
@@ -144,7 +145,7 @@ iterations = 2
         assert len(groups) == 2 and all(len(g) == 2 for g in groups)
         for g in groups:
             assert len({json.loads(k)["target.storage.wal_dir"] for k in g}) == 1
-        rows = ReportBuilder(store, data, workdir / "figures").effect_rows()
+        rows = effect_rows(ReportContext(store, data, workdir / "figures"))
     finally:
         store.close()
     wal_rows = [r for r in rows if r[0] == "target.storage.wal_dir"]

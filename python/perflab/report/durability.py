@@ -1,16 +1,12 @@
-"""The durability study's first screen (OSDL's DBT-3 durability runs): when
-the experiment is repetitions of one combination back to back, enough for a
-degradation verdict, the report opens with the run-by-run table (run, the
-headline figure, its change from run 1, the trend verdict), every run's
-memory, I/O and CPU figures in OSDL's panels (free, buff, cache; bi, bo;
-us, sy, id, wa: the vmstat collector's series) on one time axis, runs back
-to back, and, for a run of two hours or more, its rate in whole hours with
-a trend over them (analysis.degradation.within_run).
-
-No series is read row by row: SQLite aggregates each run's series into
-min/max/mean buckets (the envelopes serve.views.decimate draws) and whole
-hours on its index, so a three-day run of 1-s samples draws as quickly as
-a short one and a one-second spike stays visible."""
+"""The durability study's reading of long series (OSDL's DBT-3 durability
+runs): SQLite aggregates each run's series into min/max/mean buckets (the
+envelopes serve.views.decimate draws) and whole hours on its index, so a
+three-day run of 1-s samples draws as quickly as a short one and a one-second
+spike stays visible. OSDL's memory, I/O and CPU panels (free, buff, cache;
+bi, bo; us, sy, id, wa: the vmstat collector's series) on one time axis, runs
+back to back, and a run's driver series drawn from bucket means. The
+section that opens a durability study's report with them is
+report.sections.durability."""
 
 from __future__ import annotations
 
@@ -19,19 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perflab.analysis import degradation
-from perflab.collectors import COLLECTORS
 from perflab.report import figures
-from perflab.report import html as h
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
 
-    from perflab.report.builder import ReportBuilder
-    from perflab.report.data import Combination
     from perflab.store import Store
-
-SectionHtml = tuple[str, str, str]
 
 # OSDL's durability graphs: (panel title, unit, scale, [(vmstat series, label, colour)]).
 OSDL_PANELS: tuple[tuple[str, str, float, tuple[tuple[str, str, str], ...]], ...] = (
@@ -46,53 +35,6 @@ OS_SOURCE = "vmstat"
 BUCKETS_PER_RUN = 400
 # A run this long or longer gets its per-hour windows and trend (within_run).
 WITHIN_RUN_MIN_S = 2 * 3600.0
-
-
-def durability_combination(b: ReportBuilder) -> tuple[Combination, str, list[int]] | None:
-    """The study's one combination, its headline metric and the runs with
-    that metric, when the experiment is a durability study: one combination
-    only, with enough runs for the report's degradation verdict."""
-    d = b.data
-    if len(d.combinations) != 1:
-        return None
-    combo = d.combinations[0]
-    for name in d.headline:
-        ids = [r for r in combo.run_ids if name in d.values.get(r, {})]
-        if len(ids) >= degradation.MIN_RUNS:
-            return combo, name, ids
-    return None
-
-
-def section(b: ReportBuilder) -> list[SectionHtml]:
-    """The durability section, first in the report, or nothing when the
-    experiment is no durability study."""
-    found = durability_combination(b)
-    if found is None:
-        return []
-    combo, name, ids = found
-    d = b.data
-    r = degradation.assess([d.values[i][name] for i in ids], d.metrics[name].higher_is_better,
-                           seed=d.experiment["seed"], positions=[d.runs_by_id[i]["repetition"] for i in ids])
-    info = d.metrics[name]
-    real = bool(r.change_points) or (r.trend is not None and r.trend.significant)
-    parts = [
-        h.note(f"{len(ids)} runs of one set-up back to back: {name} run after run, its change from run 1, and "
-               "whether a trend or change point says the change is real (the Degradation section has the test)."),
-        h.table(["run", "repetition", f"{name} ({info.unit})", "change from run 1", "note"],
-                b.degradation_rows(combo, name, ids, r)),
-        h.note(f"Trend verdict: {r.verdict}", "warn" if real else "note"),
-    ]
-    runs = [b.data.runs_by_id[i] for i in sorted({*combo.run_ids, *combo.failed_ids})]
-    fig = osdl_figure(b.store, [run["id"] for run in runs])
-    if fig is not None:
-        parts.append("<h3>Memory, I/O and CPU, run after run</h3>")
-        parts.append(b.figure(fig, "durability-osdl-panels",
-                              "OSDL's durability panels from the vmstat collector's series: free, buff and cache; "
-                              "bi and bo; us, sy, id and wa, every run on one time axis in the order they ran "
-                              "(dotted lines part the runs). Each line is its mean per interval, the band its min "
-                              f"to max ({BUCKETS_PER_RUN} intervals per run), so a one-second spike stays visible."))
-    parts += within_runs(b, runs)
-    return [("durability", "Durability", "".join(parts))]
 
 
 def bucket_stats(store: Store, run_id: int, source: str, name: str,
@@ -189,44 +131,6 @@ def osdl_figure(store: Store, run_ids: list[int]) -> MplFigure | None:
                      fontsize=7, va="bottom", color="#555")
     axes[-1].set_xlabel("hours since the first run's start (runs back to back)")
     return fig
-
-
-def within_runs(b: ReportBuilder, runs: list[dict[str, Any]]) -> list[str]:
-    """Each run of two hours or more: the driver's series in whole hours,
-    each hour's mean and change from the first, and the trend verdict."""
-    from perflab.serve.views import series_names
-
-    collectors = set(COLLECTORS.names())
-    long_runs = [r for r in runs if (r.get("seconds") or 0.0) >= WITHIN_RUN_MIN_S]
-    rows = []
-    for run in long_runs:
-        for source, name in series_names(b.store.conn, run["id"]):
-            if source in collectors:
-                continue
-            # each whole hour's mean from SQLite, then within_run's trend over the hours: one value per
-            # window gives within_run the same windows and means as the series' every sample would
-            hours = bucket_stats(b.store, run["id"], source, name, width_s=degradation.WINDOW_S)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                means = np.where(hours[:, 4] > 0, hours[:, 3] / np.maximum(hours[:, 4], 1), np.nan)
-            # each window's start: its first sample's t, down to the whole window from the run's first sample
-            index = np.floor((hours[:, 0] - hours[:1, 0]) / degradation.WINDOW_S + 1e-9)
-            starts = hours[:1, 0] + degradation.WINDOW_S * index
-            info = b.data.metrics.get(name)
-            w = degradation.within_run(starts, means, info.higher_is_better if info else None)
-            if not w.means:
-                continue
-            per_hour = ", ".join(f"{h.fmt(m)} ({h.fmt_pct(c)})" if math.isfinite(m) else "–"
-                                 for m, c in zip(w.means, w.change_pct, strict=True))
-            real = w.trend is not None and w.trend.significant
-            rows.append([f"#{run['id']}", f"{source}.{name}", len(w.means), h.td(per_hour),
-                         h.td(w.verdict, "warn" if real else "")])
-    if not rows:
-        return []
-    return ["<h3>Within each run, hour by hour</h3>",
-            h.table(["run", "series", "hours", "mean per whole hour (change from the first)", "verdict"], rows,
-                    caption="Runs of two hours or more: each driver series cut into whole hours from its first "
-                    "sample (a last part hour left out), and an OLS trend over the hours whose interval allows "
-                    "for autocorrelated hours (Santer et al. 2000).")]
 
 
 # A driver series longer than this is drawn from bucket means (DRIVER_BUCKETS of them).
