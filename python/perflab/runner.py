@@ -30,17 +30,13 @@ import csv
 import errno
 import hashlib
 import json
-import re
 import shutil
-import signal
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from perflab import plan as plan_mod
@@ -55,8 +51,8 @@ from perflab.endpoints import Endpoint
 from perflab.errors import DiskFull, Interrupted, RunFailure, UserError
 from perflab.guardian import journal
 from perflab.hostctl.cgroups import oom_cause
-from perflab.hostctl.mounts import device_of
 from perflab.hostrun import HostChanges, memory_bound, resource_metrics
+from perflab.interrupts import interrupt_on_signals, signals_ignored
 from perflab.model import Event, Flag, RunResult, without_label
 from perflab.plan import PlannedRun
 from perflab.progress import Progress, fmt_value
@@ -66,47 +62,11 @@ from perflab.store import Store
 from perflab.targets import TARGETS
 from perflab.targets.base import LOG_SLICES, Target, TargetSettings
 from perflab.targets.confine import Owner, format_bytes, schema_for
+from perflab.targets.serverlog import server_cause
 from perflab.workloads import WORKLOADS
 from perflab.workloads.base import Workload
 
 LOG_TAIL_LINES = 40
-
-
-@contextlib.contextmanager
-def interrupt_on_signals() -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM raise Interrupted in the main thread, so every
-    `finally` (server teardown above all) runs.
-
-    The exception alone is not enough: a signal that lands while a weakref
-    callback or a __del__ runs has its exception printed and dropped by
-    Python ("Exception ignored in ..."), and the experiment went on to the
-    end (seen once in test_sigint_stops_the_server_and_keeps_finished_runs).
-    So the handler also sets the Event this yields: runs take it as their
-    cancel (the engine checks it every 200 ms and raises Interrupted), and
-    the runner checks it between runs."""
-    requested = threading.Event()
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        requested.set()
-        raise Interrupted(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield requested
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
-    """While tearing down, a second Ctrl-C must not leave a server behind."""
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 # ------------------------------------------------------------------ sessions
@@ -336,50 +296,6 @@ def execute(session: Session, progress: Progress) -> Outcome:
     runner.session_command, runner.session_note = session.command, session.note
     counts = runner.run()
     return Outcome(counts["done"], counts["failed"], session.count("failed"))
-
-
-# A server's own words for why it stopped serving: they lead perflab's message,
-# which otherwise names only the symptom a client saw ("connection lost").
-_SEVERE = re.compile(r"\b(PANIC|FATAL):\s+(.*)")
-# FATALs that are the consequence, not the cause (a shutdown ends sessions).
-_BENIGN_FATAL = ("terminating connection due to administrator command", "the database system is shutting down",
-                 "the database system is starting up", "the database system is in recovery mode",
-                 "connection to client lost")
-_NO_SPACE = "No space left on device"
-# PostgreSQL's words for a write the kernel cut short: the filesystem filled
-# part-way through it (PostgreSQL's own hint: "Check free disk space"). The
-# space may be free again by the time perflab looks: the failed load's
-# transaction removed the files it had made.
-_SHORT_WRITE = re.compile(r"wrote only \d+ of \d+ bytes")
-
-
-def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str:
-    """`error` led by the server log's first PANIC (else first FATAL that is
-    not a shutdown's); a full disk named by its device and path, with the fix."""
-    found = [m for line in (log_tail or "").splitlines() if (m := _SEVERE.search(line))]
-    severe = next((m for m in found if m.group(1) == "PANIC"), None) or next(
-        (m for m in found if not any(b in m.group(2) for b in _BENIGN_FATAL)), None)
-    words = f"{severe.group(1)}: {severe.group(2).strip()}" if severe else None
-    text = f"{words or ''} {error}"
-    short = _SHORT_WRITE.search(text)
-    if _NO_SPACE.lower() in text.lower() or short:
-        quoted = re.search(r'"([^"]+)"', words or error)
-        path = Path(quoted.group(1)) if quoted else None
-        if path is not None and not path.is_absolute():
-            path = next((loc / path for loc in locations if (loc / path).parent.exists()),
-                        locations[0] / path if locations else path)
-        where = path or (locations[0] if locations else None)
-        if where is not None:
-            device, mount = device_of(where)
-            said = words or next((line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower()),
-                                 None) or (f"{_NO_SPACE}: a write cut short, PostgreSQL's sign of a full disk "
-                                     f"({short.group(0) if short else 'a short write'})")
-            lead = f"no space left on {device} ({where}; the filesystem at {mount}): {said}"
-            return (f"{lead}\n  fix: free space on {device}, or put the server's data (target.storage) on a larger "
-                    f"filesystem, then `perflab resume --retry-failed`\n  then: {error}")
-    if words and words not in error:
-        return f"server {words}\n  then: {error}"
-    return error
 
 
 def _server_dirs(described: dict[str, Any] | None, target: Target | None) -> list[Path]:

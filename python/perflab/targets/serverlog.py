@@ -4,16 +4,20 @@ A managed server writes one log for its whole life (restarts included); each
 run keeps the part written since the previous run ended: `begin_run` notes
 where it starts in the run's directory (LOG_SLICES, so `resume` copies the
 part of an attempt killed before `end_run`), `end_run` copies it to the
-run's `server.log`, and `tail` gives a failed run's last lines.
+run's `server.log`, and `tail` gives a failed run's last lines;
+`server_cause` reads in them why the server stopped serving (a PANIC, a
+full disk) for the failed run's error.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
+from perflab.hostctl.mounts import device_of
 from perflab.targets.base import LOG_SLICES
 
 TAIL_BYTES = 64 * 1024
@@ -87,3 +91,47 @@ class LoggedServer:
 
     def log_tail(self, lines: int = 40) -> str | None:
         return self.server_log.tail(lines)
+
+
+# A server's own words for why it stopped serving: they lead perflab's message,
+# which otherwise names only the symptom a client saw ("connection lost").
+_SEVERE = re.compile(r"\b(PANIC|FATAL):\s+(.*)")
+# FATALs that are the consequence, not the cause (a shutdown ends sessions).
+_BENIGN_FATAL = ("terminating connection due to administrator command", "the database system is shutting down",
+                 "the database system is starting up", "the database system is in recovery mode",
+                 "connection to client lost")
+_NO_SPACE = "No space left on device"
+# PostgreSQL's words for a write the kernel cut short: the filesystem filled
+# part-way through it (PostgreSQL's own hint: "Check free disk space"). The
+# space may be free again by the time perflab looks: the failed load's
+# transaction removed the files it had made.
+_SHORT_WRITE = re.compile(r"wrote only \d+ of \d+ bytes")
+
+
+def server_cause(error: str, log_tail: str | None, locations: list[Path]) -> str:
+    """`error` led by the server log's first PANIC (else first FATAL that is
+    not a shutdown's); a full disk named by its device and path, with the fix."""
+    found = [m for line in (log_tail or "").splitlines() if (m := _SEVERE.search(line))]
+    severe = next((m for m in found if m.group(1) == "PANIC"), None) or next(
+        (m for m in found if not any(b in m.group(2) for b in _BENIGN_FATAL)), None)
+    words = f"{severe.group(1)}: {severe.group(2).strip()}" if severe else None
+    text = f"{words or ''} {error}"
+    short = _SHORT_WRITE.search(text)
+    if _NO_SPACE.lower() in text.lower() or short:
+        quoted = re.search(r'"([^"]+)"', words or error)
+        path = Path(quoted.group(1)) if quoted else None
+        if path is not None and not path.is_absolute():
+            path = next((loc / path for loc in locations if (loc / path).parent.exists()),
+                        locations[0] / path if locations else path)
+        where = path or (locations[0] if locations else None)
+        if where is not None:
+            device, mount = device_of(where)
+            said = words or next((line.strip() for line in error.splitlines() if _NO_SPACE.lower() in line.lower()),
+                                 None) or (f"{_NO_SPACE}: a write cut short, PostgreSQL's sign of a full disk "
+                                     f"({short.group(0) if short else 'a short write'})")
+            lead = f"no space left on {device} ({where}; the filesystem at {mount}): {said}"
+            return (f"{lead}\n  fix: free space on {device}, or put the server's data (target.storage) on a larger "
+                    f"filesystem, then `perflab resume --retry-failed`\n  then: {error}")
+    if words and words not in error:
+        return f"server {words}\n  then: {error}"
+    return error
