@@ -348,6 +348,30 @@ def test_a_store_gaining_rows_is_read_as_it_grows(tmp_path: Path) -> None:
         store.close()
 
 
+def test_a_query_runs_progress_is_its_live_figure(tmp_path: Path) -> None:
+    """A TPC-H throughput run has no per-second rate: what each stream has
+    completed, stored as each query completes, is what the page shows live."""
+    from perflab.model import QueryTime
+
+    out, store = _running_store(tmp_path)
+    try:
+        writer = store.series_writer(1)
+        with Served(out) as served:
+            assert served.json("/api/series?run=1")["queries"] is None
+            for seq, (stream, query, seconds, status) in enumerate(
+                    [(1, "Q14", 2.5, "ok"), (2, "Q2", 1.0, "ok"), (1, "Q2", 0.5, "ok"), (2, "Q9", None, "timeout")]):
+                writer.add_query(QueryTime(stream, seq, query, seconds, status, started_s=float(seq)))
+            writer._flush()
+            q = served.json("/api/series?run=1")["queries"]
+            assert (q["done"], q["failed"]) == (4, 1)
+            assert [(x["stream"], x["done"], x["failed"], x["seconds"]) for x in q["streams"]] == [
+                (1, 2, 0, 3.0), (2, 2, 1, 1.0)]
+            assert [(x["query"], x["status"]) for x in q["latest"]][:2] == [("Q9", "timeout"), ("Q2", "ok")]
+        writer.close()
+    finally:
+        store.close()
+
+
 def test_the_reports_reading_is_built_again_when_a_run_ends_not_every_second(tmp_path: Path) -> None:
     """A running run's samples leave the report's reading of the store as it
     was (a poll during a long run must not read every run again: serve's CPU

@@ -145,8 +145,13 @@ function renderSeries(data) {
   const rate = pick(s, n => /^(tps|qps|tpmC|goodput_mbps|pps|rate)$/.test(n)) || pick(s, n => !/latency|failed|error|lag/.test(n));
   const p99 = pick(s, n => /p99/.test(n)), errors = pick(s, n => /failed|error/.test(n));
   const shown = [["rate", rate], ["p99", p99], ["errors", errors]].filter(([, x]) => x);
-  document.getElementById("now").innerHTML = shown.map(([what, x]) =>
-    `<div data-figure="${what}"><span>${what}: ${esc(x.source)}.${esc(x.name)}, latest</span>${fmt(x.last ? x.last[1] : null)}</div>`).join("") ||
+  const q = data.queries;
+  const queries = !q ? "" : `<div data-figure="queries"><span>queries completed (${q.failed} failed)</span>${fmt(q.done)}</div>` +
+    q.streams.map(x => `<div data-figure="stream"><span>stream ${x.stream}: done, ${fmt(x.seconds)} s of queries</span>${fmt(x.done)}</div>`).join("") +
+    `<p class="muted" id="latest-queries">latest: ` + q.latest.map(x =>
+      `${esc(x.query)} on stream ${x.stream} in ${fmt(x.seconds)} s${x.status === "ok" ? "" : " (" + esc(x.status) + ")"}`).join("; ") + "</p>";
+  document.getElementById("now").innerHTML = (shown.map(([what, x]) =>
+    `<div data-figure="${what}"><span>${what}: ${esc(x.source)}.${esc(x.name)}, latest</span>${fmt(x.last ? x.last[1] : null)}</div>`).join("") + queries) ||
     '<p class="muted">No per-second figures for this run yet.</p>';
   document.getElementById("driver-figs").innerHTML = shown.map(([what, x]) =>
     chart(`${what}: ${x.source}.${x.name}`, x.name.endsWith("_ms") ? "ms" : "per second", [{...x, label: x.name}])).join("");

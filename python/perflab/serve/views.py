@@ -259,6 +259,7 @@ class StoreView:
                 raise NotFound(f"no run {run_id}")
             rows = self._run_rows(store, run_id, (row["status"], row["attempts"], row["started_at"]))
             metrics = self.data(store).metrics
+            queries = queries_so_far(store.conn, run_id)
         collectors = set(COLLECTORS.names())
         out: dict[str, Any] = {}
         for (source, name), values in sorted(rows.items()):
@@ -282,7 +283,8 @@ class StoreView:
                     "method": None if w.trend is None else w.trend.method, "verdict": w.verdict,
                 }
         return finite({"run": run_id, "status": row["status"], "points": points, "series": out,
-                       "os": [f"{OS_SOURCE}.{n}" for n in OS_SERIES if f"{OS_SOURCE}.{n}" in out]})
+                       "os": [f"{OS_SOURCE}.{n}" for n in OS_SERIES if f"{OS_SOURCE}.{n}" in out],
+                       "queries": queries})
 
     def _run_rows(self, store: Store, run_id: int, key: tuple[Any, ...]) -> dict[tuple[str, str], np.ndarray]:
         """A run's series as (t, value) arrays: read whole once, then only the
@@ -353,6 +355,23 @@ class _Reader:
 
     def __exit__(self, *exc: object) -> None:
         self.store.conn.close()
+
+
+def queries_so_far(conn: sqlite3.Connection, run_id: int, latest: int = 5) -> dict[str, Any] | None:
+    """A query workload's progress (TPC-H's streams, SSB, queries): what each
+    stream has completed so far and the latest queries, as they are stored
+    when they complete; None for a run that records no queries. A TPC-H run
+    has no per-second rate, so this is its live figure."""
+    streams = [{"stream": r[0], "done": r[1], "failed": r[2], "seconds": r[3]} for r in conn.execute(
+        "SELECT stream, count(*), sum(status <> 'ok'), total(seconds) FROM query WHERE run_id=? "
+        "GROUP BY stream ORDER BY stream", (run_id,))]
+    if not streams:
+        return None
+    last = [{"stream": r[0], "query": r[1], "seconds": r[2], "status": r[3], "ended_s": r[4]} for r in conn.execute(
+        "SELECT stream, query, seconds, status, started_s + ifnull(seconds, 0) FROM query WHERE run_id=? "
+        "ORDER BY rowid DESC LIMIT ?", (run_id, latest))]
+    return {"streams": streams, "latest": last, "done": sum(s["done"] for s in streams),
+            "failed": sum(s["failed"] for s in streams)}
 
 
 def current_run(runs: list[dict[str, Any]]) -> int | None:
