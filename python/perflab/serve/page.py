@@ -147,7 +147,7 @@ function renderSeries(data) {
   const shown = [["rate", rate], ["p99", p99], ["errors", errors]].filter(([, x]) => x);
   const q = data.queries;
   const queries = !q ? "" : `<div data-figure="queries"><span>queries completed (${q.failed} failed)</span>${fmt(q.done)}</div>` +
-    q.streams.map(x => `<div data-figure="stream"><span>stream ${x.stream}: done, ${fmt(x.seconds)} s of queries</span>${fmt(x.done)}</div>`).join("") +
+    q.streams.map(x => `<div data-figure="stream"><span>stream ${x.stream}: queries done (${fmt(x.seconds)} s in them)</span>${fmt(x.done)}</div>`).join("") +
     `<p class="muted" id="latest-queries">latest: ` + q.latest.map(x =>
       `${esc(x.query)} on stream ${x.stream} in ${fmt(x.seconds)} s${x.status === "ok" ? "" : " (" + esc(x.status) + ")"}`).join("; ") + "</p>";
   document.getElementById("now").innerHTML = (shown.map(([what, x]) =>
