@@ -19,19 +19,21 @@ import pytest
 from conftest import cli_command
 from perflab.collectors import COLLECTORS
 from perflab.collectors.base import CollectorContext, CollectorUnavailable
-from perflab.collectors.syscalls import (
+from perflab.collectors.syscall_probes import (
     BUCKET_RELATIVE_ERROR,
     CALLS,
-    CLASSES,
     SUB_BITS,
     SYNC_CALLS,
     Agg,
-    SyscallsCollector,
-    SyscallsSettings,
-    bpftrace_problem,
     bucket_bounds,
     bucket_of,
     percentile_from_buckets,
+)
+from perflab.collectors.syscalls import (
+    CLASSES,
+    SyscallsCollector,
+    SyscallsSettings,
+    bpftrace_problem,
     strace_problem,
 )
 from perflab.context import RunContext, SeriesSink
