@@ -52,12 +52,12 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from perflab.guardian import journal, register_undo
+from perflab.hostctl.cpulist import format_cpu_list, online_cpus, parse_cpu_list
 from perflab.model import not_setup
 from perflab.settings_model import StrictModel
 from perflab.units import Size, format_size
 
 MOUNTINFO = Path("/proc/self/mountinfo")
-ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
 SYS_BLOCK = Path("/sys/block")
 
 # The CPU quota's period: 100 ms, the kernel's default.
@@ -70,7 +70,6 @@ MIN_CPU_QUOTA = 0.01
 # a server's own undo runs first).
 KILL_WAIT_S = 1.5
 
-_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 _NAME = re.compile(r"^perflab[A-Za-z0-9_.-]*$")
 _DEVICE = re.compile(r"^[A-Za-z0-9_.!-]+$")
 
@@ -100,43 +99,6 @@ class CgroupError(RuntimeError):
 
 # --------------------------------------------------------------------------
 # settings
-
-
-MAX_CPUS = 8192  # the kernel's largest NR_CPUS: past it a list is a typo (and a huge set)
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """The CPUs of a cpuset list ("0-1,3"), as the kernel writes them."""
-    text = text.strip()
-    if not text:
-        return set()
-    if not _CPU_LIST.match(text):
-        raise ValueError(f"{text!r} is not a CPU list")
-    cpus: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        lo, hi = int(first), int(last or first)
-        if hi < lo:
-            raise ValueError(f"{part!r} runs backwards")
-        if hi >= MAX_CPUS:
-            raise ValueError(f"{part!r} names a CPU past {MAX_CPUS - 1}")
-        cpus.update(range(lo, hi + 1))
-    return cpus
-
-
-def format_cpu_list(cpus: set[int]) -> str:
-    parts: list[str] = []
-    run: list[int] = []
-    for cpu in sorted(cpus):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
 
 
 class ResourceSettings(StrictModel):
@@ -281,10 +243,6 @@ def parent_dir(hierarchy: Hierarchy) -> Path:
         return hierarchy.mountpoint  # our cgroup is not visible through this mount
     relative = own[len(root):].strip("/")
     return hierarchy.mountpoint / relative if relative else hierarchy.mountpoint
-
-
-def online_cpus() -> set[int]:
-    return parse_cpu_list(ONLINE_CPUS.read_text())
 
 
 def block_devices() -> list[str]:
