@@ -36,7 +36,7 @@ def main() -> int:
     print(f"{'run':>3} {'sends':>7} {'mean lag us':>12} {'p99 us':>8} {'max us':>8}")
     for run in range(1, args.runs + 1):
         out, _ = _engine.stream_run(protocol="udp", receiver="epoll", address="127.0.0.1", flows=args.flows,
-                                    size=64, t0_ns=time.monotonic_ns(), duration_s=args.seconds,
+                                    size=64, t0_ns=time.monotonic_ns(), duration=args.seconds,
                                     rate_pps=args.rate, drain_s=0.1)
         lag = out.lag
         means.append(lag.mean_us)

@@ -140,3 +140,15 @@ def test_a_workloads_settings_reach_the_engine_by_their_names_in_seconds() -> No
                      "pin": "auto", "follow": True}
     with pytest.raises(ValueError, match="warmup_s"):
         s.engine_settings(warmup_s=1.0)
+
+
+def test_the_stream_senders_take_its_run_length_by_the_same_names() -> None:
+    """stream_run keeps its own keywords (flows, a packet rate), but its
+    duration and warm-up go by the names (and seconds) of the settings."""
+    tree = ast.parse(STUB.read_text())
+    (fn,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "stream_run"]
+    words = {a.arg for a in fn.args.kwonlyargs}
+    stream = WORKLOADS.get("stream").Settings
+    for name in ("duration", "warmup"):
+        assert name in words and f"{name}_s" not in words
+        assert is_duration(stream, name)

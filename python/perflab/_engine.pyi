@@ -614,8 +614,8 @@ class DelayRelay:
     def stop(self) -> dict[str, float]: ...
 
 def stream_run(
-    *, protocol: str, receiver: str, address: str, flows: int, size: int, t0_ns: int, duration_s: float,
-    warmup_s: float = 0.0, rate_pps: float | None = None, threads: int | None = None,
+    *, protocol: str, receiver: str, address: str, flows: int, size: int, t0_ns: int, duration: float,
+    warmup: float = 0.0, rate_pps: float | None = None, threads: int | None = None,
     server_netns: str | None = None, drain_s: float = 0.3, mss: int | None = None, progress: Callable[[Interval], object] | None = None,
     cancel: _Cancel | None = None,
 ) -> tuple[DriverResult, dict[str, object]]:

@@ -15,9 +15,11 @@ use std::sync::atomic::Ordering;
 /// DriverResult (one transaction per send) and the receiver's counts: a
 /// dict of bytes and packets per second since t0, connections, cpu_s, and
 /// the senders' sent (every send, warm-up included) and tcp_retransmits.
+/// Its own settings, not the harness's object: flows rather than clients,
+/// a rate of packets, no schedule or io (a sender paces evenly).
 #[pyfunction]
 #[pyo3(signature = (
-    *, protocol, receiver, address, flows, size, t0_ns, duration_s, warmup_s=0.0, rate_pps=None,
+    *, protocol, receiver, address, flows, size, t0_ns, duration, warmup=0.0, rate_pps=None,
     threads=None, server_netns=None, drain_s=0.3, mss=None, progress=None, cancel=None
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -29,8 +31,8 @@ fn stream_run<'py>(
     flows: u32,
     size: usize,
     t0_ns: u64,
-    duration_s: f64,
-    warmup_s: f64,
+    duration: f64,
+    warmup: f64,
     rate_pps: Option<f64>,
     threads: Option<u32>,
     server_netns: Option<String>,
@@ -39,6 +41,8 @@ fn stream_run<'py>(
     progress: Option<Bound<'py, PyAny>>,
     cancel: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(DriverResult, Py<PyAny>)> {
+    // `duration` and `warmup` by the stream workload's (and the harness's) names, in seconds
+    let (duration_s, warmup_s) = (duration, warmup);
     let transport: Transport = protocol.parse().map_err(config_error)?;
     let mode: ReceiverMode = receiver.parse().map_err(config_error)?;
     let address: IpAddr = address

@@ -156,7 +156,7 @@ class StreamWorkload(Workload[NetworkEndpoint]):
         with harness.engine_errors("stream", hint="check the workload's settings"), netns.entered(endpoint.client_ns):
             out, received = _engine.stream_run(
                 protocol=s.protocol, receiver=s.receiver, address=endpoint.server_address(s.family),
-                flows=s.flows, size=size, t0_ns=ctx.t0_ns, duration_s=s.duration, warmup_s=s.warmup,
+                flows=s.flows, size=size, t0_ns=ctx.t0_ns, duration=s.duration, warmup=s.warmup,
                 rate_pps=rate_pps, server_netns=endpoint.server_ns, mss=mss, progress=progress,
                 cancel=ctx.cancel)
         wall = time.monotonic() - started
