@@ -190,7 +190,7 @@ def main() -> int:
             for clients in args.clients:
                 threads = min(clients, cores())
                 for io in args.io:
-                    settings = {"kind": "tpcb", "script": script, "clients": clients, "threads": threads,
+                    settings = {"kind": "tpcb", "window": "measured", "script": script, "clients": clients, "threads": threads,
                                 "duration": float(args.seconds), "protocol": "prepared", "vacuum": False,
                                 "io": io, "seed": 1}
                     for pair in range(args.pairs):

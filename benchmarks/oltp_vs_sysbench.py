@@ -185,7 +185,7 @@ def run_perflab(ep: Endpoint, script: str, tables: int, table_size: int, threads
     workload's default driver threads, or `driver_threads` of them; clients
     follow their server processes unless `follow` is off."""
     w = OltpWorkload(OltpSettings.model_validate({
-        "kind": "oltp", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
+        "kind": "oltp", "window": "measured", "script": script, "tables": tables, "table_size": table_size, "clients": threads,
         **({} if driver_threads == "default" else {"threads": min(int(driver_threads), threads)}),
         "duration": float(seconds), "pin": pin, "follow": follow == "on"}))
     before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu()

@@ -142,7 +142,7 @@ def ipi_delta(before: int | None) -> int | None:
 def run_perflab(ep: PostgresEndpoint, script: str, clients: int, threads: int, seconds: int,
                 workdir: Path, io: str, pin: str = "auto") -> dict[str, Any]:
     w = TpcbWorkload(TpcbSettings.model_validate({
-        "kind": "tpcb", "script": script, "clients": clients, "threads": threads, "duration": float(seconds),
+        "kind": "tpcb", "window": "measured", "script": script, "clients": clients, "threads": threads, "duration": float(seconds),
         "protocol": "prepared", "vacuum": False, "io": io, "pin": pin,
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())

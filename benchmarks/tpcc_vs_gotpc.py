@@ -118,7 +118,7 @@ def run_gotpc(binary: Path, ep: MysqlEndpoint, warehouses: int, threads: int, se
 
 def run_perflab(ep: MysqlEndpoint, warehouses: int, threads: int, seconds: int, workdir: Path) -> dict[str, Any]:
     w = TpccWorkload(TpccSettings.model_validate({
-        "kind": "tpcc", "warehouses": warehouses, "clients": threads, "threads": min(threads, cores()),
+        "kind": "tpcc", "window": "measured", "warehouses": warehouses, "clients": threads, "threads": min(threads, cores()),
         "duration": float(seconds),
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())

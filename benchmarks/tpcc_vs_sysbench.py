@@ -89,7 +89,7 @@ def run_sysbench(lua: Path, ep: PostgresEndpoint, warehouses: int, clients: int,
 def run_perflab(ep: PostgresEndpoint, warehouses: int, clients: int, seconds: int, mode: str,
                 workdir: Path) -> dict[str, Any]:
     w = TpccWorkload(TpccSettings.model_validate({
-        "kind": "tpcc", "warehouses": warehouses, "clients": clients, "threads": min(clients, cores()),
+        "kind": "tpcc", "window": "measured", "warehouses": warehouses, "clients": clients, "threads": min(clients, cores()),
         "duration": float(seconds), "mode": mode,
     }))
     ctx = RunContext(run_number=0, run_dir=workdir, t0_ns=time.monotonic_ns())

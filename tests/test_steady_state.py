@@ -228,3 +228,24 @@ def test_a_runs_rates_are_over_the_window_from_where_it_settled() -> None:
     found = steady_window(RunResult(), falling.series)  # type: ignore[attr-defined]
     assert found is not None and not found.reached
     assert window(falling, found).rate == falling.tps  # type: ignore[arg-type, attr-defined]
+
+
+def test_window_measured_keeps_the_engines_figures_and_still_finds_the_steady_start(tmp_path) -> None:
+    """workload.window = "measured" (a comparison with pgbench, sysbench or
+    go-tpc, whose figures are over their whole run): the same ramped run's
+    rate is the engine's own, and its steady start is still stored."""
+    from perflab.model import RunResult
+    from perflab.runner import RunContext
+    from perflab.workloads.harness import take_run
+
+    rng = np.random.default_rng(15)
+    t, x = series(120, 30, rng)
+    out = _driver_result(t, x, warm=5)
+    out.__dict__.update(measure_start_t_s=10.5, io="epoll", events=[], lost_clients=0, client_bound=False)  # type: ignore[attr-defined]
+    ctx = RunContext(run_number=1, run_dir=tmp_path, t0_ns=0)
+    steady, measured = RunResult(), RunResult()
+    w_steady = take_run(ctx, steady, out, clients=1, lost="lost")  # type: ignore[arg-type]
+    w_measured = take_run(ctx, measured, out, clients=1, lost="lost", window_from="measured")  # type: ignore[arg-type]
+    assert w_steady.cut_s >= 25 and w_steady.rate > 1.05 * out.tps  # type: ignore[attr-defined]
+    assert (w_measured.cut_s, w_measured.rate, w_measured.transactions) == (0.0, out.tps, out.transactions)  # type: ignore[attr-defined]
+    assert measured.metrics["steady_start_s"].value == steady.metrics["steady_start_s"].value > 0

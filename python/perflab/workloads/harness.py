@@ -77,6 +77,13 @@ class HarnessSettings(WorkloadSettings):
     # (MSER-5; the warm-up is the minimum): a run whose rate settles later is
     # flagged no-steady-state. Default: half the measured window.
     steady_max: Duration | None = Field(default=None, gt=0)
+    # What a run's rates and counts (tps, qps, tpmC, transactions) are over:
+    # "steady", from where its per-second rate settled (MSER-5, steady_start_s)
+    # to the end of the measured window; "measured", the whole measured window
+    # from the end of the warm-up, as pgbench, sysbench and go-tpc report
+    # theirs (for a comparison with them). The steady start is found and
+    # stored either way; latency percentiles are always the whole window's.
+    window: Literal["steady", "measured"] = "steady"
     # Total transactions (requests) per second, open loop: latency from each intended start.
     rate: float | None = Field(default=None, gt=0, le=MAX_RATE_TPS)
     # Spacing of the intended starts under a rate: exponential gaps (a Poisson
@@ -198,13 +205,15 @@ def engine_errors(name: str, *, failed: str | None = None, settings: str | None 
 
 
 def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, clients: int, lost: str,
-             seed: int | None = None, any_loss_fails: bool = False, steady_max_s: float | None = None) -> Window:
+             seed: int | None = None, any_loss_fails: bool = False, steady_max_s: float | None = None,
+             window_from: Literal["steady", "measured"] = "steady") -> Window:
     """What every harness run hands on, in one place: the measured window on
     the run's clock (collectors use it too), the seed and io events and the
     engine's own, the client-bound flag. The run fails when every client was
     lost (or any, with `any_loss_fails`): `lost` is the message, followed by
     the first loss; a partial loss flags the run. Returned: the window the
-    run's rates and counts are over (from its steady start)."""
+    run's rates and counts are over (from its steady start, or the whole
+    measured window with `window_from="measured"`)."""
     ctx.measure_start_s = out.measure_start_t_s
     ctx.measure_end_s = out.measure_start_t_s + out.measured_s
     if seed is not None:
@@ -219,7 +228,8 @@ def take_run(ctx: RunContext, result: RunResult, out: _engine.DriverResult, *, c
         result.flags.append(Flag.LOST_CONNECTIONS)
     if out.client_bound:
         result.flags.append(Flag.CLIENT_BOUND)
-    return window(out, steady_window(result, out.series, steady_max_s))
+    found = steady_window(result, out.series, steady_max_s)
+    return window(out, found if window_from == "steady" else None)
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,8 @@ class Window:
 
 
 # Said of a rate or count over the window (metric descriptions).
-OVER_WINDOW = "from where the per-second rate settled (MSER-5, steady_start_s) to the end of the measured window"
+OVER_WINDOW = ("over the run's window (workload.window: \"steady\", from where the per-second rate settled, "
+               "MSER-5, steady_start_s; \"measured\", the whole measured window)")
 
 
 def window(out: _engine.DriverResult, found: steady.SteadyState | None) -> Window:

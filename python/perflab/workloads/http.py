@@ -557,7 +557,7 @@ class HttpWorkload(Workload[HttpEndpoint]):
                 connect_timeout_s=s.connect_timeout, request_timeout_s=s.request_timeout,
                 think_time_s=s.think_time, progress=progress,
             )
-        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True, steady_max_s=s.steady_max,
+        harness.take_run(ctx, result, out, clients=s.clients, seed=seed, any_loss_fails=True, steady_max_s=s.steady_max, window_from=s.window,
                          lost=f"http: {out.lost_clients} of {s.clients} clients lost the server (server down?)")
         self._metrics(out, result, mix)
         if mix:  # what each request type of the metrics (requests.r1, latency.r1_p99_ms) asked: for the export

@@ -199,7 +199,7 @@ class OltpWorkload(Workload[Endpoint]):
                 harness=s.engine_settings(threads=threads, duration=duration, transactions=s.transactions, seed=seed),
                 t0_ns=ctx.t0_ns, progress=progress,
             )
-        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
+        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max, window_from=s.window,
                                   lost=f"oltp: all {s.clients} client connections were lost (server down?)")
         if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
             result.events.append(Event(out.measure_start_t_s, "threads", why))

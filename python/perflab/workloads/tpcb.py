@@ -248,7 +248,7 @@ class TpcbWorkload(Workload[PgWireEndpoint]):
                 t0_ns=ctx.t0_ns,
                 progress=progress,
             )
-        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
+        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max, window_from=s.window,
                                   lost=f"tpcb: all {s.clients} client connections were lost (server down?)")
         self._metrics(out, window, result, scale)
         stalls.annotate(result)

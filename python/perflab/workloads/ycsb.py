@@ -187,7 +187,7 @@ class YcsbWorkload(Workload[Endpoint]):
                 harness=s.engine_settings(threads=threads, duration=duration, transactions=per_client, seed=seed),
                 t0_ns=ctx.t0_ns, progress=progress,
             )
-        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max,
+        window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max, window_from=s.window,
                                   lost=f"ycsb: all {s.clients} client connections were lost (server down?)")
         if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
             result.events.append(Event(out.measure_start_t_s, "threads", why))

@@ -562,7 +562,7 @@ class TpccWorkload(Workload[PgWireEndpoint | MysqlWireEndpoint]):
             raise RunFailure(f"tpcc: {str(exc).strip()}") from None
         result.events.append(Event(out.measure_start_t_s, "constants", "NURand constants: "
                                    + consts.describe(meta.c_last_load) + "; clause 2.1.6.1's delta rule holds"))
-        window = harness.take_run(ctx, result, out, clients=clients, seed=seed, steady_max_s=s.steady_max,
+        window = harness.take_run(ctx, result, out, clients=clients, seed=seed, steady_max_s=s.steady_max, window_from=s.window,
                                   lost=f"tpcc: all {clients} client connections were lost (server down?)")
         self._metrics(out, window, result, warehouses, meta)
         self._database_metrics(out, result, sampler, tx_before, tx_after, wall_s, dialect)
