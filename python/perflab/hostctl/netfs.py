@@ -90,11 +90,13 @@ def netfs_problems(key: str, settings: FsSettings) -> list[tuple[str, str]]:
     """What would stop `NetFs.mount()`, found without changing anything."""
     problems = [(key, p) for p in netns.problems()]
     if settings.type == "nfs":
-        missing = [m for m in (nfsserve.client_missing(), nfsserve.server_missing()) if m]
-        if missing:
-            problems.append((f"{key}.type", f"NFS cannot run here: {'; '.join(missing)}; its stand-in is sshfs "
-                             "(FUSE) to an sshd of perflab's over the same shaped link; fix: type = \"sshfs\", or "
-                             "a kernel with an NFS client and nfs-ganesha installed"))
+        client, server = nfsserve.client_missing(), nfsserve.server_missing()
+        if client or server:
+            needs = [*([("a kernel with an NFS client" if not _kernel_has_nfs() else "nfs-common (mount.nfs)")]
+                       if client else []), *(["nfs-ganesha installed"] if server else [])]
+            problems.append((f"{key}.type", f"NFS cannot run here: {'; '.join(m for m in (client, server) if m)}; "
+                             "its stand-in is sshfs (FUSE) to an sshd of perflab's over the same shaped link; fix: "
+                             f"type = \"sshfs\", or {' and '.join(needs)}"))
         return problems
     for tool, package in (("sshfs", "sshfs"), ("ssh-keygen", "openssh-client"), ("fusermount3", "fuse3")):
         if shutil.which(tool) is None:
@@ -194,6 +196,22 @@ class NetFs(ScratchFs):
         if mount_entry(self.mountpoint) is not None:
             raise UserError(f"{self.mountpoint}: something is mounted there already",
                             f"unmount it (`umount {self.mountpoint}`) or choose another directory")
+        fresh = self.serve()
+        try:
+            if self.settings.type == "nfs":
+                self._mount_nfs()
+            else:
+                self._mount_sshfs(self._user())
+        except BaseException:
+            self.unmount()
+            raise
+        return fresh
+
+    def serve(self) -> bool:
+        """The server's side alone: the served directory, the namespace and
+        its shaped link, the file server in it, accepting at `server_address`
+        (nothing mounted here yet); `unmount()` undoes it. True when the
+        directory is new."""
         user = self._user()
         fresh = self._export(user)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
@@ -201,14 +219,18 @@ class NetFs(ScratchFs):
             self._namespace()
             if self.settings.type == "nfs":
                 self._start_ganesha()
-                self._mount_nfs()
             else:
                 self._start_sshd(user)
-                self._mount_sshfs(user)
         except BaseException:
             self.unmount()
             raise
         return fresh
+
+    @property
+    def server_address(self) -> tuple[str, int]:
+        """Where the file server accepts, the namespace's end of the link (unshaped by the delay relay)."""
+        assert self.link is not None
+        return str(self.link.b.v4.ip), nfsserve.NFS_PORT if self.settings.type == "nfs" else SSHD_PORT
 
     def _export(self, user: pwd.struct_passwd) -> bool:
         """The served directory, the server's user's; True when new."""

@@ -33,6 +33,17 @@ What ganesha needs, and how perflab keeps it to the namespace:
 - Squash = No_Root_Squash: perflab's own marks, written as root through
   the mount, stay root's (a data directory's perflab-created is trusted
   only so); the database server's files are its user's.
+- owners cross as numbers (Only_Numeric_Owners): the client and the server
+  are one machine, so a uid is the same user on both sides. Else ganesha
+  sends names ("postgres@localdomain"), which a kernel client maps back only
+  through an idmapd of the same domain, and otherwise shows as nobody's: a
+  data directory PostgreSQL would refuse as not its own.
+- sec=sys only (Active_krb5 = false): no Kerberos, so the host's
+  /etc/krb5.keytab is not read.
+
+The server's side runs without the kernel's client (tests/test_nfsserve.py:
+NetFs.serve() alone, read and written by libnfs's userspace client, nfs-cp,
+as the server's user and as root, then undone, also after a SIGKILL).
 
 The kernel's own nfsd is not used: its export table is filled through the
 host's /var/lib/nfs/etab by exportfs and rpc.mountd, the machine's NFS
@@ -59,7 +70,8 @@ GANESHA = "/usr/bin/ganesha.nfsd"
 RPCBIND = "/sbin/rpcbind"
 NFS_PORT = 2049
 PSEUDO = "/perflab"  # the export's NFSv4 path, what the client mounts
-# What the VFS backend needs of root, and nothing else (setpriv's bounding set).
+# What the VFS backend needs of root, and nothing else (setpriv's bounding set; ganesha drops
+# sys_resource itself once it has raised its limits).
 CAPABILITIES = ("dac_read_search", "dac_override", "chown", "fowner", "fsetid", "setuid", "setgid",
                 "net_bind_service", "sys_resource")
 
@@ -116,8 +128,12 @@ def ganesha_config(state: Path, address: str, export_dir: Path) -> str:
     Enable_NLM = false;
     Enable_RQUOTA = false;
 }}
+NFS_KRB5 {{
+    Active_krb5 = false;
+}}
 NFSV4 {{
     Graceless = true;
+    Only_Numeric_Owners = true;
     RecoveryBackend = fs;
     RecoveryRoot = "{state / 'recovery'}";
 }}
