@@ -71,6 +71,20 @@ def test_registered_with_ycsbs_defaults() -> None:
     assert set(MIXES) == set("abcdef") and all(set(m) <= set(OPERATIONS) for m in MIXES.values())
 
 
+def test_default_threads_give_a_postgres_client_a_driver_thread_and_mysql_two(monkeypatch) -> None:
+    from perflab.workloads import harness
+    from perflab.workloads.ycsb import CLIENTS_PER_THREAD, THREADS_WHY
+
+    monkeypatch.setattr(harness, "cores", lambda: 2)
+    s = YcsbSettings.model_validate({"kind": "ycsb", "clients": 16})
+    assert s.effective_threads(CLIENTS_PER_THREAD["postgres"]) == 16
+    assert s.effective_threads(CLIENTS_PER_THREAD["mysql"]) == 8
+    why = s.threads_reason(16, THREADS_WHY["postgres"])
+    assert why is not None and why.startswith("16 clients on 16 driver threads"), why
+    given = YcsbSettings.model_validate({"kind": "ycsb", "clients": 16, "threads": 2})
+    assert given.effective_threads(CLIENTS_PER_THREAD["postgres"]) == 2  # a count the user set is theirs
+
+
 @pytest.fixture(scope="module")
 def pg_db(pg_target) -> Iterator[Any]:
     """A scratch database of the session's managed PostgreSQL."""

@@ -57,11 +57,19 @@ DEFAULT_DURATION_S = 60.0
 SERIES_SOURCE = "ycsb"
 OPERATION_HISTOGRAM = "latency."
 PERCENTILES = (("p50", 0.50), ("p95", 0.95), ("p99", 0.99))
-# As oltp on MySQL wire (perflab.workloads.oltp): a driver thread with more MySQL
-# connections than this made their round trips cross CPUs and run slower.
-MYSQL_CLIENTS_PER_THREAD = 2
-MYSQL_THREADS_WHY = ("a driver thread with more MySQL connections than that made their round trips cross CPUs "
-                     "and ran slower (benchmarks/README.md, \"Driver threads on MariaDB\")")
+# Without `threads`, a driver thread drives at most this many clients. MySQL wire: as oltp
+# there (a driver thread with more MySQL connections made their round trips cross CPUs and
+# ran slower). PostgreSQL: 16 clients of workload a on 16 driver threads ran 1.2-1.5x the
+# operations per second of the plain default's 2 threads (8 s runs, 2 cores), c 1.1-1.8x,
+# e 1.2x, for about 1.4x the driver's CPU per operation, still half go-ycsb's
+# (benchmarks/README.md, "ycsb_vs_goycsb.py").
+CLIENTS_PER_THREAD = {"mysql": 2, "postgres": 1}
+THREADS_WHY = {
+    "mysql": ("a driver thread with more MySQL connections than that made their round trips cross CPUs "
+              "and ran slower (benchmarks/README.md, \"Driver threads on MariaDB\")"),
+    "postgres": ("YCSB's operations on PostgreSQL ran 1.1-1.8x as fast with a driver thread per client "
+                 "(benchmarks/README.md, \"ycsb_vs_goycsb.py\")"),
+}
 
 
 class YcsbSettings(harness.HarnessSettings):
@@ -167,7 +175,7 @@ class YcsbWorkload(Workload[Endpoint]):
         # reads choose among them and inserts go on after them, as YCSB's insertstart
         self._before = rows = self._rows(endpoint)
         conninfo, server = _wire(endpoint)
-        threads = s.effective_threads(MYSQL_CLIENTS_PER_THREAD if server == "mysql" else None)
+        threads = s.effective_threads(CLIENTS_PER_THREAD[server])
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         per_client = s.per_client()
         duration = s.duration if s.duration is not None or per_client is not None else DEFAULT_DURATION_S
@@ -189,7 +197,7 @@ class YcsbWorkload(Workload[Endpoint]):
             )
         window = harness.take_run(ctx, result, out, clients=s.clients, seed=seed, steady_max_s=s.steady_max, window_from=s.window,
                                   lost=f"ycsb: all {s.clients} client connections were lost (server down?)")
-        if (why := s.threads_reason(threads, MYSQL_THREADS_WHY)) is not None:
+        if (why := s.threads_reason(threads, THREADS_WHY[server])) is not None:
             result.events.append(Event(out.measure_start_t_s, "threads", why))
         self._inserted = next((t.committed for t in out.by_type if t.name == "insert"), 0)
         self._metrics(out, window, result, "error" if server == "mysql" else "SQLSTATE")
