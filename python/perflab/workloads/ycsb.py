@@ -25,7 +25,7 @@ and their mixes, as YCSB's workloads/workloada..f:
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import Field, model_validator
 
@@ -40,7 +40,43 @@ from perflab.workloads.base import Workload, WorkloadSettings
 from perflab.workloads.stalls import StallWatch
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from perflab.store import Store
+
+
+class YcsbLoad(Protocol):
+    """The engine's `ycsb_load` (crates/engine/src/ycsb/load.rs), registered by
+    declaration: its arguments stated here, in the workload's own module."""
+
+    def __call__(self, conninfo: str, *, server: str, record_count: int, field_count: int = 10,
+                 field_length: int = 100, workers: int = 2, seed: int = 0,
+                 on_step: Callable[[str], object] | None = None,
+                 cancel: _engine._Cancel | None = None) -> _engine.LoadReport:
+        """Load YCSB's usertable (key numbers 0..record_count) on `server`
+        ("postgres": binary COPY, the primary key after the rows; "mysql":
+        LOAD DATA LOCAL INFILE, then ANALYZE TABLE), `workers` connections at once."""
+
+
+class YcsbRun(Protocol):
+    """The engine's `ycsb_run` (crates/engine/src/ycsb/mod.rs), registered by declaration."""
+
+    def __call__(self, conninfo: str, *, server: str, workload: str, record_count: int,
+                 harness: _engine._HarnessSettings, t0_ns: int, operation_count: int | None = None,
+                 distribution: str | None = None, field_count: int = 10, field_length: int = 100,
+                 max_scan_length: int | None = None, progress: Callable[[_engine.Interval], object] | None = None,
+                 cancel: _engine._Cancel | None = None,
+                 on_connected: Callable[[], int] | None = None) -> _engine.DriverResult:
+        """Drive YCSB's core `workload` ("a".."f") on `server` ("postgres" or
+        "mysql") over usertable's `record_count` rows; `distribution` and
+        `max_scan_length` replace the letter's own; `operation_count` sizes the
+        zipfian's range for the run's inserts (YCSB's rule). One transaction
+        type per operation (read, update, insert, scan, read_modify_write),
+        under the harness's settings (`harness`) as tpcb_run."""
+
+
+ycsb_load: YcsbLoad = _engine.ycsb_load
+ycsb_run: YcsbRun = _engine.ycsb_run
 
 OPERATIONS = ("read", "update", "insert", "scan", "read_modify_write")
 # Each letter's operations (YCSB's workloads/workloada..f): what its runs report.
@@ -158,7 +194,7 @@ class YcsbWorkload(Workload[Endpoint]):
             self._rows(endpoint)  # usertable must be there
             return LoadResult()
         with harness.engine_errors("ycsb", failed="ycsb load failed"):
-            report = _engine.ycsb_load(
+            report = ycsb_load(
                 conninfo, server=server, record_count=s.record_count, field_count=s.field_count,
                 field_length=s.field_length, workers=s.load_jobs, seed=s.seed or 0,
                 on_step=lambda step: ctx.status(f"load {s.record_count} rows: {step}"),
@@ -190,7 +226,7 @@ class YcsbWorkload(Workload[Endpoint]):
         ctx.status(f"ycsb {s.workload}: connecting {s.clients} clients on {threads} threads")
         with harness.engine_errors("ycsb"):
             out = engine_run(
-                ctx, _engine.ycsb_run, conninfo, server=server, record_count=rows,
+                ctx, ycsb_run, conninfo, server=server, record_count=rows,
                 operation_count=s.operation_count, **s.own(),
                 harness=s.engine_settings(threads=threads, duration=duration, transactions=per_client, seed=seed),
                 t0_ns=ctx.t0_ns, progress=progress,
