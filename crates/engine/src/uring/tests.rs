@@ -176,8 +176,18 @@ fn an_unbounded_wait_sleeps_until_the_reply_or_the_shutdown_and_a_bounded_one_wa
     assert_eq!(got, 0);
     assert!(enters <= 3, "{enters} enters");
     // With timers in flight the wait returns every WAIT_LIMIT_NS (20 ms),
-    // so the runtime sees them: several enters over 150 ms.
-    let (got, enters) = closed_loop_wait(true, true, after);
-    assert_eq!(got, 4);
-    assert!(enters >= 5, "only {enters} enters in 150 ms");
+    // so the runtime sees them: several enters over 150 ms. On a busy
+    // machine one try can be starved of the CPU for most of that time (3
+    // enters were seen beside the whole suite): the bound is met by one of
+    // three tries, which a wait that never wakes before the reply cannot.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (got, enters) = closed_loop_wait(true, true, after);
+        assert_eq!(got, 4);
+        seen.push(enters);
+        if enters >= 5 {
+            return;
+        }
+    }
+    panic!("only {seen:?} enters in 150 ms, in each of three tries");
 }
