@@ -12,7 +12,7 @@
 //! callbacks `progress`, `cancel`, `on_connected`; its body gets them as one
 //! `HarnessCall`. A declared workload (`workloads.rs`) takes the same.
 //!
-//! ```ignore
+//! ```text
 //! harness_binding! {
 //!     /// Drive one of sysbench's OLTP scripts; returns the run's figures.
 //!     #[pyo3(signature = (conninfo, *, script, tables))]

@@ -1,7 +1,7 @@
 //! The workloads on the harness, each declared in its own module: a module
 //! (`src/NAME/mod.rs`, or `src/NAME.rs`) with a line
 //!
-//! ```ignore
+//! ```text
 //! pub static WORKLOAD: Workload = Workload { name: "ycsb", run, load: Some(load) };
 //! ```
 //!
