@@ -171,6 +171,22 @@ def mariadb() -> Iterator[Any]:
         subprocess.run(["rm", "-rf", str(d)], check=False)
 
 
+def test_a_mariadb_run_on_a_table_of_other_fields_fails_clearly(mariadb, tmp_path: Path) -> None:
+    # a database of the test's own on the module's server, whose usertable has one field of the run's four:
+    # the engine's statements, prepared in one round trip, fail, and the run says so
+    import dataclasses
+
+    with mariadb.connect() as conn:
+        conn.execute("CREATE DATABASE IF NOT EXISTS ycsb_other_fields")
+        conn.execute("CREATE TABLE IF NOT EXISTS ycsb_other_fields.usertable "
+                     "(YCSB_KEY VARCHAR(255) PRIMARY KEY, FIELD0 TEXT)")
+        conn.execute("INSERT IGNORE INTO ycsb_other_fields.usertable VALUES ('user1', 'x')")
+    other = dataclasses.replace(mariadb, database="ycsb_other_fields")
+    for letter in ("a", "e"):  # read and update statements; scan and insert
+        with pytest.raises(Exception, match="usertable"):
+            workload(workload=letter, operation_count=10).run(other, context(tmp_path))
+
+
 def test_mariadb_load_and_workloads_a_f_e(mariadb, tmp_path: Path) -> None:
     load = workload().prepare(mariadb, context(tmp_path))
     assert load.rows == {"usertable": ROWS} and set(load.steps) == {"rows", "analyze"}

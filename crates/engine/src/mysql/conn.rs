@@ -377,6 +377,31 @@ impl MyConn {
         })
     }
 
+    /// Prepare every statement in one round trip: all of them sent, every
+    /// answer read (the pipeline goes on after a server's error), the
+    /// statements in order, or the first error (the first of the server's,
+    /// or the connection's, which ends the reading).
+    pub async fn prepare_all<S: AsRef<str>>(&mut self, texts: &[S]) -> Result<Vec<Stmt>, MyError> {
+        for text in texts {
+            self.put_prepare(text.as_ref());
+        }
+        let mut first_error = None;
+        let mut prepared = Vec::with_capacity(texts.len());
+        for _ in texts {
+            match self.read_prepared().await {
+                Ok(stmt) => prepared.push(stmt),
+                Err(e @ MyError::Server(_)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(prepared),
+        }
+    }
+
     /// Prepare one statement (one round trip).
     pub async fn prepare(&mut self, sql: &str) -> Result<Stmt, MyError> {
         self.put_prepare(sql);

@@ -105,35 +105,17 @@ impl Protocol for MysqlOltpProtocol {
         let mut conn = MyConn::connect(&self.info).await?;
         // every statement prepared in one round trip
         let kinds = self.events.kinds();
-        conn.put_prepare("BEGIN");
-        conn.put_prepare("COMMIT");
+        let mut texts = vec!["BEGIN".to_string(), "COMMIT".to_string()];
         for table in 0..self.events.tables {
-            for &kind in &kinds {
-                conn.put_prepare(&kind.mysql_sql(table + 1));
-            }
+            texts.extend(kinds.iter().map(|kind| kind.mysql_sql(table + 1)));
         }
-        let failed = |err: MyError| {
+        let prepared = conn.prepare_all(&texts).await.map_err(|err| {
             MyError::Connect(format!(
                 "preparing the {} statements failed: {err} (are sbtest1..{} loaded?)",
                 self.events.script.name(),
                 self.events.tables
             ))
-        };
-        // read every answer (the pipeline goes on after an error), keep the first error
-        let mut first_error = None;
-        let mut prepared = Vec::new();
-        for _ in 0..2 + self.events.tables as usize * kinds.len() {
-            match conn.read_prepared().await {
-                Ok(stmt) => prepared.push(stmt),
-                Err(e @ MyError::Server(_)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => return Err(failed(e)),
-            }
-        }
-        if let Some(err) = first_error {
-            return Err(failed(err));
-        }
+        })?;
         let mut stmts = vec![None; self.events.tables as usize * Kind::PER_TABLE.len()];
         let mut it = prepared.into_iter();
         let (begin, commit) = (it.next().unwrap(), it.next().unwrap());

@@ -589,25 +589,12 @@ impl Protocol for TpccMysqlProtocol {
     async fn connect(&self, client: u32) -> Result<TpccMysqlClient, TpccMysqlError> {
         let mut conn = MyConn::connect(&self.info).await?;
         conn.query(&self.session).await?;
-        for sql in &self.sql {
-            conn.put_prepare(sql);
-        }
-        let mut stmts = Vec::with_capacity(self.sql.len());
-        let mut failed = None;
-        for _ in &self.sql {
-            match conn.read_prepared().await {
-                Ok(stmt) => stmts.push(stmt),
-                Err(MyError::Server(e)) => {
-                    failed.get_or_insert(e);
-                }
-                Err(e) => return Err(TpccMysqlError::Conn(e)),
-            }
-        }
-        if let Some(e) = failed {
-            return Err(TpccMysqlError::Conn(MyError::Connect(format!(
+        let stmts = conn.prepare_all(&self.sql).await.map_err(|e| match e {
+            MyError::Server(e) => TpccMysqlError::Conn(MyError::Connect(format!(
                 "preparing the TPC-C statements failed: {e} (is the TPC-C schema loaded?)"
-            ))));
-        }
+            ))),
+            e => TpccMysqlError::Conn(e),
+        })?;
         let (home_w, home_d) = home_of(client, self.cfg.warehouses);
         Ok(TpccMysqlClient {
             conn,

@@ -377,6 +377,24 @@ impl Draws {
 }
 
 /// SQL of both servers (`$n` or `?` placeholders).
+/// Which of the client's statements a prepared text is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    Read,
+    Scan,
+    Insert,
+    /// The update of field i.
+    Update(usize),
+}
+
+/// What a failed preparation says, on either server.
+pub fn prepare_failed(config: &Config, err: impl std::fmt::Display) -> String {
+    format!(
+        "preparing YCSB's statements failed: {err} (is usertable loaded, with {} fields?)",
+        config.field_count
+    )
+}
+
 pub struct Sql {
     pub read: String,
     pub scan: String,
@@ -386,6 +404,26 @@ pub struct Sql {
 }
 
 impl Sql {
+    /// The statements workload `w` runs, in the order both drivers prepare
+    /// them: the read (read-modify-write reads too), the scan, the insert,
+    /// one update per field (read-modify-write updates too).
+    pub fn used(&self, w: &CoreWorkload) -> Vec<(Slot, &str)> {
+        let mut out = Vec::new();
+        if w.uses(Op::Read) || w.uses(Op::ReadModifyWrite) {
+            out.push((Slot::Read, self.read.as_str()));
+        }
+        if w.uses(Op::Scan) {
+            out.push((Slot::Scan, self.scan.as_str()));
+        }
+        if w.uses(Op::Insert) {
+            out.push((Slot::Insert, self.insert.as_str()));
+        }
+        if w.uses(Op::Update) || w.uses(Op::ReadModifyWrite) {
+            out.extend(self.update.iter().enumerate().map(|(i, t)| (Slot::Update(i), t.as_str())));
+        }
+        out
+    }
+
     pub fn new(config: &Config, postgres: bool) -> Sql {
         let fields = config.fields();
         let p = |n: usize| {

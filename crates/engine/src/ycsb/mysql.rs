@@ -3,7 +3,7 @@
 //! statement its own round trip; inserts are INSERT IGNORE (go-ycsb's), so
 //! a run again on a table that kept an earlier run's rows goes on.
 
-use super::{Draws, KeyChooser, Op, Request, Sql, OPERATIONS};
+use super::{prepare_failed, Draws, KeyChooser, Op, Request, Slot, Sql, OPERATIONS};
 use crate::error::EngineError;
 use crate::harness::{ErrorClass, Protocol, TxType};
 use crate::mysql::{MyConn, MyConnInfo, MyError, Param, Stmt};
@@ -72,52 +72,22 @@ impl Protocol for YcsbMysqlProtocol {
     async fn connect(&self, _client: u32) -> Result<YcsbMysqlClient, MyError> {
         let mut conn = MyConn::connect(&self.info).await?;
         let sql = Sql::new(&self.draws.config, false);
-        let w = &self.draws.config.workload;
-        let reads = w.uses(Op::Read) || w.uses(Op::ReadModifyWrite);
-        let writes = w.uses(Op::Update) || w.uses(Op::ReadModifyWrite);
         // every statement prepared in one round trip, in this order
-        let mut texts: Vec<&str> = Vec::new();
-        if reads {
-            texts.push(&sql.read);
-        }
-        if w.uses(Op::Scan) {
-            texts.push(&sql.scan);
-        }
-        if w.uses(Op::Insert) {
-            texts.push(&sql.insert);
-        }
-        if writes {
-            texts.extend(sql.update.iter().map(String::as_str));
-        }
-        for text in &texts {
-            conn.put_prepare(text);
-        }
-        let failed = |err: MyError| {
-            MyError::Connect(format!(
-                "preparing YCSB's statements failed: {err} (is usertable loaded, with {} fields?)",
-                self.draws.config.field_count
-            ))
-        };
-        // read every answer (the pipeline goes on after an error), keep the first error
-        let mut first_error = None;
-        let mut prepared = Vec::with_capacity(texts.len());
-        for _ in &texts {
-            match conn.read_prepared().await {
-                Ok(stmt) => prepared.push(stmt),
-                Err(e @ MyError::Server(_)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => return Err(failed(e)),
+        let used = sql.used(&self.draws.config.workload);
+        let texts: Vec<&str> = used.iter().map(|(_, text)| *text).collect();
+        let prepared = conn
+            .prepare_all(&texts)
+            .await
+            .map_err(|err| MyError::Connect(prepare_failed(&self.draws.config, err)))?;
+        let (mut read, mut scan, mut insert, mut updates) = (None, None, None, Vec::new());
+        for ((slot, _), stmt) in used.iter().zip(prepared) {
+            match slot {
+                Slot::Read => read = Some(stmt),
+                Slot::Scan => scan = Some(stmt),
+                Slot::Insert => insert = Some(stmt),
+                Slot::Update(_) => updates.push(stmt),
             }
         }
-        if let Some(err) = first_error {
-            return Err(failed(err));
-        }
-        let mut it = prepared.into_iter();
-        let read = if reads { it.next() } else { None };
-        let scan = if w.uses(Op::Scan) { it.next() } else { None };
-        let insert = if w.uses(Op::Insert) { it.next() } else { None };
-        let updates = it.collect();
         let len = self.draws.config.field_length as usize;
         Ok(YcsbMysqlClient {
             conn,

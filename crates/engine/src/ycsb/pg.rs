@@ -3,7 +3,7 @@
 //! JDBC binding and go-ycsb's pg driver run them so); read-modify-write
 //! is its read's round trip, then its update's.
 
-use super::{Draws, Op, Request, Sql, OPERATIONS};
+use super::{prepare_failed, Draws, Op, Request, Slot, Sql, OPERATIONS};
 use crate::harness::{EngineError, ErrorClass, Protocol, TxType};
 use crate::pg::{ConnInfo, Param, PgConn, PgError, SqlError};
 use crate::random::Prng;
@@ -93,26 +93,20 @@ impl Protocol for YcsbPgProtocol {
     async fn connect(&self, _client: u32) -> Result<YcsbPgClient, YcsbPgError> {
         let mut conn = PgConn::connect(&self.info).await?;
         let sql = Sql::new(&self.draws.config, true);
-        let w = &self.draws.config.workload;
-        if w.uses(Op::Read) || w.uses(Op::ReadModifyWrite) {
-            conn.put_parse("r", &sql.read);
-        }
-        if w.uses(Op::Scan) {
-            conn.put_parse("s", &sql.scan);
-        }
-        if w.uses(Op::Insert) {
-            conn.put_parse("i", &sql.insert);
-        }
-        if w.uses(Op::Update) || w.uses(Op::ReadModifyWrite) {
-            for (name, text) in self.updates.iter().zip(&sql.update) {
-                conn.put_parse(name, text);
-            }
+        for (slot, text) in sql.used(&self.draws.config.workload) {
+            let name = match slot {
+                Slot::Read => "r",
+                Slot::Scan => "s",
+                Slot::Insert => "i",
+                Slot::Update(i) => self.updates[i].as_str(),
+            };
+            conn.put_parse(name, text);
         }
         conn.put_sync();
         if let Some(err) = conn.round_trip().await? {
-            return Err(YcsbPgError::Pg(PgError::Connect(format!(
-                "preparing YCSB's statements failed: {err} (is usertable loaded, with {} fields?)",
-                self.draws.config.field_count
+            return Err(YcsbPgError::Pg(PgError::Connect(prepare_failed(
+                &self.draws.config,
+                err,
             ))));
         }
         let len = self.draws.config.field_length as usize;
