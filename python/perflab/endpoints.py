@@ -271,6 +271,20 @@ class MysqlWireEndpoint(SqlEndpoint):
         return " ".join(f"{k}={quoted(v)}" for k, v in params.items())
 
 
+def engine_wire(endpoint: Endpoint, workload: str) -> tuple[str, str]:
+    """The engine's conninfo for a server that speaks the PostgreSQL or the
+    MySQL protocol and which of the engine's clients takes it ("postgres",
+    "mysql"); PostgreSQL sessions are named perflab-<workload>."""
+    from perflab.errors import UserError
+
+    if isinstance(endpoint, MysqlWireEndpoint):
+        return endpoint.wire_conninfo(), "mysql"
+    if isinstance(endpoint, PgWireEndpoint):
+        return endpoint.wire_conninfo(f"perflab-{workload}"), "postgres"
+    raise UserError(f"workload {workload}: target {endpoint.display()} is neither PostgreSQL nor MySQL",
+                    "use a postgres, mariadb or mysql target")
+
+
 @dataclass(kw_only=True)
 class HttpEndpoint(Endpoint):
     """A web server reached over HTTP/1.1 on loopback at `address`

@@ -25,7 +25,7 @@ from pydantic import Field, model_validator
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint
+from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint, engine_wire
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.workloads import WORKLOADS, harness
@@ -98,16 +98,6 @@ class OltpSettings(harness.HarnessSettings):
 Endpoint = PgWireEndpoint | MysqlWireEndpoint
 
 
-def _wire(endpoint: Endpoint) -> tuple[str, str]:
-    """The engine's conninfo for the endpoint and which of its clients takes it."""
-    if isinstance(endpoint, MysqlWireEndpoint):
-        return endpoint.wire_conninfo(), "mysql"
-    if isinstance(endpoint, PgWireEndpoint):
-        return endpoint.wire_conninfo("perflab-oltp"), "postgres"
-    raise UserError(f"workload oltp: target {endpoint.display()} is neither PostgreSQL nor MySQL",
-                    "use a postgres, mariadb or mysql target")
-
-
 @WORKLOADS.declare(
     "oltp",
     "sysbench's OLTP scripts (point_select, read_only, read_write, ...) on its sbtest tables from a Rust driver",
@@ -139,7 +129,7 @@ class OltpWorkload(Workload[Endpoint]):
 
     def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
-        conninfo, server = _wire(endpoint)
+        conninfo, server = engine_wire(endpoint, "oltp")
         if endpoint.read_only:
             self._tables_present(endpoint)
             return LoadResult()
@@ -178,7 +168,7 @@ class OltpWorkload(Workload[Endpoint]):
                             'use script = "read_only" or "point_select", or set target.allow_destructive = true')
         result = RunResult(headline=list(self.headline))
         self._before = self._rows(endpoint)
-        conninfo, server = _wire(endpoint)
+        conninfo, server = engine_wire(endpoint, "oltp")
         threads = s.effective_threads(MYSQL_CLIENTS_PER_THREAD if server == "mysql" else None)
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         duration = s.duration if s.duration is not None or s.transactions is not None else DEFAULT_DURATION_S

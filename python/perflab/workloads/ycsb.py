@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from perflab import _engine
 from perflab.context import RunContext
 from perflab.drivers import engine_run
-from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint
+from perflab.endpoints import Capability, MysqlWireEndpoint, PgWireEndpoint, engine_wire
 from perflab.errors import RunFailure, UserError
 from perflab.model import CheckResult, Event, Histogram, LoadResult, RunResult, fmt_factors
 from perflab.workloads import WORKLOADS, harness
@@ -153,16 +153,6 @@ class YcsbSettings(harness.HarnessSettings):
 Endpoint = PgWireEndpoint | MysqlWireEndpoint
 
 
-def _wire(endpoint: Endpoint) -> tuple[str, str]:
-    """The engine's conninfo for the endpoint and which of its clients takes it."""
-    if isinstance(endpoint, MysqlWireEndpoint):
-        return endpoint.wire_conninfo(), "mysql"
-    if isinstance(endpoint, PgWireEndpoint):
-        return endpoint.wire_conninfo("perflab-ycsb"), "postgres"
-    raise UserError(f"workload ycsb: target {endpoint.display()} is neither PostgreSQL nor MySQL",
-                    "use a postgres, mariadb or mysql target")
-
-
 @WORKLOADS.declare("ycsb", "YCSB's core workloads A-F (read, update, insert, scan, read-modify-write; zipfian, "
                    "uniform, latest) on its usertable from a Rust driver")
 class YcsbWorkload(Workload[Endpoint]):
@@ -189,7 +179,7 @@ class YcsbWorkload(Workload[Endpoint]):
 
     def prepare(self, endpoint: Endpoint, ctx: RunContext) -> LoadResult:
         s = self.settings
-        conninfo, server = _wire(endpoint)
+        conninfo, server = engine_wire(endpoint, "ycsb")
         if endpoint.read_only:
             self._rows(endpoint)  # usertable must be there
             return LoadResult()
@@ -210,7 +200,7 @@ class YcsbWorkload(Workload[Endpoint]):
         # the rows there now are key numbers 0..rows (the load's and earlier runs' inserts):
         # reads choose among them and inserts go on after them, as YCSB's insertstart
         self._before = rows = self._rows(endpoint)
-        conninfo, server = _wire(endpoint)
+        conninfo, server = engine_wire(endpoint, "ycsb")
         threads = s.effective_threads(CLIENTS_PER_THREAD[server])
         seed = s.seed if s.seed is not None else secrets.randbits(63)
         per_client = s.per_client()
