@@ -8,6 +8,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
+from perflab.cache import cache_root
 from perflab.model import Event
 
 
@@ -268,3 +270,21 @@ def run_main(main: Callable[[], int]) -> NoReturn:
             sys.exit(main())
         except Interrupted:
             sys.exit(130)
+
+
+def go_tool(name: str, version: str, build: Callable[[Path], None]) -> Path:
+    """A peer tool written in Go, built once into perflab's cache as
+    tools/<name>-<version>/<name>: `build(home)` builds it there (exits with
+    the reason when it cannot)."""
+    home = cache_root() / "tools" / f"{name}-{version}"
+    binary = home / name
+    if binary.is_file():
+        return binary
+    if shutil.which("go") is None:
+        raise SystemExit(f"needs the Go toolchain on PATH to build {name} (https://go.dev/dl/)")
+    home.mkdir(parents=True, exist_ok=True)
+    print(f"building {name} {version} into {home} (once; minutes) ...", flush=True)
+    build(home)
+    if not binary.is_file():
+        raise SystemExit(f"building {name} {version} left no {binary}")
+    return binary

@@ -56,8 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, mariadb_cpu_s, run_child, run_main, spread
-from perflab.cache import cache_root
+from _common import cores, go_tool, mariadb_cpu_s, run_child, run_main, spread
 from perflab.context import RunContext
 from perflab.errors import RunFailure, UserError
 from perflab.targets.mariadb import MariadbSettings, MariadbTarget, MysqlEndpoint
@@ -75,19 +74,13 @@ TARGET_LOAD_RATIO = 0.5
 
 def gotpc_binary() -> Path:
     """go-tpc v1.0.7, built once into perflab's cache."""
-    home = cache_root() / "tools" / f"go-tpc-{GOTPC_VERSION}"
-    binary = home / "go-tpc"
-    if binary.is_file():
-        return binary
-    if shutil.which("go") is None:
-        raise SystemExit("needs the Go toolchain on PATH to build go-tpc (https://go.dev/dl/)")
-    home.mkdir(parents=True, exist_ok=True)
-    print(f"building go-tpc {GOTPC_VERSION} into {home} (once) ...", flush=True)
-    built = subprocess.run(["go", "install", GOTPC_MODULE], env={**os.environ, "GOBIN": str(home)},
-                           capture_output=True, text=True, cwd="/tmp")
-    if built.returncode != 0 or not binary.is_file():
-        raise SystemExit(f"go install {GOTPC_MODULE} failed: {built.stderr.strip()[-2000:]}")
-    return binary
+    def build(home: Path) -> None:
+        built = subprocess.run(["go", "install", GOTPC_MODULE], env={**os.environ, "GOBIN": str(home)},
+                               capture_output=True, text=True, cwd="/tmp")
+        if built.returncode != 0:
+            raise SystemExit(f"go install {GOTPC_MODULE} failed: {built.stderr.strip()[-2000:]}")
+
+    return go_tool("go-tpc", GOTPC_VERSION, build)
 
 
 def gotpc_args(binary: Path, ep: MysqlEndpoint, warehouses: int, threads: int) -> list[str]:

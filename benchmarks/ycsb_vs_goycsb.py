@@ -49,8 +49,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cores, mariadb_cpu_s, run_child, run_main, spread
-from perflab.cache import cache_root
+from _common import cores, go_tool, mariadb_cpu_s, run_child, run_main, spread
 from perflab.context import RunContext
 from perflab.targets.mariadb import MariadbSettings, MariadbTarget, MysqlEndpoint
 from perflab.targets.postgres import PostgresEndpoint, PostgresSettings, PostgresTarget
@@ -80,31 +79,26 @@ TARGET_LOAD_RATIO = 0.5
 
 def goycsb_binary() -> Path:
     """go-ycsb v1.0.3, built once into perflab's cache (about 3.5 CPU-minutes)."""
-    home = cache_root() / "tools" / f"go-ycsb-{GOYCSB_VERSION}"
-    binary = home / "go-ycsb"
-    if binary.is_file():
-        return binary
-    if shutil.which("go") is None:
-        raise SystemExit("needs the Go toolchain on PATH to build go-ycsb (https://go.dev/dl/)")
-    home.mkdir(parents=True, exist_ok=True)
-    print(f"building go-ycsb {GOYCSB_VERSION} into {home} (once; minutes) ...", flush=True)
-    got = subprocess.run(["go", "mod", "download", "-json", GOYCSB_MODULE], capture_output=True, text=True,
-                         cwd="/tmp")
-    if got.returncode != 0:
-        raise SystemExit(f"go mod download {GOYCSB_MODULE} failed: {(got.stderr or got.stdout).strip()[-2000:]}")
-    source = home / "src"
-    shutil.rmtree(source, ignore_errors=True)
-    # the module cache is read-only: build in a writable copy
-    shutil.copytree(json.loads(got.stdout)["Dir"], source)
-    for path in (source, *source.rglob("*")):
-        path.chmod(path.stat().st_mode | 0o200)
-    partial = home / "go-ycsb.partial"
-    built = subprocess.run(["go", "build", "-o", str(partial), "./cmd/go-ycsb"], capture_output=True, text=True,
-                           cwd=source)
-    if built.returncode != 0 or not partial.is_file():
-        raise SystemExit(f"go build ./cmd/go-ycsb failed: {built.stderr.strip()[-2000:]}")
-    partial.rename(binary)
-    return binary
+    def build(home: Path) -> None:
+        # `go install` refuses its replace directives: download the module and build inside it
+        got = subprocess.run(["go", "mod", "download", "-json", GOYCSB_MODULE], capture_output=True, text=True,
+                             cwd="/tmp")
+        if got.returncode != 0:
+            raise SystemExit(f"go mod download {GOYCSB_MODULE} failed: {(got.stderr or got.stdout).strip()[-2000:]}")
+        source = home / "src"
+        shutil.rmtree(source, ignore_errors=True)
+        # the module cache is read-only: build in a writable copy
+        shutil.copytree(json.loads(got.stdout)["Dir"], source)
+        for path in (source, *source.rglob("*")):
+            path.chmod(path.stat().st_mode | 0o200)
+        partial = home / "go-ycsb.partial"
+        built = subprocess.run(["go", "build", "-o", str(partial), "./cmd/go-ycsb"], capture_output=True, text=True,
+                               cwd=source)
+        if built.returncode != 0 or not partial.is_file():
+            raise SystemExit(f"go build ./cmd/go-ycsb failed: {built.stderr.strip()[-2000:]}")
+        partial.rename(home / "go-ycsb")
+
+    return go_tool("go-ycsb", GOYCSB_VERSION, build)
 
 
 def goycsb_args(binary: Path, command: str, ep: PostgresEndpoint | MysqlEndpoint, letter: str, records: int,
