@@ -351,9 +351,11 @@ def test_the_storage_probe_stores_fio_figures_per_role(tmp_path: Path, run_cli: 
     run_cli("run", path, "--out", out, "--quiet")
     with sqlite3.connect(out / "perflab.sqlite") as db:
         got = dict(db.execute("select name, value from metric where name like 'storage.%'").fetchall())
+        kinds = {k for (k,) in db.execute("select kind from event")}
     for role in ("data", "wal"):
         for name in ("seq_write_MBps", "seq_read_MBps", "randwrite_8k_iops", "fdatasync_8k_mean_us"):
             assert got.get(f"storage.{role}.{name}", 0) > 0, (role, name, got)
+    assert "storage-probe-short" in kinds  # 8 MB is read and written in far less than a second: said
     assert "Raw storage per layout (fio)" in (out / "report.html").read_text()
     assert not list(tmp_path.rglob("perflab-fio-*"))  # its files went with it
 

@@ -58,6 +58,9 @@ FIGURES = (("seq_write_MBps", "seq write MB/s", "MB/s", True), ("seq_read_MBps",
            ("randwrite_8k_iops", "8k random write IOPS", "IOPS", True),
            ("fdatasync_8k_mean_us", "fdatasync after 8k write, mean us", "us", False),
            ("fdatasync_8k_p99_us", "fdatasync after 8k write, p99 us", "us", False))
+# A sequential job shorter than this is flagged: at 64 MB on a fast local disk the job took 27-49 ms
+# and plain fio's own runs spread 1.6x (write) to 8.6x (read) (benchmarks/README.md, fio_vs_plain.py).
+SHORT_MS = 1000.0
 # The layouts probed by this process: layout key -> figures.
 _PROBED: dict[str, dict[str, float]] = {}
 
@@ -97,6 +100,9 @@ def run_fio(directory: Path, settings: StorageSettings) -> dict[str, float]:
         jobs = {j["jobname"]: j for j in json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"]}
         out["seq_write_MBps"] = jobs["seq_write"]["write"]["bw_bytes"] / 1e6
         out["seq_read_MBps"] = jobs["seq_read"]["read"]["bw_bytes"] / 1e6
+        # how long each sequential job took (fio's runtime, ms): a figure timed over a few ms is not one
+        out["seq_write_ms"] = float(jobs["seq_write"]["write"]["runtime"])
+        out["seq_read_ms"] = float(jobs["seq_read"]["read"]["runtime"])
         out["randwrite_8k_iops"] = jobs["randwrite"]["write"]["iops"]
         lat = jobs["fdatasync"]["sync"]["lat_ns"]
         out["fdatasync_8k_mean_us"] = lat["mean"] / 1e3
@@ -154,6 +160,13 @@ class StorageCollector(Collector):
                                            f"fio on the {role}'s filesystem before the run: {label}", higher)
             self.result.events.append(Event(0.0, "storage-probe", f"{role}: fio on {fs.get('type', 'its directory')}"
                                             + (" (this layout's figures from an earlier run)" if again else "")))
+            short = [f"{what} {_PROBED[key][f'{what}_ms']:.0f} ms" for what in ("seq_write", "seq_read")
+                     if _PROBED[key].get(f"{what}_ms", SHORT_MS) < SHORT_MS]
+            if short and not again:
+                self.result.events.append(Event(0.0, "storage-probe-short", (
+                    f"{role}: the sequential jobs took {', '.join(short)}: a figure timed over less than "
+                    f"{SHORT_MS / 1000:.0f} s varies widely between runs (benchmarks/fio_vs_plain.py); set "
+                    f"[collect] storage = {{ size = \"512MB\" }} or more (the study's Bonnie used twice the memory)")))
 
     def stop(self) -> RunResult:
         return self.result
