@@ -13,7 +13,7 @@ one factor on the target with three levels in blocks (`order = "blocks"`):
   so it is tested as an effect: issue 43, item 6).
 
 The comparisons are read from the experiment's store by the report's own
-code (ReportBuilder.effect_rows: the paired t across blocks, or Stein's
+code (report/sections/effects.py's effect_rows: the paired t across blocks, or Stein's
 interval with --precision, Benjamini-Hochberg over the report's
 comparisons, the noise floor), nothing recomputed here. One row per
 experiment: the tps ratio 0.95/1.0 with its 95% interval and method,
@@ -100,17 +100,18 @@ def loadavg() -> str:
 
 def comparisons(out: Path) -> dict[str, Any]:
     """The tps comparisons of one experiment's store as its report makes
-    them (ReportBuilder.effect_rows), and the mean cpu_throttled_s per level."""
+    them (the effects section's effect_rows), and the mean cpu_throttled_s per level."""
     from perflab.model import fmt_level
-    from perflab.report.builder import ReportBuilder
     from perflab.report.data import load
+    from perflab.report.sections.base import ReportContext
+    from perflab.report.sections.effects import effect_rows
     from perflab.store import Store
 
     store = Store.open(out)
     try:
         data = load(store)
         with tempfile.TemporaryDirectory() as figures:
-            rows = ReportBuilder(store, data, Path(figures)).effect_rows()
+            rows = effect_rows(ReportContext(store, data, Path(figures)))
         found: dict[str, Any] = {"effects": {}, "throttled": {}, "runs": {}}
         for _factor, level, base, _context, metric, effect, *_ in rows:
             if metric == "tps" and fmt_level(base) == LEVELS[0]:
