@@ -128,8 +128,7 @@ def test_nfs_layout_made_used_and_removed(tmp_path: Path, run_cli: Any, namespac
         assert "rsize=262144" in described[role]["mounted_options"]
     assert not mounts_under(tmp_path) and not [line for line in open("/proc/mounts") if " nfs" in line
                                                and "/perflab" in line.split()[0]]
-    from perflab.hostctl import netns
-    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _left_by(described["data"]["namespace"]) | _left_by(described["wal"]["namespace"])
 
 
 def test_the_database_on_the_network_with_its_wal_local(tmp_path: Path, namespaces_as_found: set[str]) -> None:
@@ -161,8 +160,7 @@ def test_the_database_on_the_network_with_its_wal_local(tmp_path: Path, namespac
     assert status == "done" and tps and tps > 0
     assert described["data"]["type"] == "sshfs" and described["wal"]["type"] == "ext4"
     assert not {p for p, _ in _points_by_type() - before} & {str(data), str(wal)}
-    from perflab.hostctl import netns
-    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _left_by(described["data"]["namespace"])
 
 
 def test_a_database_on_the_network_is_used_again_after_another_layout(tmp_path: Path, run_cli: Any) -> None:
@@ -288,9 +286,20 @@ def test_a_network_wal_is_made_used_and_removed(tmp_path: Path, run_cli: Any,
     wal = described["wal"]
     assert wal["type"] == "sshfs" and wal["fsync"] == netfs.FSYNC_EXTENSION and wal["delay_ms"] == 1.0
     assert wal["served_by"] == (netfs.STAND_IN if not HAS_NFS else "sshfs")
-    from perflab.hostctl import netns
-    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _left_by(wal["namespace"])
     assert not _sshd_of(wal["namespace"])
+
+
+def _left_by(namespace: str) -> set[str]:
+    """What is left on this machine of the network layout whose namespace is
+    `namespace` (perflab-TAG-netfs): every name it made holds its tag, and no
+    other object of perflab's takes a tag that a name on the machine holds
+    (netns.new_tag). Another test's or experiment's objects, made meanwhile,
+    are not this test's to count."""
+    from perflab.hostctl import netns
+    tag = namespace.removeprefix(f"{netns.PREFIX}-").removesuffix("-netfs")
+    assert len(tag) == 4, namespace
+    return {name for name in netns.leftovers() if tag in name}
 
 
 def _sshd_of(namespace: str) -> list[str]:
@@ -386,12 +395,12 @@ def test_mariadb_redo_log_on_sshfs_is_served_as_its_user(workdir: Path, namespac
         entry = mount_entry(redo.parent)
         assert entry is not None and entry["type"] == "fuse.sshfs"
         assert (redo / "ib_logfile0").stat().st_uid == os.stat(redo).st_uid != 0  # the server's user's file
-        assert target.describe()["scratch_fs"]["redo"]["served_by"] == (netfs.STAND_IN if not HAS_NFS else "sshfs")
+        redo_fs = target.describe()["scratch_fs"]["redo"]
+        assert redo_fs["served_by"] == (netfs.STAND_IN if not HAS_NFS else "sshfs")
     finally:
         target.teardown()
     assert mount_entry(workdir / "target" / "perflab-redo-fs") is None
-    from perflab.hostctl import netns
-    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _left_by(redo_fs["namespace"])
 
 
 @pytest.mark.skipif(not _has_mariadb(), reason="MariaDB is not installed (Debian: mariadb-server)")
@@ -420,5 +429,4 @@ def test_mariadb_data_directory_on_sshfs_commits_and_reads_back(workdir: Path, n
     finally:
         target.teardown()
     assert mount_entry(data.parent) is None
-    from perflab.hostctl import netns
-    assert set(netns.leftovers()) <= namespaces_as_found
+    assert not _left_by(described["namespace"])
