@@ -364,7 +364,7 @@ def test_the_storage_probe_stores_fio_figures_per_role(tmp_path: Path, run_cli: 
     for role in ("data", "wal"):
         for name in ("seq_write_MBps", "seq_read_MBps", "randwrite_8k_iops", "fdatasync_8k_mean_us"):
             assert got.get(f"storage.{role}.{name}", 0) > 0, (role, name, got)
-    assert "storage-probe-short" in kinds  # 8 MB is read and written in far less than a second: said
+    assert "storage-probe-short" in kinds  # 8 MB is read and written in far less than 200 ms: said
     assert "Raw storage per layout (fio)" in (out / "report.html").read_text()
     assert not list(tmp_path.rglob("perflab-fio-*"))  # its files went with it
 

@@ -376,7 +376,6 @@ impl Draws {
     }
 }
 
-/// SQL of both servers (`$n` or `?` placeholders).
 /// Which of the client's statements a prepared text is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Slot {
@@ -395,6 +394,7 @@ pub fn prepare_failed(config: &Config, err: impl std::fmt::Display) -> String {
     )
 }
 
+/// SQL of both servers (`$n` or `?` placeholders).
 pub struct Sql {
     pub read: String,
     pub scan: String,
