@@ -419,7 +419,12 @@ impl Sql {
             out.push((Slot::Insert, self.insert.as_str()));
         }
         if w.uses(Op::Update) || w.uses(Op::ReadModifyWrite) {
-            out.extend(self.update.iter().enumerate().map(|(i, t)| (Slot::Update(i), t.as_str())));
+            out.extend(
+                self.update
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (Slot::Update(i), t.as_str())),
+            );
         }
         out
     }
