@@ -242,6 +242,25 @@ def test_a_broken_row_fails_its_condition_by_name_and_place(loaded, number) -> N
     assert f"condition {number} " in failed[number] and f"fails first at {where}" in failed[number], failed[number]
 
 
+def test_a_district_with_no_outstanding_order_keeps_condition_2(loaded) -> None:
+    """Clause 3.3.2.2: condition 2's NEW-ORDER part does not apply to a
+    district with no NEW-ORDER rows (every order delivered, which long
+    closed-loop runs reach: warehouse 3 district 7 after 62 runs of the
+    kernel-features example failed the run); its ORDER part still does."""
+    import psycopg
+
+    db, _ = loaded
+    by_number = {c.number: c for c in checks.CONDITIONS}
+    with psycopg.connect(db.conninfo) as conn:  # not autocommit: one transaction, rolled back
+        conn.execute("DELETE FROM new_order WHERE no_w_id = 1 AND no_d_id = 3")
+        assert checks.run_condition(conn, by_number[2])[0]
+        assert checks.run_condition(conn, by_number[3])[0]
+        conn.execute("UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = 1 AND d_id = 3")
+        ok, detail = checks.run_condition(conn, by_number[2])
+        conn.rollback()
+    assert not ok and "fails first at warehouse 1 district 3" in detail, detail
+
+
 # ------------------------------------------------------------ runs
 
 

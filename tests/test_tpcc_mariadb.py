@@ -176,6 +176,24 @@ def test_a_broken_row_fails_its_condition_by_name_and_place(loaded, number) -> N
     assert f"condition {number} " in failed[number] and f"fails first at {where}" in failed[number], failed[number]
 
 
+def test_a_district_with_no_outstanding_order_keeps_condition_2(loaded) -> None:
+    """Clause 3.3.2.2 on MariaDB: no NEW-ORDER rows in a district, and
+    condition 2 asks only its ORDER part (test_tpcc.py says why)."""
+    db, _ = loaded
+    by_number = {c.number: c for c in checks.CONDITIONS}
+    with db.connect() as conn:
+        conn.execute("START TRANSACTION")  # one transaction, rolled back
+        try:
+            conn.execute("DELETE FROM new_order WHERE no_w_id = 1 AND no_d_id = 3")
+            assert checks.run_condition(conn, by_number[2], "mysql")[0]
+            assert checks.run_condition(conn, by_number[3], "mysql")[0]
+            conn.execute("UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = 1 AND d_id = 3")
+            ok, detail = checks.run_condition(conn, by_number[2], "mysql")
+        finally:
+            conn.execute("ROLLBACK")
+    assert not ok and "fails first at warehouse 1 district 3" in detail, detail
+
+
 def test_procedures_mode_is_refused_with_the_fix(loaded, tmp_path) -> None:
     db, _ = loaded
     for call in (workload(mode="procedures").prepare, workload(mode="procedures", duration="1s").run):

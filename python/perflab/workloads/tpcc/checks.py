@@ -102,13 +102,17 @@ CONDITIONS = (
         _my_first(
         "warehouse LEFT JOIN (SELECT d_w_id, sum(d_ytd) AS ytd FROM district GROUP BY d_w_id) d ON d_w_id = w_id",
         "w_id", "NULL", _my_format("w_ytd %s, sum(d_ytd) %s", "w_ytd", "ytd"), "NOT (w_ytd <=> ytd)")),
-    Condition(2, "D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID) for each district", _first(
+    # Clause 3.3.2.2: the NEW-ORDER part does not apply to a district with no
+    # outstanding new orders (no NEW-ORDER rows): long closed-loop runs,
+    # Delivery back to back, can deliver every order of a district.
+    Condition(2, "D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID) for each district (max(NO_O_ID) where the district "
+              "has NEW-ORDER rows)", _first(
         "(SELECT d_w_id, d_id, d_next_o_id,"
         " (SELECT max(o_id) FROM orders WHERE o_w_id = d_w_id AND o_d_id = d_id) AS max_o,"
         " (SELECT max(no_o_id) FROM new_order WHERE no_w_id = d_w_id AND no_d_id = d_id) AS max_no"
         " FROM district) d",
         "d_w_id", "d_id", "format('d_next_o_id %s, max(o_id) %s, max(no_o_id) %s', d_next_o_id, max_o, max_no)",
-        "d_next_o_id - 1 IS DISTINCT FROM max_o OR d_next_o_id - 1 IS DISTINCT FROM max_no"),
+        "d_next_o_id - 1 IS DISTINCT FROM max_o OR (max_no IS NOT NULL AND d_next_o_id - 1 <> max_no)"),
         _my_first(
         "(SELECT d_w_id, d_id, d_next_o_id,"
         " (SELECT max(o_id) FROM orders WHERE o_w_id = d_w_id AND o_d_id = d_id) AS max_o,"
@@ -116,7 +120,7 @@ CONDITIONS = (
         " FROM district) d",
         "d_w_id", "d_id",
         _my_format("d_next_o_id %s, max(o_id) %s, max(no_o_id) %s", "d_next_o_id", "max_o", "max_no"),
-        "NOT (d_next_o_id - 1 <=> max_o) OR NOT (d_next_o_id - 1 <=> max_no)")),
+        "NOT (d_next_o_id - 1 <=> max_o) OR (max_no IS NOT NULL AND d_next_o_id - 1 <> max_no)")),
     Condition(3, "max(NO_O_ID) - min(NO_O_ID) + 1 = count of NEW-ORDER rows for each district", _first(
         "(SELECT no_w_id, no_d_id, max(no_o_id) AS hi, min(no_o_id) AS lo, count(*) AS n"
         " FROM new_order GROUP BY no_w_id, no_d_id) n",
