@@ -196,7 +196,8 @@ def _seconds_between(start: str, end: str) -> float:
 
 def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
     """Stein's decision after the pilot (perflab.analysis.precision): the
-    blocks in all that every headline comparison's target half-width needs,
+    blocks in all that every headline comparison's target half-width needs
+    (every primary one's, where [experiment] primary names the question),
     bounded by what the budget holds at the pilot's pace, and the decision in
     words with its inputs. From the store alone (the pilot's figures and
     times), so a resumed experiment decides as an uninterrupted one. None
@@ -214,22 +215,25 @@ def precision_blocks(exp: Experiment, store: Store) -> tuple[int, str] | None:
         if r is not None and m["value"] is not None and m["value"] > 0:
             values.setdefault((r["repetition"], r["combination"]), {})[m["name"]] = m["value"]
     headline = list(dict.fromkeys(name for r in runs for name in r["headline"]))
-    needs = []
+    # the comparisons precision aims at: the experiment's question where it names one
+    asked = exp.meta.primary or headline
     within: list[tuple[int, precision.Components]] = []  # the rate's comparisons, taken apart
+    needs = []
     for factor, a, b in headline_pairs(exp):
-        for name in headline:
+        for name in asked:
             d = [math.log(values[(k, b)][name] / values[(k, a)][name]) for k in range(1, pilot + 1)
                  if name in values.get((k, a), {}) and name in values.get((k, b), {})]
             if len(d) == pilot:
                 sd = float(np.std(d, ddof=1))
                 needs.append((precision.stein_blocks(sd, pilot, fraction), sd, f"{name}, {factor} #{b} against #{a}"))
-                parts = _components(values, d, a, b, pilot) if name == headline[0] else None
+                parts = _components(values, d, a, b, pilot) if headline and name == headline[0] else None
                 if parts is not None:
                     within.append((needs[-1][0], parts))
     started = [r["started_at"] for r in runs if r["started_at"]]
     ended = [r["ended_at"] for r in runs if r["ended_at"]]
     if not needs or not started or not ended:
-        return pilot, (f"precision {exp.meta.precision}: no headline comparison has all {pilot} pilot blocks; "
+        return pilot, (f"precision {exp.meta.precision}: no {'primary' if exp.meta.primary else 'headline'} "
+                       f"comparison has all {pilot} pilot blocks; "
                        "no blocks added")
     pilot_s = _seconds_between(min(started), max(ended))
     most = min(precision.budget_blocks(exp.meta.budget, pilot, pilot_s), MAX_PLAN_RUNS // len(exp.combinations()))
@@ -277,8 +281,9 @@ def add_blocks(exp: Experiment, store: Store, plan: dict[int, PlannedRun]) -> li
 
 
 def block_spans(store: Store) -> list[float]:
-    """Each finished block's wall time: its first run's start to its last
-    run's end (an interruption between blocks counts in none)."""
+    """Each finished block's wall time, in the blocks' order: its first
+    run's start to its last run's end (an interruption between blocks
+    counts in none)."""
     spans: dict[int, tuple[str, str]] = {}
     for r in store.runs():
         if r["status"] in ("done", "failed") and r["started_at"] and r["ended_at"]:
@@ -289,20 +294,25 @@ def block_spans(store: Store) -> list[float]:
 
 def within_budget(exp: Experiment, store: Store, plan: dict[int, PlannedRun], added: list[int]) -> Iterator[int]:
     """The added blocks' runs, a whole block at a time while the budget
-    holds one more at the pace so far; once it does not, the blocks left are
-    taken back from the plan (never begun, nothing measured). Stopping on
-    time, not on the figures, leaves Stein's coverage as it is: only the
-    interval is wider (the report says what it resolved)."""
+    holds one more at the pace so far (the mean block's or the last one's,
+    whichever is slower: a data set that grows with every run, as TPC-C's
+    does, makes each block slower than the one before); once it does not,
+    the blocks left are taken back from the plan (never begun, nothing
+    measured). Stopping on time, not on the figures, leaves Stein's
+    coverage as it is: only the interval is wider (the report says what it
+    resolved)."""
     by_block: dict[int, list[int]] = {}
     for n in added:
         by_block.setdefault(plan[n].repetition, []).append(n)
     budget = exp.meta.budget
     for block, numbers in sorted(by_block.items()):
         spans = block_spans(store)
-        if budget is not None and spans and sum(spans) + sum(spans) / len(spans) > budget:
+        pace = max(sum(spans) / len(spans), spans[-1]) if spans else 0.0
+        if budget is not None and spans and sum(spans) + pace > budget:
             left = [n for b, ns in by_block.items() if b >= block for n in ns]
             dropped = store.drop_planned(left, f"the budget ({budget:.0f} s) was spent after {len(spans)} blocks "
-                                               f"({sum(spans):.0f} s at {sum(spans) / len(spans):.1f} s a block): "
+                                               f"({sum(spans):.0f} s; the next at {pace:.1f} s, the slower of "
+                                               f"the mean block and the last): "
                                                f"the {len(by_block) - block + min(by_block)} blocks left are not run")
             for n in dropped:
                 plan.pop(n, None)

@@ -95,8 +95,8 @@ class ExperimentSection(StrictModel):
     order: Literal["blocks", "sequential", "random"] | None = None
     seed: int | None = None
     # "3%": add blocks after the pilot (the repetitions, 3 unless given) until
-    # every headline comparison's 95% interval lies within x or / 1.03 of its
-    # estimate (Stein's two-stage rule; perflab.analysis.precision), or the
+    # every headline comparison's (primary's, where named) 95% interval lies
+    # within x or / 1.03 of its estimate (Stein's two-stage rule; perflab.analysis.precision), or the
     # budget is spent. Needs order "blocks" and a budget.
     precision: str | None = Field(default=None, json_schema_extra={"pattern": r"^\s*[0-9.]+\s*%\s*$"})
     # The experiment's most wall time with precision ("30m"): the pilot, then
@@ -104,6 +104,13 @@ class ExperimentSection(StrictModel):
     budget: Duration | None = None
     # factor path -> the level the report compares the others with (default: the first)
     baseline: dict[str, Any] = Field(default_factory=dict)
+    # The metrics the experiment asks about (["tps"]), each a headline metric
+    # of its workload. Their comparisons are the question: the report's
+    # answers, one false discovery rate family (Benjamini-Hochberg over them
+    # alone) and the comparisons precision aims at. The other headline
+    # metrics stay in the report as a second, secondary family. Default:
+    # every headline metric, one family.
+    primary: list[str] = Field(default_factory=list)
 
     @field_validator("repetitions")
     @classmethod
@@ -518,13 +525,37 @@ def _load_text(text: str, path: Path | None) -> Experiment:
     problems += precision_problems(meta, math.prod(len(v) for v in labelled.values()), search is not None)
     exp = Experiment(path=path, text=text, raw=raw, meta=meta, factors=labelled, search=search)
     # Every combination, for constraints between factors; each problem once.
+    offered: dict[str, None] | None = {}  # the workloads' headline metrics, for primary
     for combo in exp.combinations():
-        _, errs = _resolve(raw, combo)
+        resolved, errs = _resolve(raw, combo)
         with_ = ", ".join(f"{k} = {_short(v)}" for k, v in combo.items())
         problems += [(p, f"{t} (with {with_})") for p, t in errs]
+        if resolved is not None:
+            # a workload that names no headline metric shows every metric it has: any name may be one;
+            # a collector's metrics ("energy.joules") are its own to name
+            named = WORKLOADS.get(resolved.workload.kind).headline
+            offered = None if offered is None or not named else \
+                offered | dict.fromkeys(named) | {f"{c}.*": None for c in resolved.collect}
+    problems += _primary_problems(meta.primary, None if offered is None else list(offered))
     if problems:
         raise SpecError(list(dict.fromkeys(problems)), source)
     return exp
+
+
+def _primary_problems(primary: list[str], offered: list[str] | None) -> list[tuple[str, str]]:
+    """[experiment] primary: each name once, each a headline metric of the
+    experiment's workloads or a metric of a collector that is on ("NAME.*"
+    in `offered`); `offered` None: a workload names no headline metric, so
+    any name may be one."""
+    out = []
+    for i, name in enumerate(primary):
+        where = fmt_path(("experiment", "primary")) + f"[{i}]"
+        if name in primary[:i]:
+            out.append((where, f"got {name!r} twice: name each metric once"))
+        elif offered is not None and name not in offered and f"{name.partition('.')[0]}.*" not in offered:
+            out.append((where, f"got {name!r}; allowed: a headline metric of this experiment's workload, "
+                        f"{', '.join(repr(m) for m in offered)}"))
+    return out
 
 
 def _search(raw: dict[str, Any], model: FileModel | None,

@@ -242,6 +242,21 @@ def same_setup(found: Effect) -> Effect:
                   "none: both levels ran one set-up", None, SAME_SETUP, found.direction)
 
 
+def settle_families(found: Sequence[Effect], floors: Sequence[NoiseFloor | None] | None,
+                    families: Sequence[str], alpha: float = SIGNIFICANCE) -> list[Effect]:
+    """settle() within each family (families[i] names comparison i's): the
+    false discovery rate is controlled over each family on its own, so the
+    comparisons an experiment asks about (its primary metrics) are not
+    diluted by the ones it shows beside them."""
+    out = list(found)
+    for family in dict.fromkeys(families):
+        idx = [i for i, f in enumerate(families) if f == family]
+        settled = settle([found[i] for i in idx], None if floors is None else [floors[i] for i in idx], alpha)
+        for i, e in zip(idx, settled, strict=True):
+            out[i] = e
+    return out
+
+
 def settle(found: Sequence[Effect], floors: Sequence[NoiseFloor | None] | None = None,
            alpha: float = SIGNIFICANCE) -> list[Effect]:
     """The verdicts of a set of comparisons: Benjamini-Hochberg adjusted

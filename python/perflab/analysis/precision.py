@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from perflab.analysis import steady
 from perflab.analysis.stats import CONFIDENCE, t_cdf, t_ppf
 
 METHOD = "Stein's two-stage interval (pilot SD and df)"
@@ -176,6 +177,12 @@ def budget_blocks(budget_s: float, pilot: int, pilot_s: float) -> int:
 
 BATCHES = 10  # batch means a run's seconds are cut into (Schmeiser 1982: 10 to 30)
 WITHIN_CITATION = "Kalibera & Jones 2013, ISMM; batch means, Schmeiser 1982"
+# The shortest run the decision suggests: what MSER-5 needs to judge a
+# series (steady.MIN_BATCHES batches of steady.BATCH seconds). Shorter runs
+# measure their start-up: select-only at 8 clients under a CPU quota read
+# 0.95 against 1.0 core as x0.982 in 4-s runs and x0.945 in 10-s ones, and
+# the blocks' spread doubled (benchmarks/calibration_quota.py, 2026-11-29).
+SHORTEST_RUN_S = float(steady.BATCH * steady.MIN_BATCHES)
 
 
 def run_mean_rse(values: Sequence[float], batches: int = BATCHES) -> float | None:
@@ -245,6 +252,11 @@ def within_text(parts: Components, overhead_s: float) -> str:
             f"per-second rates over {parts.run_s:.0f} s) and {1 - parts.within_share:.0%} between them")
     if best is None:
         text += "; longer runs would narrow it as much as more blocks"
+    elif best < SHORTEST_RUN_S:
+        text += (f"; at {overhead_s:.0f} s of fixed cost a run, the model ({WITHIN_CITATION}) would have runs of "
+                 f"about {best:.0f} s, but not under {SHORTEST_RUN_S:.0f} s: the steady-state rule needs that many "
+                 "measured seconds, and the model takes the noise between runs as the same at any length, which a "
+                 "run's start-up is not")
     else:
         text += (f"; at {overhead_s:.0f} s of fixed cost a run, runs of about {best:.0f} s need the least wall time "
                  f"({WITHIN_CITATION})")

@@ -102,6 +102,16 @@ def setup_key(run: dict[str, Any]) -> str | None:
     return json.dumps([others, applied(target)], sort_keys=True, default=str)
 
 
+def primary_of(spec: dict[str, Any], metrics: dict[str, MetricInfo]) -> list[str]:
+    """[experiment] primary of a stored experiment file, the names its runs
+    stored; [] when it names none (or the file predates the key)."""
+    section = spec.get("experiment")
+    named = section.get("primary") if isinstance(section, dict) else None
+    if not isinstance(named, list):
+        return []
+    return list(dict.fromkeys(m for m in named if isinstance(m, str) and m in metrics))
+
+
 @dataclass
 class ReportData:
     experiment: dict[str, Any]
@@ -112,6 +122,12 @@ class ReportData:
     headline: list[str]
     factor_values: dict[str, list[Any]]  # factor path -> distinct values in plan order
     combinations: list[Combination]
+
+    @property
+    def primary(self) -> list[str]:
+        """The metrics of [experiment] primary that runs stored, in the
+        file's order: the experiment's question; [] when it names none."""
+        return primary_of(self.spec, self.metrics)
 
     @property
     def runs_by_id(self) -> dict[int, dict[str, Any]]:
@@ -192,6 +208,9 @@ def load(store: Store, seed: int | None = None) -> ReportData:
                 headline.append(name)
     if not headline:  # a workload that names none: every metric is shown
         headline = sorted(metrics)
+    # [experiment] primary: the metrics the experiment asks about lead, in the file's order
+    first = primary_of(spec, metrics)
+    headline = first + [name for name in headline if name not in first]
 
     factor_names = list(experiment["factors"])
     factor_values: dict[str, list[Any]] = {name: [] for name in factor_names}

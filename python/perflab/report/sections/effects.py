@@ -9,6 +9,7 @@ from perflab.analysis.stats import MIN_VERDICT_N, REPETITIONS_NOTE, SIGNIFICANCE
 from perflab.model import fmt_factors, fmt_level
 from perflab.report import effects_table
 from perflab.report import html as h
+from perflab.report.data import ReportData
 from perflab.report.sections.base import ReportContext, SectionHtml, register, short
 from perflab.report.sections.results import condition_notes
 
@@ -39,9 +40,10 @@ class Effects:
         # The metric each answer is about: each run's first headline metric it
         # has, so an experiment of several workloads (TPC-B's tps beside TPC-H's
         # power_at_size) answers for each, not only for the first run's.
-        leads = [name for name in d.headline
-                 if any(next((m for m in r["headline"] if m in d.values.get(r["id"], {})), None) == name
-                        for r in d.runs)] or d.headline[:1]
+        # With [experiment] primary, its metrics are what the experiment asks.
+        leads = d.primary or [name for name in d.headline
+                              if any(next((m for m in r["headline"] if m in d.values.get(r["id"], {})), None) == name
+                                     for r in d.runs)] or d.headline[:1]
         for factor, level, base, context, name, found, mean_a, mean_b, n_a, n_b in rows_found:
             where = fmt_factors(context, ", ") or "all runs"
             ratio = found.ratio
@@ -75,7 +77,8 @@ class Effects:
                 h.td(f"{estimate} {ci}" if found.verdict != effects.UNDEFINED else "undefined", "num"),
                 h.td(found.verdict, verdict_class),
                 mean_a, mean_b, f"{n_a}/{n_b}", found.method,
-                "–" if found.p_value is None or found.q_value is None else f"{found.p_value:.3g} ({found.q_value:.3g})",
+                "–" if found.p_value is None or found.q_value is None else
+                f"{found.p_value:.3g} ({found.q_value:.3g}{'' if not d.primary else ', ' + family(d, name)})",
             ])
             classes.append("changed" if found.verdict in ("better", "worse", "differs") else "")
         untested_why = {
@@ -112,16 +115,29 @@ class Effects:
                 ))
             + effects_table.query_section(d, ctx.store, ctx.baseline_level)
             + (h.note(effects_table.blocking_note(d, leads)) if d.blocks() else "")
-            + h.note(f"{sum(1 for r in rows_found if r[5].tested)} comparisons were tested in this report; their "
-                     "p-values are adjusted for the false discovery rate (Benjamini & Hochberg 1995) and a change "
-                     f"is called where q < {SIGNIFICANCE} and the ratio is outside the metric's noise floor "
-                     "(Results: Noise floor).")
+            + h.note(families_note(d, rows_found))
         )
         # A memory limit or a scratch filesystem as a factor: what its levels mean, beside their effects.
         conditions = [n for n in condition_notes(ctx)
                       if any(("resources.memory" in f) if "memory-limited" in n else ("storage." in f and "_fs" in f)
                              for f in varied)]
         return [("effects", "Effects of the factors", body + "".join(conditions))]
+
+
+def families_note(d: ReportData, rows_found: list[Any]) -> str:
+    """What the p-values were adjusted over: all the tested comparisons, or
+    the primary metrics' and the others' as two families."""
+    tested = [r for r in rows_found if r[5].tested]
+    rule = (f"a change is called where q < {SIGNIFICANCE} and the ratio is outside the metric's noise floor "
+            "(Results: Noise floor).")
+    if not d.primary:
+        return (f"{len(tested)} comparisons were tested in this report; their p-values are adjusted for the false "
+                f"discovery rate (Benjamini & Hochberg 1995) and {rule}")
+    first = sum(1 for r in tested if r[4] in d.primary)
+    return (f"{len(tested)} comparisons were tested in this report. The experiment names its question, "
+            f"[experiment] primary = {', '.join(d.primary)}: the false discovery rate (Benjamini & Hochberg 1995) is "
+            f"controlled over those {first} comparisons as one family, and over the {len(tested) - first} of the "
+            f"other metrics, secondary, as another (q in the table says which); {rule}")
 
 
 def effect_rows(ctx: ReportContext) -> list[tuple[str, Any, Any, dict[str, Any], str, effects.Effect, float, float, int, int]]:
@@ -147,10 +163,20 @@ def effect_rows(ctx: ReportContext) -> list[tuple[str, Any, Any, dict[str, Any],
                 found = effects.same_setup(found)
             out.append((factor, level, base, context, name, found, sum(a) / len(a), sum(b) / len(b),
                         len(a), len(b)))
-    # one report, many comparisons: Benjamini-Hochberg over all of them,
-    # and no change called within the metric's noise floor
+    # one report, many comparisons: Benjamini-Hochberg over all of them (over
+    # the primary metrics' alone and the others' alone where the experiment
+    # names its primary metrics), and no change called within the metric's noise floor
     floors = ctx.noise_floors()  # a paired comparison's: that of its blocks' mean ratio
-    settled = effects.settle([row[5] for row in out],
-                             [effects_table.within_block_floor(d, row[4], row[5].paired) if row[5].paired
-                              else floors.get(row[4]) for row in out])
+    settled = effects.settle_families([row[5] for row in out],
+                                      [effects_table.within_block_floor(d, row[4], row[5].paired) if row[5].paired
+                                       else floors.get(row[4]) for row in out],
+                                      [family(d, row[4]) for row in out])
     return [(*row[:5], found, *row[6:]) for row, found in zip(out, settled, strict=True)]
+
+
+def family(d: ReportData, metric: str) -> str:
+    """The false discovery rate family of a comparison of `metric`:
+    "primary" or "secondary" where [experiment] primary names the
+    experiment's question, else one family, "all"."""
+    primary = d.primary
+    return "all" if not primary else "primary" if metric in primary else "secondary"
