@@ -105,7 +105,8 @@ class ExperimentSection(StrictModel):
     # factor path -> the level the report compares the others with (default: the first)
     baseline: dict[str, Any] = Field(default_factory=dict)
     # The metrics the experiment asks about (["tps"]), each a headline metric
-    # of its workload. Their comparisons are the question: the report's
+    # of its workload or a metric of a collector that is on ("energy.joules").
+    # Their comparisons are the question: the report's
     # answers, one false discovery rate family (Benjamini-Hochberg over them
     # alone) and the comparisons precision aims at. The other headline
     # metrics stay in the report as a second, secondary family. Default:
