@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,29 @@ duration = "10s"
 [factors]
 {factor_lines}
 """
+
+
+def quota_store(out: Path, text: str, name: str, measure: Callable[[PlannedRun], RunResult],
+                fail: Collection[int] = ()) -> Path:
+    """A store of the experiment file `text`, planned as perflab plans it
+    (seed 7), on a factor target.resources.cpu_quota: each run's result is
+    `measure`'s, in plan order; its target a postgres whose cpu.max is the
+    run's quota; the runs numbered in `fail` are stored failed."""
+    from perflab import plan, spec
+
+    exp = spec.load_text(text, out / "e.toml")
+    planned = plan.expand(exp, 7)
+    store = Store.create(out, name=name, spec_text=text, spec_path=str(out / "e.toml"), seed=7,
+                         factors=list(exp.factors), host=host_facts())
+    store.add_plan(planned)
+    for r in planned:
+        store.start_run(r.number, 0)
+        result = measure(r)
+        target = {"kind": "postgres", "resources": {"limits": {"cpu.max": r.factors["target.resources.cpu_quota"]}}}
+        store.finish_run(r.number, result, status="failed" if r.number in fail else "done", seconds=10.0,
+                         target=target, error="failed" if r.number in fail else None)
+    store.close()
+    return out
 
 
 def _toml(value: Any) -> str:

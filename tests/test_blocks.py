@@ -214,32 +214,25 @@ def blocked_store(out: Path, n_blocks: int = 8, fail: tuple[int, ...] = (), quer
     slower, 0.999 no slower (an A/A of sorts), each run's tps log-normal.
     queries: each run also times q1 (slower with the quota, as tps) and q2
     (a disk-bound query the quota does not touch), two executions each."""
-    from perflab import plan, spec
-    from perflab.host import host_facts
     from perflab.model import QueryTime, RunResult
-    from perflab.store import Store
+    from perflab.plan import PlannedRun
+    from synthetic_store import quota_store
 
     text = SPEC.format(blocks=n_blocks)
-    exp = spec.load_text(text, out / "e.toml")
-    planned = plan.expand(exp, 7)
-    store = Store.create(out, name="blocked", spec_text=text, spec_path=str(out / "e.toml"), seed=7,
-                         factors=list(exp.factors), host=host_facts())
-    store.add_plan(planned)
+    runs = 3 * n_blocks  # the plan's: three levels a block
     rng = np.random.default_rng(11)
-    for r in planned:
-        store.start_run(r.number, 0)
+
+    def measure(r: PlannedRun) -> RunResult:
         speed = {1.0: 1.0, 0.95: 0.95, 0.999: 1.0}[r.factors["target.resources.cpu_quota"]]
-        machine = 1.0 + 0.08 * math.sin(r.number / 4.0) + (0.1 if r.number > len(planned) // 2 else 0.0)
+        machine = 1.0 + 0.08 * math.sin(r.number / 4.0) + (0.1 if r.number > runs // 2 else 0.0)
         result = RunResult(headline=["tps"])
         result.add_metric("tps", 30000.0 * speed * machine * rng.lognormal(0, 0.006), "tx/s", "tps", True)
         for stream in range(2 if queries else 0):
             result.queries.append(QueryTime(stream, 1, "q1", 2.0 / speed / machine * rng.lognormal(0, 0.006), "ok"))
             result.queries.append(QueryTime(stream, 2, "q2", 3.0 / machine * rng.lognormal(0, 0.006), "ok"))
-        target = {"kind": "postgres", "resources": {"limits": {"cpu.max": r.factors["target.resources.cpu_quota"]}}}
-        store.finish_run(r.number, result, status="failed" if r.number in fail else "done", seconds=10.0,
-                         target=target, error="failed" if r.number in fail else None)
-    store.close()
-    return out
+        return result
+
+    return quota_store(out, text, "blocked", measure, fail)
 
 
 def test_the_report_pairs_within_blocks_and_says_what_they_removed(tmp_path: Path) -> None:

@@ -38,29 +38,21 @@ def _store(out: Path, primary: str, n_blocks: int = 10) -> Path:
     """A store in blocks: tps 5% lower at quota 0.95 and unchanged at 0.999
     (its 2% block noise); latency_p99_ms, the workload's other headline
     metric, with no effect and a noise of 40% (throttling's spikes)."""
-    from perflab.host import host_facts
     from perflab.model import RunResult
-    from perflab.store import Store
+    from perflab.plan import PlannedRun
+    from synthetic_store import quota_store
 
-    text = SPEC.format(blocks=n_blocks, primary=primary)
-    exp = spec.load_text(text, out / "e.toml")
-    planned = plan.expand(exp, 7)
-    store = Store.create(out, name="primary", spec_text=text, spec_path=str(out / "e.toml"), seed=7,
-                         factors=list(exp.factors), host=host_facts())
-    store.add_plan(planned)
     rng = np.random.default_rng(43)
-    for r in planned:
-        store.start_run(r.number, 0)
+
+    def measure(r: PlannedRun) -> RunResult:
         speed = {1.0: 1.0, 0.95: 0.95, 0.999: 1.0}[r.factors["target.resources.cpu_quota"]]
         machine = 1.0 + 0.05 * math.sin(r.repetition)
         result = RunResult(headline=["tps", "latency_p99_ms"])
         result.add_metric("tps", 1e5 * speed * machine * rng.lognormal(0, 0.02), "tx/s", "tps", True)
         result.add_metric("latency_p99_ms", 0.5 * rng.lognormal(0, 0.4), "ms", "p99", False)
-        store.finish_run(r.number, result, status="done", seconds=10.0,
-                         target={"kind": "postgres", "resources": {"limits": {
-                             "cpu.max": r.factors["target.resources.cpu_quota"]}}})
-    store.close()
-    return out
+        return result
+
+    return quota_store(out, SPEC.format(blocks=n_blocks, primary=primary), "primary", measure)
 
 
 def _rows(out: Path, tmp_path: Path) -> list[tuple]:
