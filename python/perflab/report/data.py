@@ -122,12 +122,9 @@ class ReportData:
     headline: list[str]
     factor_values: dict[str, list[Any]]  # factor path -> distinct values in plan order
     combinations: list[Combination]
-
-    @property
-    def primary(self) -> list[str]:
-        """The metrics of [experiment] primary that runs stored, in the
-        file's order: the experiment's question; [] when it names none."""
-        return primary_of(self.spec, self.metrics)
+    # The metrics of [experiment] primary that runs stored, in the file's
+    # order: the experiment's question; [] when it names none.
+    primary: list[str] = field(default_factory=list)
 
     @property
     def runs_by_id(self) -> dict[int, dict[str, Any]]:
@@ -252,6 +249,7 @@ def load(store: Store, seed: int | None = None) -> ReportData:
         headline=headline,
         factor_values=factor_values,
         combinations=[combos[k] for k in sorted(combos)],
+        primary=first,
     )
 
 
