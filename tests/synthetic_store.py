@@ -27,7 +27,7 @@ name = "{name}"
 description = "synthetic store for report tests"
 repetitions = {repetitions}
 order = "sequential"
-seed = 7
+seed = 7{primary_line}
 
 [target]
 kind = "postgres"
@@ -107,6 +107,8 @@ def build_store(
     table_factor: tuple[str, list[dict[str, Any]]] | None = None,
     run_seconds: float = 10.0,
     osdl_series: bool = False,
+    primary: list[str] | None = None,
+    latency_noise: float = 0.0,
 ) -> Path:
     """tps_noise: the runs' relative spread (SD of a normal factor);
     zero_failures: a headline metric "queries_failed" that is 0 in every run
@@ -117,7 +119,10 @@ def build_store(
     [target.settings] (with state_sync=False, the file does not say it);
     table_factor: (path, levels) a factor whose levels are tables, after the others;
     run_seconds: each run's length, its series spread over it; osdl_series:
-    vmstat's memory and I/O series too (free, buff, cache, bi, bo), as OSDL drew them."""
+    vmstat's memory and I/O series too (free, buff, cache, bi, bo), as OSDL drew them;
+    primary: the file's [experiment] primary; latency_noise: the mean
+    latency's own relative spread beside the one it shares with tps (none:
+    exactly clients/tps)."""
     rng = np.random.default_rng(seed)
     factors: dict[str, list[Any]] = {"workload.clients": list(clients)}
     if sync_fixed is None:
@@ -132,7 +137,8 @@ def build_store(
         out_dir,
         name=name,
         spec_text=SPEC.format(name=name, repetitions=repetitions, factor_lines=factor_lines,
-                              settings_lines=settings_lines),
+                              settings_lines=settings_lines,
+                              primary_line="" if primary is None else f"\nprimary = {json.dumps(primary)}"),
         spec_path=str(out_dir / "experiment.toml"),
         seed=7,
         factors=list(factors),
@@ -156,6 +162,8 @@ def build_store(
         base = (300.0 if sync_on else 520.0) * min(n_clients, 2) * (1 + 0.15 * np.log2(max(n_clients / 2, 1)))
         tps = base * tps_scale * (1 - degrade_pct_per_run / 100.0) ** (run.repetition - 1) * rng.normal(1.0, tps_noise)
         latency_ms = n_clients / tps * 1000.0
+        if latency_noise:
+            latency_ms *= rng.normal(1.0, latency_noise)
         result = RunResult(headline=["tps", "latency_mean_ms"] + (["queries_failed"] if zero_failures else []))
         if zero_failures:
             result.add_metric("queries_failed", 0.0, "queries", "queries that failed", False)

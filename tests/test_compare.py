@@ -218,3 +218,47 @@ def test_a_no_change_says_the_smallest_change_it_could_have_seen(tmp_path: Path)
 
     m = int(said.group(2))
     assert power(m) >= 0.8 and (m == 2 or power(m - 1) < 0.8)
+
+
+def test_the_primary_metrics_are_their_own_false_discovery_family(tmp_path: Path) -> None:
+    """Issue 43: where an experiment names its question ([experiment]
+    primary), compare adjusts the p-values as the report does: over the
+    primary metric's comparisons as one family and the others' as another;
+    where neither names one, over all of them. The q-values are scipy's
+    Benjamini-Hochberg over the Welch p-values scipy computes."""
+    kw: dict = dict(clients=[1, 2, 4, 8], sync=["on"], repetitions=4, histograms=False, tps_noise=0.04,
+                   latency_noise=0.04)
+    a = build_store(tmp_path / "a", seed=5, primary=["latency_mean_ms"], **kw)
+    b = build_store(tmp_path / "b", seed=6, tps_scale=1.04, **kw)
+    plain_a = build_store(tmp_path / "plain", seed=5, **kw)
+    from perflab.report.data import load
+    from perflab.store import Store
+
+    def logs(path: Path, metric: str) -> dict[int, np.ndarray]:
+        store = Store.open(path)
+        try:
+            data = load(store)
+        finally:
+            store.close()
+        out: dict[int, list[float]] = {}
+        for run in data.runs:
+            out.setdefault(run["factors"]["workload.clients"], []).append(data.values[run["id"]][metric])
+        return {c: np.log(v) for c, v in out.items()}
+
+    p = {m: [scipy_stats.ttest_ind(logs(b, m)[c], logs(a, m)[c], equal_var=False).pvalue for c in (1, 2, 4, 8)]
+         for m in ("tps", "latency_mean_ms")}
+    text = compare([a, b])
+    for metric, family in (("latency_mean_ms", "primary"), ("tps", "secondary")):
+        expected = scipy_stats.false_discovery_control(p[metric], method="bh")
+        rows = _rows(text, metric)
+        assert len(rows) == 4
+        for line, q in zip(rows, expected, strict=True):
+            said = _cols(line)[8]
+            assert said.endswith(f"({family})") and float(said.split()[0]) == pytest.approx(q, rel=5e-3, abs=5e-4)
+    assert "A's [experiment] primary = latency_mean_ms" in text
+    # neither names one: one family over all eight comparisons, as before
+    text = compare([plain_a, b])
+    expected = scipy_stats.false_discovery_control(p["tps"] + p["latency_mean_ms"], method="bh")
+    said = [float(_cols(line)[8]) for line in _rows(text, "tps") + _rows(text, "latency_mean_ms")]
+    assert said == pytest.approx(list(expected), rel=5e-3, abs=5e-4)
+    assert "'s [experiment] primary =" not in text

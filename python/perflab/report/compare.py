@@ -6,7 +6,9 @@ combinations at a matched value (a factor only it varies), the one whose
 value the other experiment's file sets is taken, else the value is listed as
 not matched. Per matched combination and headline metric the comparison
 gives A, B, the ratio B/A with its 95% interval and a test named by
-perflab.analysis.effects (Benjamini-Hochberg over the rows).
+perflab.analysis.effects (Benjamini-Hochberg over the rows; where either
+experiment names its question in [experiment] primary, over those metrics'
+rows as one family and the others' as another, as the report does).
 
 Two experiments are two moments of the host. compare says whether they ran
 interleaved (their run time ranges overlap), shows each side's own noise (the
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from perflab.analysis import effects
-from perflab.analysis.effects import LEGEND, effect, settle
+from perflab.analysis.effects import LEGEND, effect, settle_families
 from perflab.analysis.stats import DEFAULT_SEED, WIDE_FACTOR, Interval, NoiseFloor
 from perflab.errors import UserError
 from perflab.model import Flag, fmt_factors, without_label
@@ -63,6 +65,7 @@ class Row:
     q_value: float | None = None
     floor: float | None = None  # the larger noise floor of the two sides, as a ratio
     why: str = ""
+    family: str = "all"  # the false discovery rate family: "primary", "secondary", or "all" (none named)
 
 
 @dataclass
@@ -226,9 +229,12 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
             found.append(effect(va, vb, info.higher_is_better, seed=DEFAULT_SEED))
             floor = _larger_floor(side_a.floors.get(metric), side_b.floors.get(metric))
             meta.append((key, metric, info.unit, va, vb, floor))
-    settled = settle(found, [m[5] for m in meta])
+    # the question either experiment names: its own false discovery rate family (as in the report)
+    primary = [m for m in dict.fromkeys(a.primary + b.primary) if m in metrics]
+    families = ["all" if not primary else "primary" if m[1] in primary else "secondary" for m in meta]
+    settled = settle_families(found, [m[5] for m in meta], families)
     rows = []
-    for e, (key, metric, unit, va, vb, floor) in zip(settled, meta, strict=True):
+    for e, (key, metric, unit, va, vb, floor), fam in zip(settled, meta, families, strict=True):
         verdict, why = e.verdict, ""
         if verdict in ("better", "worse", "differs"):
             if floor is None:
@@ -244,7 +250,8 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
             if e.power_note():  # what "no change" means: the change it could have seen
                 why += f"; {e.power_note()}"
         rows.append(Row(labels[key], metric, unit, len(va), len(vb), sum(va) / len(va), sum(vb) / len(vb),
-                        e.ratio, e.method, e.p_value, verdict, e.q_value, floor.factor if floor else None, why))
+                        e.ratio, e.method, e.p_value, verdict, e.q_value, floor.factor if floor else None, why,
+                        fam))
     key_order = {label: i for i, label in enumerate(dict.fromkeys(r.combination for r in rows))}
     rows.sort(key=lambda r: (key_order[r.combination], metrics.index(r.metric)))
     if unmatched:
@@ -261,9 +268,22 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
         notes.append("the run times of A or B are unknown: whether they ran interleaved cannot be told")
     for name, sd in (("A", side_a), ("B", side_b)):
         notes.append(f"{name}'s noise: " + _noise_text(sd, metrics))
+    if primary:
+        notes.append(_families_text(a, b, primary, rows))
     if any(r.verdict == INCONCLUSIVE for r in rows):
         notes.append(ADVICE)
     return rows, common, notes
+
+
+def _families_text(a: ReportData, b: ReportData, primary: list[str], rows: list[Row]) -> str:
+    """What the p-values were adjusted over, where an experiment names its question."""
+    named = "; ".join(f"{side}'s [experiment] primary = {', '.join(d.primary)}"
+                      for side, d in (("A", a), ("B", b)) if d.primary)
+    tested = [r for r in rows if r.q_value is not None]
+    first = sum(1 for r in tested if r.family == "primary")
+    return (f"{named}: the false discovery rate (Benjamini & Hochberg 1995) is controlled over the {first} tested "
+            f"comparison(s) of {', '.join(primary)} as one family and over the {len(tested) - first} of the other "
+            "metrics, secondary, as another (q says which)")
 
 
 ADVICE = ('inconclusive: the difference is not beyond both experiments\' own noise. To answer the question, run '
@@ -314,7 +334,7 @@ def _cells(row: Row) -> list[str]:
     return [row.combination, f"{row.metric} ({row.unit})", h.fmt(row.mean_a), h.fmt(row.mean_b),
             _ratio_text(row.ratio), f"{row.n_a}/{row.n_b}", row.method,
             "–" if row.p_value is None else f"{row.p_value:.3g}",
-            "–" if row.q_value is None else f"{row.q_value:.3g}",
+            "–" if row.q_value is None else f"{row.q_value:.3g}" + ("" if row.family == "all" else f" ({row.family})"),
             "–" if row.floor is None else f"x{1 / row.floor:.3f}-x{row.floor:.3f}", verdict]
 
 
