@@ -51,7 +51,7 @@ def test_a_faster_b_is_significant_with_welch_on_logs(tmp_path: Path) -> None:
     assert "host noise not measured (its runs predate the measurement)" in text
 
 
-def load_values(path: Path) -> dict[int, list[float]]:
+def load_values(path: Path, metric: str = "tps") -> dict[int, list[float]]:
     from perflab.report.data import load
     from perflab.store import Store
 
@@ -62,7 +62,7 @@ def load_values(path: Path) -> dict[int, list[float]]:
         store.close()
     out: dict[int, list[float]] = {}
     for run in data.runs:
-        out.setdefault(run["factors"]["workload.clients"], []).append(data.values[run["id"]]["tps"])
+        out.setdefault(run["factors"]["workload.clients"], []).append(data.values[run["id"]][metric])
     return out
 
 
@@ -231,19 +231,9 @@ def test_the_primary_metrics_are_their_own_false_discovery_family(tmp_path: Path
     a = build_store(tmp_path / "a", seed=5, primary=["latency_mean_ms"], **kw)
     b = build_store(tmp_path / "b", seed=6, tps_scale=1.04, **kw)
     plain_a = build_store(tmp_path / "plain", seed=5, **kw)
-    from perflab.report.data import load
-    from perflab.store import Store
 
     def logs(path: Path, metric: str) -> dict[int, np.ndarray]:
-        store = Store.open(path)
-        try:
-            data = load(store)
-        finally:
-            store.close()
-        out: dict[int, list[float]] = {}
-        for run in data.runs:
-            out.setdefault(run["factors"]["workload.clients"], []).append(data.values[run["id"]][metric])
-        return {c: np.log(v) for c, v in out.items()}
+        return {c: np.log(v) for c, v in load_values(path, metric).items()}
 
     p = {m: [scipy_stats.ttest_ind(logs(b, m)[c], logs(a, m)[c], equal_var=False).pvalue for c in (1, 2, 4, 8)]
          for m in ("tps", "latency_mean_ms")}
