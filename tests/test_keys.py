@@ -195,6 +195,50 @@ def test_check_and_plan_print_the_expected_wall_time(tmp_path: Path, run_cli) ->
     assert f"# expected wall time: about {cost._fmt(estimate.total_s)}" in plan.stdout
 
 
+def test_runs_store_their_phases_and_plan_like_sets_the_estimate_beside_them(tmp_path: Path, run_cli) -> None:
+    """Each run stores where its wall time went (wall.setup_s, prepare_s,
+    measure_s, check_s: together within the run's seconds, the measured
+    window within measure_s), and `plan --like DIR` puts DIR's runs beside
+    what the model expected of them: the ratio over all and per block, and
+    the plan's estimate at that pace."""
+    import statistics
+
+    from perflab import cost, spec
+    from perflab.store import Store
+
+    f = tmp_path / "e.toml"
+    f.write_text(SQL.replace('warmup = "2s"', 'warmup = "0s"') + '[factors]\n"workload.duration" = ["1s", "2s"]\n')
+    run_cli("run", f, "--out", tmp_path / "out", "--no-report", timeout=300)
+    store = Store.open(tmp_path / "out", write=False)
+    try:
+        runs = store.runs()
+        walls = {r["id"]: {m["name"]: m["value"] for m in store.metrics(r["id"]) if m["name"].startswith("wall.")}
+                 for r in runs}
+        durations = {r["id"]: float(str(r["factors"]["workload.duration"]).rstrip("s")) for r in runs}
+    finally:
+        store.close()
+    assert [r["status"] for r in runs] == ["done"] * 4
+    for r in runs:
+        wall = walls[r["id"]]
+        assert set(wall) == {"wall.setup_s", "wall.prepare_s", "wall.measure_s", "wall.check_s"}
+        assert min(wall.values()) >= 0 and sum(wall.values()) <= r["seconds"]
+        assert wall["wall.measure_s"] >= durations[r["id"]]
+    plan = run_cli("plan", f, "--like", tmp_path / "out").stdout
+    [line] = [x for x in plan.splitlines() if x.startswith("# measured in ")]
+    estimate = cost.wall_time(spec.load(f))
+    per_run = estimate.total_s / estimate.runs
+    pace = sum(r["seconds"] for r in runs) / (per_run * 4)
+    blocks = {b: sum(r["seconds"] for r in runs if r["repetition"] == b) / (per_run * 2) for b in (1, 2)}
+    assert "4 finished runs" in line and f"x{pace:.2f} of what this model expected" in line
+    assert f"block 1 x{blocks[1]:.2f}, block 2 x{blocks[2]:.2f}" in line
+    assert f"this plan takes about {cost._fmt(estimate.total_s * pace)}" in line
+    median = statistics.median(w["wall.measure_s"] for w in walls.values())
+    assert f"measure {cost._fmt(median)}" in line
+    # a directory with no store is refused with the fix, before the plan is printed
+    bad = run_cli("plan", f, "--like", tmp_path / "none", check=False)
+    assert bad.returncode == 2 and not bad.stdout and "fix:" in bad.stderr
+
+
 def test_a_plan_of_more_than_an_hour_is_warned_of(tmp_path: Path, run_cli) -> None:
     f = tmp_path / "e.toml"
     f.write_text(SQL + 'duration = "40m"\n')

@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="print the ordered plan of an experiment file")
     pl.add_argument("experiment", type=Path)
+    pl.add_argument("--like", type=Path, metavar="DIR",
+                    help="set the expected wall time beside what the finished runs in DIR (an earlier run of "
+                         "this or a like experiment) took against the same estimate")
 
     rs = sub.add_parser("resume", help="continue an interrupted experiment")
     rs.add_argument("dir", type=Path)
@@ -146,10 +149,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     seed = plan.choose_seed(exp)
     runs = plan.expand(exp, seed)
     factors = list(exp.factors)
+    cost = _cost(exp, args.like)  # before any line: --like's refusal is the one message
     print(f"# {exp.name}: {plural(len(runs), 'run')}, order {exp.meta.order}"
           + (f", seed {seed}" if exp.meta.order in ("random", "blocks") else ""))
     print(f"# design: {plan.design(exp)}")
-    print(f"# {_cost(exp)}")
+    print(f"# {cost}")
     rows = [[str(r.number), *(_cell(r.factors[f]) for f in factors), str(r.repetition)] for r in runs]
     print(_table(["run", *factors, "block" if exp.meta.order == "blocks" else "rep"], rows))
     if exp.search is not None:
@@ -158,15 +162,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cost(exp: Any) -> str:
-    """The plan's expected wall time (`check`, `plan`); a warning past an hour."""
+def _cost(exp: Any, like: Path | None = None) -> str:
+    """The plan's expected wall time (`check`, `plan`), and with `like` what
+    an earlier experiment's runs took against it; a warning past an hour."""
     from perflab import cost
 
     estimate = cost.wall_time(exp)
+    measured = cost.measured_pace(like, estimate) if like is not None else None
     warning = estimate.warning()
     if warning:
         print(f"perflab: warning: {warning}", file=sys.stderr)
-    return estimate.text()
+    return estimate.text() + (f"\n# {measured}" if measured else "")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -7,14 +7,26 @@ estimate of what surrounds it: the server's restart and the run's set-up
 (RESTART_S), and each distinct data set's load once (LOAD_S). A run whose
 length depends on the data (a query set, a count of transactions or
 requests) is counted apart: its time is not guessed.
+
+Those are guesses; an experiment that ran says what its runs cost. Each run
+stores its phases' wall times (`Laps`: wall.setup_s, wall.prepare_s,
+wall.measure_s, wall.check_s), and `perflab plan FILE --like DIR` sets the
+estimate beside what DIR's runs took against the same model (`measured_pace`):
+the ratio over all its runs and over its first and last blocks (a study
+whose data grows, TPC-C's, slows from block to block).
 """
 
 from __future__ import annotations
 
 import inspect
+import statistics
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from perflab.analysis.precision import budget_blocks
+from perflab.errors import UserError
+from perflab.model import RunResult
 from perflab.spec import Experiment
 from perflab.workloads import WORKLOADS
 
@@ -132,3 +144,81 @@ def _fmt(seconds: float) -> str:
         return f"{minutes}m{s:02d}s" if s else f"{minutes}m"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+class Laps:
+    """Where a run's wall time went: each phase's seconds, stored as
+    `wall.<phase>_s` (a failed run's, up to where it failed), so that the
+    time around the measured window (a restart, a load, consistency checks
+    that grow with the data) is measured, not guessed (`perflab plan --like`)."""
+
+    PHASES = {"setup": "host changes, the server's start or restart and its set-up",
+              "prepare": "the data set's preparation (a load, or the check that it is there)",
+              "measure": "the workload's run: warm-up, measured window and collectors",
+              "check": "the workload's consistency checks after the run"}
+
+    def __init__(self, started: float) -> None:
+        self.last = started
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = now - self.last
+        self.last = now
+
+    def store(self, result: RunResult) -> None:
+        for phase, seconds in self.seconds.items():
+            result.add_metric(f"wall.{phase}_s", seconds, "s", f"wall time of the run's {phase} phase: "
+                              f"{self.PHASES[phase]}")
+
+
+def measured_pace(out_dir: Path, estimate: Estimate) -> str:
+    """What the finished runs of the experiment in `out_dir` took, against
+    what this model expected of them (their own file's estimate), and what
+    `estimate` (the plan at hand) comes to at that pace: over all its runs,
+    and at its last block's (the slowest when the data grows run by run)."""
+    from perflab import spec
+    from perflab.store import Store
+
+    store = Store.open(out_dir, write=False)
+    try:
+        info = store.experiment()
+        runs = [r for r in store.runs() if r["status"] == "done" and r["seconds"]]
+        phases = {name: [m["value"] for m in store.metrics() if m["name"] == f"wall.{name}_s"]
+                  for name in Laps.PHASES}
+    finally:
+        store.close()
+    if not runs:
+        raise UserError(f"{out_dir} holds no finished run to measure a pace from",
+                        "give --like the output directory of an experiment that finished some runs")
+    seconds = [float(r["seconds"]) for r in runs]
+    said = f"measured in {out_dir} ({info['name']}): {_count(len(runs), 'finished run')}, {_fmt(sum(seconds))} in all"
+    try:
+        before = wall_time(spec.load_text(info["spec_text"], stored=True))
+    except UserError:
+        before = None  # a file this perflab no longer reads: its runs' seconds alone
+    if before is None or before.timed < before.runs or not before.runs:
+        mean = sum(seconds) / len(seconds)
+        return (f"{said}, {_fmt(mean)} a run on average; at that, this plan's {_count(estimate.runs, 'run')} take "
+                f"about {_fmt(mean * estimate.runs)}{_phases_text(phases)}")
+    per_run = before.total_s / before.runs  # what the model gave each of its runs
+    blocks: dict[int, list[float]] = {}
+    for r in runs:
+        blocks.setdefault(int(r["repetition"]), []).append(float(r["seconds"]))
+    pace = sum(seconds) / (per_run * len(runs))
+    first, last = (sum(blocks[b]) / (per_run * len(blocks[b])) for b in (min(blocks), max(blocks)))
+    text = (f"{said}, x{pace:.2f} of what this model expected of them ({_fmt(per_run)} a run)"
+            + (f"; block {min(blocks)} x{first:.2f}, block {max(blocks)} x{last:.2f}" if len(blocks) > 1 else "")
+            + f". At that pace this plan takes about {_fmt(estimate.total_s * pace)}")
+    if len(blocks) > 1 and abs(last - pace) > 0.05 * pace:
+        text += f", at its last block's about {_fmt(estimate.total_s * last)}"
+    return text + _phases_text(phases)
+
+
+def _phases_text(phases: dict[str, list[float]]) -> str:
+    """Where a run's time went: each phase's median (stores from before the
+    phases were timed have none)."""
+    known = {name: statistics.median(v) for name, v in phases.items() if v}
+    if not known:
+        return " (its runs predate the phases' wall times: where the time went is not known)"
+    return "; a run's median " + ", ".join(f"{name} {_fmt(v)}" for name, v in known.items())

@@ -45,6 +45,7 @@ from perflab.collectors import COLLECTORS
 from perflab.collectors.base import Collector, CollectorContext, CollectorUnavailable
 from perflab.collectors.hostnoise import HostNoise
 from perflab.context import RunContext
+from perflab.cost import Laps
 from perflab.drivernet import DriverLink
 from perflab.drivers.choose import Drivers
 from perflab.endpoints import Endpoint
@@ -441,6 +442,7 @@ class Runner:
         described: dict[str, Any] | None = None
         target: Target | None = None
         usage_before: dict[str, float] = {}
+        laps = Laps(started)
         try:
             if self.active is not None and self.host.needs_restart(spec.host):
                 self._release_target()  # a knob the server takes at its start changes
@@ -458,6 +460,7 @@ class Runner:
             workload: Workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
             if workload.writes():
                 endpoint = self._confine(target, identity, endpoint, spec.workload.kind, result)
+            laps.lap("setup")
             ctx = RunContext(run_number=n, run_dir=run_dir, t0_ns=time.monotonic_ns(), base_dir=self.base_dir,
                              cancel=self._stop, status=self.progress.status, warn=self.progress.warn,
                              note=self.progress.say,
@@ -465,12 +468,14 @@ class Runner:
                              driver=self.drivers.get(spec.driver), earlier_effects=self.store.effects(n),
                              record_effect=lambda kind, data: self.store.add_effect(n, kind, data))
             self._prepare(workload, endpoint, identity, ctx, result)
+            laps.lap("prepare")
             self.host.before_measure(spec.host, result)
             self.host.metrics(spec.host, result, target.processes)
             try:
                 result.merge(self._measure(workload, endpoint, target, spec, ctx))
             finally:
                 result.merge(self.drivers.driver.figures())
+            laps.lap("measure")
             if any(f.startswith(HUGEPAGE_FACTORS) for f in self.exp.factors):
                 # the server's own count where it can be read; the host's counts any process's pages
                 shown = next((m for m in ("server.hugepages_mapped", "host.hugepages_in_use") if m in result.metrics),
@@ -481,6 +486,7 @@ class Runner:
                 # A workload that saw its cancel ended early: the run is not done.
                 raise Interrupted("stop requested")
             check = workload.check(endpoint, ctx)
+            laps.lap("check")
             for name, (passed, detail) in check.checks.items():
                 result.add_metric(f"check.{name}", 1.0 if passed else 0.0, "bool", detail)  # 1: passed
             if not check.passed:
@@ -528,6 +534,7 @@ class Runner:
             if target is not None:
                 with contextlib.suppress(Exception):
                     target.end_run(run_dir)
+            laps.store(result)
         self.store.finish_run(n, result, status=status, seconds=time.monotonic() - started,
                               target=described, error=error, log_tail=log_tail)
         self._figure(n, run_dir)
