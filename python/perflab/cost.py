@@ -4,7 +4,8 @@ and `plan` print (and warn about past an hour).
 Each run takes its warm-up and its duration (the workload's default when the
 file gives none: the `DEFAULT_DURATION_S` of the workload's module), plus an
 estimate of what surrounds it: the server's restart and the run's set-up
-(RESTART_S), and each distinct data set's load once (LOAD_S). A run whose
+(RESTART_S), and each distinct data set's load once (LOAD_S; before every
+run of a workload that writes with `data = "fresh"`). A run whose
 length depends on the data (a query set, a count of transactions or
 requests) is counted apart: its time is not guessed.
 
@@ -115,7 +116,10 @@ def wall_time(exp: Experiment) -> Estimate:
     for combo in exp.combinations():
         spec = exp.resolve(combo)
         workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
-        data.add(f"{spec.target.model_dump_json()}:{workload.data_key()}")
+        where = f"{spec.target.model_dump_json()}:{workload.data_key()}"
+        # data = "fresh": a writing workload's data set is loaded before each of its runs
+        data.update(f"{where}:{rep}" for rep in range(reps)) if exp.meta.data == "fresh" and workload.writes() \
+            else data.add(where)
         runs += reps
         length = run_length_s(spec.workload.kind, spec.workload)
         if length is not None:

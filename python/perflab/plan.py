@@ -145,6 +145,13 @@ def before_blocks(exp: Experiment, seed: int) -> list[PlannedRun] | None:
 
 def design(exp: Experiment) -> str:
     """The plan's design in words (`perflab plan`, the report)."""
+    text = _order(exp)
+    if exp.meta.data == "fresh":
+        text += '; every run of a workload that writes on its data as loaded (data = "fresh")'
+    return text
+
+
+def _order(exp: Experiment) -> str:
     combos, reps = len(exp.combinations()), exp.meta.repetitions
     if exp.meta.order == "random":
         return f"random order over the whole plan ({plural(combos, 'combination')} x {plural(reps, 'repetition')})"

@@ -673,7 +673,10 @@ class Runner:
                  result: RunResult) -> None:
         key = workload.data_key()
         why = workload.reload_for_rerun(ctx.earlier_effects) if ctx.earlier_effects else None
-        if self.store.dataset(identity) == key and why is None:
+        # data = "fresh": a data set another run wrote to is loaded again; by design, so no "fresh load" mark
+        planned = (self.exp.meta.data == "fresh" and why is None and workload.writes()
+                   and self.store.dataset(identity) == key)
+        if self.store.dataset(identity) == key and why is None and not planned:
             result.events.append(Event(0.0, "prepare", "data set reused from an earlier run"))
             return
         if why is not None:
@@ -684,7 +687,12 @@ class Runner:
         # A load of data that other runs used already (discarded, lost, or changed beyond undoing by an
         # earlier attempt) puts this run on a fresh load, which the report says; a load that found it all
         # in place (a web server's file set, reused from the cache) loaded nothing.
-        record = {"data_key": key, "reload": why is not None or self._used_before(ctx.run_number, identity, key)}
+        record = {"data_key": key,
+                  "reload": not planned and (why is not None or self._used_before(ctx.run_number, identity, key))}
+        if planned:
+            record["fresh"] = True
+            result.events.append(Event(0.0, "reload", 'data = "fresh": the data set an earlier run wrote to is '
+                                       "loaded again"))
         self.store.add_effect(ctx.run_number, "load", record if why is None else {**record, "why": why})
         load = workload.prepare(endpoint, ctx)
         self.progress.load_end(ctx.run_number, load)
