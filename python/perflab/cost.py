@@ -117,9 +117,10 @@ def wall_time(exp: Experiment) -> Estimate:
         spec = exp.resolve(combo)
         workload = WORKLOADS.get(spec.workload.kind)(spec.workload)
         where = f"{spec.target.model_dump_json()}:{workload.data_key()}"
-        # data = "fresh": a writing workload's data set is loaded before each of its runs
-        data.update(f"{where}:{rep}" for rep in range(reps)) if exp.meta.data == "fresh" and workload.writes() \
-            else data.add(where)
+        if exp.meta.data == "fresh" and workload.writes():  # its data set is loaded before each of its runs
+            data.update(f"{where}:{rep}" for rep in range(reps))
+        else:
+            data.add(where)
         runs += reps
         length = run_length_s(spec.workload.kind, spec.workload)
         if length is not None:
@@ -188,8 +189,9 @@ def measured_pace(out_dir: Path, estimate: Estimate) -> str:
     try:
         info = store.experiment()
         runs = [r for r in store.runs() if r["status"] == "done" and r["seconds"]]
-        phases = {name: [m["value"] for m in store.metrics() if m["name"] == f"wall.{name}_s"]
-                  for name in Laps.PHASES}
+        done = {r["id"] for r in runs}
+        timed = [m for m in store.metrics() if m["name"].startswith("wall.") and m["run_id"] in done]
+        phases = {name: [m["value"] for m in timed if m["name"] == f"wall.{name}_s"] for name in Laps.PHASES}
     finally:
         store.close()
     if not runs:
