@@ -113,8 +113,8 @@ class ExperimentSection(StrictModel):
     # every headline metric, one family.
     primary: list[str] = Field(default_factory=list)
     # "fresh": every run of a workload that writes starts from its data as
-    # loaded: the data set is loaded again before any run that an earlier
-    # run's writes changed (TPC-C's orders and history grow run by run, so
+    # loaded: the data set is loaded again before any run whose data an
+    # earlier run used (TPC-C's orders and history grow run by run, so
     # a block's runs would otherwise differ by what ran before them, and
     # its consistency checks read more each run). Default "kept": loaded
     # once per server and data set, each run on what the runs before left.
