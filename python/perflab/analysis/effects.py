@@ -243,6 +243,13 @@ def same_setup(found: Effect) -> Effect:
                   "none: both levels ran one set-up", None, SAME_SETUP, found.direction)
 
 
+def family(metric: str, primary: Sequence[str]) -> str:
+    """The false discovery rate family of a comparison of `metric`:
+    "primary" or "secondary" where the experiment names its question
+    ([experiment] primary), else one family, "all"."""
+    return "all" if not primary else "primary" if metric in primary else "secondary"
+
+
 def settle_families(found: Sequence[Effect], floors: Sequence[NoiseFloor | None] | None,
                     families: Sequence[str], alpha: float = SIGNIFICANCE) -> list[Effect]:
     """settle() within each family (families[i] names comparison i's): the

@@ -231,7 +231,7 @@ def compare_data(a: ReportData, b: ReportData) -> tuple[list[Row], list[str], li
             meta.append((key, metric, info.unit, va, vb, floor))
     # the question either experiment names: its own false discovery rate family (as in the report)
     primary = [m for m in dict.fromkeys(a.primary + b.primary) if m in metrics]
-    families = ["all" if not primary else "primary" if m[1] in primary else "secondary" for m in meta]
+    families = [effects.family(m[1], primary) for m in meta]
     settled = settle_families(found, [m[5] for m in meta], families)
     rows = []
     for e, (key, metric, unit, va, vb, floor), fam in zip(settled, meta, families, strict=True):

@@ -78,7 +78,7 @@ class Effects:
                 h.td(found.verdict, verdict_class),
                 mean_a, mean_b, f"{n_a}/{n_b}", found.method,
                 "–" if found.p_value is None or found.q_value is None else
-                f"{found.p_value:.3g} ({found.q_value:.3g}{'' if not d.primary else ', ' + family(d, name)})",
+                f"{found.p_value:.3g} ({found.q_value:.3g}{'' if not d.primary else ', ' + effects.family(name, d.primary)})",
             ])
             classes.append("changed" if found.verdict in ("better", "worse", "differs") else "")
         untested_why = {
@@ -170,13 +170,5 @@ def effect_rows(ctx: ReportContext) -> list[tuple[str, Any, Any, dict[str, Any],
     settled = effects.settle_families([row[5] for row in out],
                                       [effects_table.within_block_floor(d, row[4], row[5].paired) if row[5].paired
                                        else floors.get(row[4]) for row in out],
-                                      [family(d, row[4]) for row in out])
+                                      [effects.family(row[4], d.primary) for row in out])
     return [(*row[:5], found, *row[6:]) for row, found in zip(out, settled, strict=True)]
-
-
-def family(d: ReportData, metric: str) -> str:
-    """The false discovery rate family of a comparison of `metric`:
-    "primary" or "secondary" where [experiment] primary names the
-    experiment's question, else one family, "all"."""
-    primary = d.primary
-    return "all" if not primary else "primary" if metric in primary else "secondary"
