@@ -673,10 +673,10 @@ class Runner:
                  result: RunResult) -> None:
         key = workload.data_key()
         why = workload.reload_for_rerun(ctx.earlier_effects) if ctx.earlier_effects else None
+        in_place = self.store.dataset(identity) == key and why is None
         # data = "fresh": a data set another run wrote to is loaded again; by design, so no "fresh load" mark
-        planned = (self.exp.meta.data == "fresh" and why is None and workload.writes()
-                   and self.store.dataset(identity) == key)
-        if self.store.dataset(identity) == key and why is None and not planned:
+        planned = in_place and self.exp.meta.data == "fresh" and workload.writes()
+        if in_place and not planned:
             result.events.append(Event(0.0, "prepare", "data set reused from an earlier run"))
             return
         if why is not None:
